@@ -1,0 +1,28 @@
+from django import forms
+from django.contrib.auth import password_validation
+
+
+class InvitationForm(forms.Form):
+    username = forms.CharField(max_length=150)
+    email = forms.EmailField(required=False)
+
+
+class UserCreateForm(forms.Form):
+    username = forms.CharField(max_length=150)
+    email = forms.EmailField(required=False)
+    password = forms.CharField(widget=forms.PasswordInput(attrs={"autocomplete": "new-password"}),
+                               help_text=password_validation.password_validators_help_text_html())
+    is_staff = forms.BooleanField(required=False, label="Site admin")
+
+
+class SetPasswordForm(forms.Form):
+    password = forms.CharField(label="Password", widget=forms.PasswordInput(attrs={"autocomplete": "new-password"}),
+                               help_text=password_validation.password_validators_help_text_html())
+    password_again = forms.CharField(label="Password (again)",
+                                     widget=forms.PasswordInput(attrs={"autocomplete": "new-password"}))
+
+    def clean(self):
+        data = super().clean()
+        if data.get("password") and data.get("password") != data.get("password_again"):
+            self.add_error("password_again", "The two passwords differ.")
+        return data

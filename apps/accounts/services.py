@@ -1,0 +1,128 @@
+"""Writes on users, invitations and API tokens."""
+
+import secrets
+
+from django.conf import settings
+from django.contrib.auth import get_user_model, password_validation
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from apps.accounts.models import ApiToken, Invitation, hash_secret
+from apps.core.errors import Gone, Invalid, NotFound, PermissionDenied
+from apps.core.http import client_ip
+from apps.projects.audit import audit_record
+from apps.projects.models import Membership
+
+User = get_user_model()
+
+
+def _require_site_admin(user) -> None:
+    if not (user.is_authenticated and user.is_active and user.is_staff):
+        raise PermissionDenied("site.admin", "Only site admins can manage user accounts.")
+
+
+def _clean_username(username: str) -> str:
+    username = (username or "").strip()
+    try:
+        User.username_validator(username)
+    except ValidationError:
+        raise Invalid("Usernames may contain letters, digits and @/./+/-/_ only.", field="username") from None
+    if not username or len(username) > 150:
+        raise Invalid("A username is 1 to 150 characters.", field="username")
+    if User.objects.filter(username__iexact=username).exists():
+        raise Invalid(f"The username “{username}” is taken.", field="username")
+    return username
+
+
+def _validate_password(password: str, user) -> None:
+    try:
+        password_validation.validate_password(password, user)
+    except ValidationError as exc:
+        raise Invalid(" ".join(exc.messages), field="password") from None
+
+
+@transaction.atomic
+def user_create(*, by, username: str, email: str = "", password: str, is_staff: bool = False,
+                ip_address: str | None = None):
+    _require_site_admin(by)
+    user = User(username=_clean_username(username), email=email.strip(), is_staff=is_staff)
+    _validate_password(password, user)
+    user.set_password(password)
+    user.save()
+    audit_record(actor=by, action="user.create", target=user, ip_address=ip_address,
+                 after={"username": user.username, "is_staff": is_staff})
+    return user
+
+
+@transaction.atomic
+def invitation_create(*, by, username: str, email: str = "", ip_address: str | None = None) -> tuple[Invitation, str]:
+    """Create a one-time invitation. Returns it with the raw secret, which is never stored."""
+    _require_site_admin(by)
+    username = _clean_username(username)
+    if Invitation.objects.filter(username__iexact=username, used_at__isnull=True,
+                                 expires_at__gt=timezone.now()).exists():
+        raise Invalid(f"“{username}” already has a pending invitation.", field="username")
+    raw = secrets.token_urlsafe(32)
+    invitation = Invitation.objects.create(
+        username=username, email=email.strip(), token_hash=hash_secret(raw), created_by=by,
+        expires_at=timezone.now() + settings.INVITATION_TTL,
+    )
+    audit_record(actor=by, action="invitation.create", target=invitation, ip_address=ip_address,
+                 after={"username": username})
+    return invitation, raw
+
+
+def invitation_for_token(raw: str) -> Invitation:
+    """The pending invitation behind a link; NotFound for unknown links, Gone for spent ones."""
+    invitation = Invitation.objects.filter(token_hash=hash_secret(raw or "")).first()
+    if invitation is None:
+        raise NotFound("This invitation link is not valid.")
+    if invitation.used_at is not None:
+        raise Gone("This invitation was already used. Log in, or ask your admin for a new link.")
+    if invitation.is_expired:
+        raise Gone("This invitation has expired. Ask your admin for a new link.")
+    return invitation
+
+
+def invitation_accept(*, raw: str, password: str, request=None):
+    """Create the invited account with `password`; the link works once."""
+    with transaction.atomic():
+        invitation = invitation_for_token(raw)
+        # Lock the row so two submissions of the same link cannot both create an account.
+        invitation = Invitation.objects.select_for_update().get(pk=invitation.pk)
+        if invitation.used_at is not None:
+            raise Gone("This invitation was already used. Log in, or ask your admin for a new link.")
+        user = User(username=invitation.username, email=invitation.email)
+        _validate_password(password, user)
+        user.set_password(password)
+        try:
+            with transaction.atomic():
+                user.save()
+        except IntegrityError:
+            raise Invalid(f"The username “{invitation.username}” was taken meanwhile; ask for a new invitation.",
+                          field="username") from None
+        invitation.used_at = timezone.now()
+        invitation.user = user
+        invitation.save(update_fields=["used_at", "user"])
+        if invitation.project_id and invitation.role:
+            Membership.objects.create(project_id=invitation.project_id, user=user, role=invitation.role)
+        audit_record(actor=user, action="invitation.accept", project=invitation.project, target=invitation,
+                     ip_address=client_ip(request) if request else None)
+    return user
+
+
+def token_create(*, user, name: str, permissions: list[str], project=None, expires_at=None) -> tuple[ApiToken, str]:
+    """Create an API token; the raw value is returned once and only its hash is kept."""
+    key_id = secrets.token_hex(6)
+    raw = f"{ApiToken.PREFIX}_{key_id}_{secrets.token_urlsafe(32)}"
+    token = ApiToken.objects.create(name=name, user=user, project=project, permissions=sorted(set(permissions)),
+                                    key_id=key_id, key_hash=hash_secret(raw), expires_at=expires_at)
+    audit_record(actor=user, action="token.create", project=project, target=token,
+                 after={"name": name, "permissions": token.permissions})
+    return token, raw
+
+
+def token_record_rejected_use(*, token: ApiToken, reason: str, request=None) -> None:
+    audit_record(actor=None, action=f"token.use_after_{reason}", project=token.project, target=token,
+                 ip_address=client_ip(request) if request else None)

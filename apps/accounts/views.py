@@ -1,0 +1,97 @@
+from django.contrib import messages
+from django.contrib.auth import get_user_model
+from django.contrib.auth import views as auth_views
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse, reverse_lazy
+from django.views.decorators.http import require_http_methods
+
+from apps.accounts import services
+from apps.accounts.forms import InvitationForm, SetPasswordForm, UserCreateForm
+from apps.accounts.models import Invitation
+from apps.core.errors import Gone, Invalid, NotFound, PermissionDenied
+from apps.core.http import client_ip
+
+
+class LoginView(auth_views.LoginView):
+    template_name = "accounts/login.html"
+    redirect_authenticated_user = True
+
+    def get_initial(self):
+        return {"username": self.request.GET.get("username", "")[:150]}
+
+
+class PasswordChangeView(auth_views.PasswordChangeView):
+    template_name = "accounts/password_change.html"
+    success_url = reverse_lazy("accounts:password_change_done")
+
+
+class PasswordChangeDoneView(auth_views.PasswordChangeDoneView):
+    template_name = "accounts/password_change_done.html"
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def users(request: HttpRequest) -> HttpResponse:
+    """Site admins create accounts directly or hand out one-time invitation links."""
+    if not request.user.is_staff:
+        raise PermissionDenied("site.admin", "Only site admins can manage user accounts.")
+    invite_form = InvitationForm(prefix="invite")
+    user_form = UserCreateForm(prefix="user")
+    new_link = None
+    status = 200
+    if request.method == "POST":
+        if "invite" in request.POST:
+            invite_form = InvitationForm(request.POST, prefix="invite")
+            if invite_form.is_valid():
+                try:
+                    invitation, raw = services.invitation_create(by=request.user, ip_address=client_ip(request),
+                                                                 **invite_form.cleaned_data)
+                except Invalid as exc:
+                    invite_form.add_error(exc.field, exc.message)
+                else:
+                    new_link = request.build_absolute_uri(reverse("accounts:accept_invitation", args=[raw]))
+                    messages.success(request, f"Invitation for {invitation.username} created. "
+                                              "Copy the link now: it is shown only once.")
+        else:
+            user_form = UserCreateForm(request.POST, prefix="user")
+            if user_form.is_valid():
+                try:
+                    user = services.user_create(by=request.user, ip_address=client_ip(request),
+                                                **user_form.cleaned_data)
+                except Invalid as exc:
+                    user_form.add_error(exc.field, exc.message)
+                else:
+                    messages.success(request, f"Account {user.username} created.")
+                    return redirect("accounts:users")
+        if invite_form.errors or user_form.errors:
+            status = 400
+    return render(request, "accounts/users.html", {
+        "users": get_user_model().objects.order_by("username"),
+        "invitations": Invitation.objects.select_related("created_by")[:50],
+        "invite_form": invite_form,
+        "user_form": user_form,
+        "new_link": new_link,
+    }, status=status)
+
+
+@require_http_methods(["GET", "POST"])
+def accept_invitation(request: HttpRequest, token: str) -> HttpResponse:
+    try:
+        invitation = services.invitation_for_token(token)
+    except (NotFound, Gone) as exc:
+        return render(request, "accounts/invitation_invalid.html", {"message": exc.message}, status=exc.status)
+    form = SetPasswordForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            services.invitation_accept(raw=token, password=form.cleaned_data["password"], request=request)
+        except Invalid as exc:
+            form.add_error(exc.field if exc.field in form.fields else None, exc.message)
+        except Gone as exc:
+            return render(request, "accounts/invitation_invalid.html", {"message": exc.message}, status=410)
+        else:
+            messages.success(request, "Your password is set. Log in to start.")
+            return redirect(f"{reverse('accounts:login')}?username={invitation.username}")
+    return render(request, "accounts/accept_invitation.html", {"invitation": invitation, "form": form},
+                  status=400 if form.errors else 200)

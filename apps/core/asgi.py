@@ -1,0 +1,73 @@
+"""ASGI guards that must act before Django reads a request."""
+
+import json
+
+
+
+def _too_large_message(limit: int) -> str:
+    return f"Request body too large: the limit is {limit / (1024 * 1024):.0f} MB."
+
+
+class BodySizeLimit:
+    """Answer 413 to any HTTP request whose body exceeds `max_bytes`.
+
+    Checks the declared Content-Length first, then counts bytes as they stream in (chunked
+    bodies have no length), so memory stays bounded. Once over the limit it answers itself
+    and tells Django the client went away; Django then drops the request without replying.
+    """
+
+    def __init__(self, app, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = dict(scope.get("headers") or [])
+        declared = headers.get(b"content-length")
+        if declared is not None:
+            try:
+                declared_size = int(declared)
+            except ValueError:
+                return await self._answer(scope, send, 400, "Malformed Content-Length header.")
+            if declared_size > self.max_bytes:
+                return await self._answer(scope, send, 413, _too_large_message(self.max_bytes))
+
+        received = 0
+        answered = False
+
+        async def counting_receive():
+            nonlocal received, answered
+            message = await receive()
+            if message["type"] == "http.request" and not answered:
+                received += len(message.get("body", b""))
+                if received > self.max_bytes:
+                    answered = True
+                    await self._answer(scope, send, 413, _too_large_message(self.max_bytes))
+                    return {"type": "http.disconnect"}
+            return message
+
+        async def guarded_send(message):
+            if not answered:
+                await send(message)
+
+        await self.app(scope, counting_receive, guarded_send)
+
+    @staticmethod
+    async def _answer(scope, send, status: int, message: str) -> None:
+        wants_json = scope.get("path", "").startswith("/api/")
+        if wants_json:
+            body = json.dumps({"detail": message}).encode()
+            content_type = b"application/json"
+        else:
+            body = (f"<!doctype html><title>{status}</title><h1>{status}</h1><p>{message}</p>").encode()
+            content_type = b"text/html; charset=utf-8"
+        await send({
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", content_type), (b"content-length", str(len(body)).encode()),
+                        (b"connection", b"close")],
+        })
+        await send({"type": "http.response.body", "body": body})
+
+

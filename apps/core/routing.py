@@ -1,0 +1,3 @@
+"""Websocket routes: each capability adds its consumers here as it lands."""
+
+websocket_urlpatterns: list = []

@@ -1,0 +1,72 @@
+"""Every permission of the product, and the built-in roles: the one list.
+
+A permission is a named action on a kind of object inside a project. A role is a named set
+of permissions granted to a member of a project. Later capabilities add their actions here.
+"""
+
+from dataclasses import dataclass
+
+PERMISSIONS: dict[str, str] = {
+    "project.view": "See the project, its members and its dashboard",
+    "project.edit": "Rename the project and edit its description",
+    "project.archive": "Archive or restore the project",
+    "project.delete": "Delete the project and everything in it",
+    "member.manage": "Invite, remove and change the roles of members",
+    "owner.manage": "Make or unmake owners",
+    "role.manage": "Create and edit custom roles",
+    "token.manage": "Create and revoke the project's API tokens",
+    "audit.view": "Read and export the audit log",
+    "dataset.view": "Browse datasets and their versions",
+    "dataset.import": "Create datasets and import data",
+    "dataset.edit": "Edit rows, splits and redactions (new versions)",
+    "dataset.export": "Download dataset versions",
+    "dataset.delete": "Delete datasets",
+    "campaign.manage": "Create and run annotation campaigns",
+    "annotation.submit": "Work the annotation queues assigned to you",
+    "annotation.review": "Review, accept and correct annotations",
+    "model.view": "See registered models and adapters",
+    "model.register": "Register base models",
+    "model.delete": "Delete models and adapters",
+    "job.view": "See fine-tune jobs and their metrics",
+    "job.launch": "Launch fine-tune jobs",
+    "job.cancel": "Cancel fine-tune jobs",
+    "compare.view": "See comparisons and leaderboards",
+    "compare.run": "Run comparisons",
+    "compare.vote": "Vote in comparisons assigned to you",
+}
+
+VIEWER = frozenset({"project.view", "dataset.view", "model.view", "job.view", "compare.view"})
+ANNOTATOR = frozenset({"project.view", "annotation.submit", "compare.vote"})
+SCIENTIST = VIEWER | ANNOTATOR | {
+    "dataset.import", "dataset.edit", "dataset.export", "model.register", "job.launch",
+    "job.cancel", "compare.run", "campaign.manage", "annotation.review",
+}
+ADMIN = SCIENTIST | {
+    "project.edit", "project.archive", "member.manage", "role.manage", "token.manage",
+    "audit.view", "dataset.delete", "model.delete",
+}
+OWNER = frozenset(PERMISSIONS)
+
+
+@dataclass(frozen=True)
+class BuiltinRole:
+    key: str
+    name: str
+    description: str
+    permissions: frozenset[str]
+
+
+BUILTIN_ROLES: dict[str, BuiltinRole] = {
+    role.key: role
+    for role in [
+        BuiltinRole("owner", "Owner", "Everything, including deleting the project and managing owners.", OWNER),
+        BuiltinRole("admin", "Admin", "Members, roles, tokens and the audit log, plus all Scientist permissions.", ADMIN),
+        BuiltinRole("scientist", "Scientist", "Datasets, models, fine-tune jobs, comparisons and campaigns.", SCIENTIST),
+        BuiltinRole("annotator", "Annotator", "Works annotation queues and votes in comparisons assigned to them.", ANNOTATOR),
+        BuiltinRole("viewer", "Viewer", "Read only.", VIEWER),
+    ]
+}
+
+ROLE_CHOICES = [(role.key, role.name) for role in BUILTIN_ROLES.values()]
+
+assert all(p in PERMISSIONS for role in BUILTIN_ROLES.values() for p in role.permissions)

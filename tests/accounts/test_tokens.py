@@ -1,0 +1,75 @@
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from apps.accounts import services
+from apps.projects.models import AuditEvent
+
+pytestmark = pytest.mark.django_db
+
+
+def bearer(raw):
+    return {"HTTP_AUTHORIZATION": f"Bearer {raw}"}
+
+
+def test_a_personal_token_authenticates_api_calls(client, viewer):
+    token, raw = services.token_create(user=viewer, name="ci", permissions=["project.view"])
+    response = client.get("/api/me/", **bearer(raw))
+    assert response.status_code == 200
+    assert response.json()["username"] == viewer.username
+    token.refresh_from_db()
+    assert token.last_used_at is not None
+    assert raw not in token.key_hash
+
+
+@pytest.mark.parametrize("header", ["Bearer wb_nope", "Bearer garbage", "Bearer wb_abc_"])
+def test_malformed_tokens_are_refused(client, header):
+    response = client.get("/api/me/", HTTP_AUTHORIZATION=header)
+    assert response.status_code == 401
+    assert response.json()["detail"] == "Malformed API token."
+
+
+def test_a_tampered_token_is_refused(client, viewer):
+    _, raw = services.token_create(user=viewer, name="ci", permissions=["project.view"])
+    tampered = raw[:-2] + ("AA" if not raw.endswith("AA") else "BB")
+    response = client.get("/api/me/", **bearer(tampered))
+    assert response.status_code == 401
+
+
+def test_a_revoked_token_is_refused_and_the_attempt_audited(client, viewer):
+    token, raw = services.token_create(user=viewer, name="ci", permissions=["project.view"])
+    token.revoked_at = timezone.now()
+    token.save()
+    response = client.get("/api/me/", **bearer(raw))
+    assert response.status_code == 401
+    assert "revoked" in response.json()["detail"]
+    assert AuditEvent.objects.filter(action="token.use_after_revoked", target_id=str(token.pk)).exists()
+
+
+def test_an_expired_token_is_refused(client, viewer):
+    _, raw = services.token_create(user=viewer, name="ci", permissions=["project.view"],
+                                   expires_at=timezone.now() - timedelta(seconds=1))
+    response = client.get("/api/me/", **bearer(raw))
+    assert response.status_code == 401
+    assert "expired" in response.json()["detail"]
+
+
+def test_a_token_scoped_to_one_project_cannot_see_another(client, viewer, project, other_project):
+    from tests.factories import MembershipFactory
+
+    MembershipFactory(project=other_project, user=viewer, role="viewer")
+    _, raw = services.token_create(user=viewer, name="ci", permissions=["project.view"], project=project)
+    listed = client.get("/api/projects/", **bearer(raw)).json()["results"]
+    assert [p["id"] for p in listed] == [project.pk]
+    assert client.get(f"/api/projects/{other_project.pk}/", **bearer(raw)).status_code == 404
+
+
+def test_a_token_acts_with_no_more_than_its_permissions(client, owner, project):
+    _, raw = services.token_create(user=owner, name="read-only", permissions=["project.view"])
+    response = client.patch(f"/api/projects/{project.pk}/", {"name": "Renamed"},
+                            content_type="application/json", **bearer(raw))
+    assert response.status_code == 403
+    assert response.json()["missing_permission"] == "project.edit"
+    project.refresh_from_db()
+    assert project.name == "Alpha"

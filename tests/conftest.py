@@ -1,0 +1,176 @@
+"""Fixtures every test module shares: services, personas, a live ASGI server, a browser.
+
+Personas (one project, one member per built-in role, plus an outsider):
+owner, admin, scientist, annotator, viewer — members of `project`; outsider — member of
+`other_project` only.
+"""
+
+import os
+import socket
+import threading
+import time
+
+import pytest
+from django.conf import settings
+
+from tests.factories import MembershipFactory, ProjectFactory, UserFactory
+from workbench.embedded import EmbeddedRedis
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+    "--disable-sync", "--no-first-run", "--disable-quic",
+]
+PASSWORD = "correct-horse-battery-9"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def redis_service():
+    """The embedded Redis when no REDIS_URL is configured (CI's real Redis otherwise)."""
+    if not settings.EMBEDDED_REDIS:
+        yield None
+        return
+    server = EmbeddedRedis(settings.DATA_DIR)
+    server.start()
+    yield server
+    server.stop()
+
+
+# --- personas -----------------------------------------------------------------------------
+
+@pytest.fixture
+def project(db):
+    return ProjectFactory(name="Alpha")
+
+
+@pytest.fixture
+def other_project(db):
+    return ProjectFactory(name="Bravo")
+
+
+def _member(project, role, username):
+    user = UserFactory(username=username)
+    MembershipFactory(project=project, user=user, role=role)
+    return user
+
+
+@pytest.fixture
+def owner(project):
+    return _member(project, "owner", "olivia")
+
+
+@pytest.fixture
+def admin(project, owner):
+    return _member(project, "admin", "adam")
+
+
+@pytest.fixture
+def scientist(project, owner):
+    return _member(project, "scientist", "sofia")
+
+
+@pytest.fixture
+def annotator(project, owner):
+    return _member(project, "annotator", "anna")
+
+
+@pytest.fixture
+def viewer(project, owner):
+    return _member(project, "viewer", "victor")
+
+
+@pytest.fixture
+def outsider(other_project):
+    return _member(other_project, "owner", "oscar")
+
+
+@pytest.fixture
+def site_admin(db):
+    return UserFactory(username="root", is_staff=True, is_superuser=True)
+
+
+# --- live server and browser -----------------------------------------------------------------
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class LiveAsgiServer:
+    """The real ASGI application (HTTP + websockets) served by uvicorn in a thread."""
+
+    def __init__(self):
+        import uvicorn
+
+        from workbench.asgi import application
+
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = uvicorn.Config(application, host="127.0.0.1", port=self.port, lifespan="off",
+                                log_level="warning", ws="websockets-sansio")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def start(self):
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            if time.monotonic() > deadline:
+                raise RuntimeError("live ASGI server did not start")
+            time.sleep(0.02)
+
+    def stop(self):
+        self.server.should_exit = True
+        self.thread.join(10)
+
+
+@pytest.fixture(scope="session")
+def _asgi_server_session(django_db_setup, django_db_blocker, redis_service):
+    with django_db_blocker.unblock():
+        server = LiveAsgiServer()
+        server.start()
+        yield server
+        server.stop()
+
+
+@pytest.fixture
+def live_asgi(_asgi_server_session, transactional_db):
+    """Base URL of the live ASGI server; the test's data is committed so the server sees it."""
+    return _asgi_server_session.url
+
+
+@pytest.fixture(scope="session")
+def _browser(django_db_setup):
+    from playwright.sync_api import sync_playwright
+
+    # Playwright's sync API keeps an event loop in this thread; the test's own database
+    # calls are still plain synchronous ones, so Django's async-context guard must stand down.
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def browser_context(_browser, live_asgi):
+    """A fresh browser profile (cookies, storage) per test, pointed at the live server."""
+    context = _browser.new_context(base_url=live_asgi)
+    yield context
+    context.close()
+
+
+@pytest.fixture
+def page(browser_context):
+    page = browser_context.new_page()
+    page.set_default_timeout(15_000)
+    return page
+
+
+def browser_login(page, username, password=PASSWORD):
+    page.goto("/accounts/login/")
+    page.get_by_label("Username").fill(username)
+    page.get_by_label("Password").fill(password)
+    page.get_by_role("button", name="Log in").click()

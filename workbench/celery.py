@@ -1,0 +1,13 @@
+"""The Celery app. Web processes enqueue on `default`; training workers consume `gpu`."""
+
+import os
+
+from celery import Celery
+from kombu import Queue
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "workbench.settings")
+
+app = Celery("workbench")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.conf.task_queues = (Queue("default"), Queue("gpu"))
+app.autodiscover_tasks()

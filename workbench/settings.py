@@ -1,0 +1,305 @@
+"""Workbench settings: one page, everything from the environment.
+
+Two ways to run the same code:
+- embedded default (WORKBENCH_ENV unset or "embedded"): SQLite, an embedded Redis on a unix
+  socket in the data folder, local files, a secret key generated once and kept there;
+- production (WORKBENCH_ENV=production): DATABASE_URL, REDIS_URL, SECRET_KEY and
+  ALLOWED_HOSTS are required, and HTTPS cookies, HSTS and secure headers are on.
+"""
+
+import os
+import secrets
+from datetime import timedelta
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+from workbench import embedded
+from workbench.env import env_bool, env_int, env_list, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+WORKBENCH_ENV = env_str("WORKBENCH_ENV", "embedded")
+if WORKBENCH_ENV not in {"embedded", "production"}:
+    raise ImproperlyConfigured(f"WORKBENCH_ENV must be 'embedded' or 'production', got {WORKBENCH_ENV!r}")
+PRODUCTION = WORKBENCH_ENV == "production"
+
+# Local data folder: SQLite database, embedded Redis, media, artifacts, generated secret.
+DATA_DIR = Path(env_str("WORKBENCH_DATA_DIR", str(BASE_DIR / "var"))).resolve()
+embedded.ensure_private_dir(DATA_DIR)
+
+
+def _secret_key() -> str:
+    key = env_str("SECRET_KEY")
+    if key is None:
+        if PRODUCTION:
+            raise ImproperlyConfigured("SECRET_KEY must be set in production")
+        key_file = DATA_DIR / "secret_key"
+        if not key_file.exists():
+            # Written once with O_EXCL so two processes starting together agree on one key.
+            try:
+                fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            except FileExistsError:
+                pass
+            else:
+                with os.fdopen(fd, "w") as handle:
+                    handle.write(secrets.token_urlsafe(64))
+        key = key_file.read_text().strip()
+    if len(key) < 50 or len(set(key)) < 5 or key.startswith("django-insecure"):
+        raise ImproperlyConfigured(
+            "SECRET_KEY is too weak: use at least 50 random characters "
+            "(python -c 'import secrets; print(secrets.token_urlsafe(64))')"
+        )
+    return key
+
+
+
+SECRET_KEY = _secret_key()
+
+DEBUG = env_bool("DEBUG", False)
+if DEBUG and PRODUCTION:
+    raise ImproperlyConfigured("DEBUG must not be on in production")
+
+if PRODUCTION:
+    ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", [])
+    if not ALLOWED_HOSTS or "*" in ALLOWED_HOSTS:
+        raise ImproperlyConfigured("ALLOWED_HOSTS must list the served host names (no '*') in production")
+else:
+    ALLOWED_HOSTS = ["127.0.0.1", "localhost", "[::1]", *env_list("ALLOWED_HOSTS", [])]
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "guardian",
+    "axes",
+    "channels",
+    "apps.core",
+    "apps.accounts",
+    "apps.projects",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "apps.core.middleware.ContentSecurityPolicyMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "apps.core.middleware.DomainErrorMiddleware",
+    # Last, so a locked-out login is answered before the view runs.
+    "axes.middleware.AxesMiddleware",
+]
+
+ROOT_URLCONF = "workbench.urls"
+ASGI_APPLICATION = "workbench.asgi.application"
+WSGI_APPLICATION = None
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "apps.core.context_processors.navigation",
+            ],
+        },
+    },
+]
+
+# --- Database -------------------------------------------------------------------------
+DATABASE_URL = env_str("DATABASE_URL")
+if DATABASE_URL:
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0, conn_health_checks=True)}
+elif PRODUCTION:
+    raise ImproperlyConfigured("DATABASE_URL must be set in production (PostgreSQL)")
+else:
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": DATA_DIR / "workbench.sqlite3",
+            # WAL lets the web server read while a worker writes; IMMEDIATE avoids
+            # "database is locked" upgrades from read to write inside a transaction.
+            "OPTIONS": {
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+                "transaction_mode": "IMMEDIATE",
+                "timeout": 20,
+            },
+            # A file, not :memory:, so the live test server's threads share the test database.
+            "TEST": {"NAME": DATA_DIR / "test-workbench.sqlite3"},
+        }
+    }
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Redis: Celery broker, Channels layer, cache ----------------------------------------
+REDIS_URL = env_str("REDIS_URL")
+if REDIS_URL:
+    EMBEDDED_REDIS = False
+    _channels_host = REDIS_URL
+    _broker_url = REDIS_URL
+elif PRODUCTION:
+    raise ImproperlyConfigured("REDIS_URL must be set in production")
+else:
+    EMBEDDED_REDIS = True
+    REDIS_SOCKET = embedded.socket_path(DATA_DIR)
+    REDIS_URL = f"unix://{REDIS_SOCKET}"
+    _channels_host = REDIS_URL
+    _broker_url = f"redis+socket://{REDIS_SOCKET}"
+
+CHANNEL_LAYERS = {
+    "default": {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {"hosts": [_channels_host], "prefix": "workbench:ws"},
+    }
+}
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": "workbench",
+    }
+}
+
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", _broker_url)
+CELERY_TASK_DEFAULT_QUEUE = "default"
+CELERY_TASK_IGNORE_RESULT = True  # job rows in the database carry state and results
+# A job message is acknowledged only when its task finishes, and handed to another worker
+# if the one running it dies, so a killed worker never loses a job.
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# Redis redelivers an unacknowledged message after this long; training runs for hours.
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 12 * 3600}
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+
+# --- Files ------------------------------------------------------------------------------
+STATIC_URL = "/static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = Path(env_str("STATIC_ROOT", str(DATA_DIR / "staticfiles")))
+# Embedded default serves straight from the source folders; production runs collectstatic.
+WHITENOISE_USE_FINDERS = not PRODUCTION
+if not PRODUCTION:
+    STATIC_ROOT.mkdir(parents=True, exist_ok=True)
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"
+        if PRODUCTION
+        else "django.contrib.staticfiles.storage.StaticFilesStorage"
+    },
+}
+MEDIA_ROOT = Path(env_str("MEDIA_ROOT", str(DATA_DIR / "media")))
+MEDIA_URL = "/media/"
+ARTIFACT_ROOT = Path(env_str("ARTIFACT_ROOT", str(DATA_DIR / "artifacts")))
+MODEL_ROOTS = [Path(p).resolve() for p in env_list("MODEL_ROOTS", [str(DATA_DIR / "models")])]
+DATA_ROOTS = [Path(p).resolve() for p in env_list("DATA_ROOTS", [str(DATA_DIR / "imports")])]
+
+# --- Requests ---------------------------------------------------------------------------
+# Bodies above this are answered 413 by the ASGI layer before Django reads them.
+MAX_REQUEST_BODY_BYTES = env_int("MAX_REQUEST_BODY_BYTES", 20 * 1024 * 1024)
+DATA_UPLOAD_MAX_MEMORY_SIZE = 5 * 1024 * 1024
+
+# --- Auth -------------------------------------------------------------------------------
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+    "guardian.backends.ObjectPermissionBackend",
+]
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator", "OPTIONS": {"min_length": 10}},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "accounts:login"
+LOGIN_REDIRECT_URL = "projects:list"
+LOGOUT_REDIRECT_URL = "accounts:login"
+INVITATION_TTL = timedelta(days=env_int("INVITATION_TTL_DAYS", 7))
+GUARDIAN_ANONYMOUS_USER_NAME = None  # no implicit anonymous principal in the policy layer
+
+# Brute-force protection: five failures for one username from one IP lock that pair out.
+AXES_FAILURE_LIMIT = env_int("LOGIN_FAILURE_LIMIT", 5)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("LOGIN_COOLOFF_MINUTES", 15))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "accounts/locked_out.html"
+# Only this many reverse proxies are trusted for X-Forwarded-For (0: ignore the header).
+AXES_IPWARE_PROXY_COUNT = env_int("TRUSTED_PROXY_COUNT", 0)
+AXES_IPWARE_META_PRECEDENCE_ORDER = (
+    ["HTTP_X_FORWARDED_FOR", "REMOTE_ADDR"] if AXES_IPWARE_PROXY_COUNT else ["REMOTE_ADDR"]
+)
+
+# --- API --------------------------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "apps.accounts.authentication.BearerTokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "PAGE_SIZE": 50,
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer",
+                                 "rest_framework.renderers.BrowsableAPIRenderer"],
+    "EXCEPTION_HANDLER": "apps.core.api.exception_handler",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Workbench API",
+    "DESCRIPTION": "Projects, datasets, annotation, fine-tuning and comparison.",
+    "VERSION": "0.1.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+}
+
+# --- Security headers -------------------------------------------------------------------
+SESSION_COOKIE_HTTPONLY = True
+CSRF_COOKIE_HTTPONLY = True  # pages pass the token to JS through a <meta> tag
+SESSION_COOKIE_SAMESITE = "Lax"
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
+if PRODUCTION:
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
+    # Probes talk plain HTTP inside the cluster.
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$"]
+    SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31536000)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = True
+    if env_bool("TRUST_X_FORWARDED_PROTO", False):
+        SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+
+# --- Misc -------------------------------------------------------------------------------
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = env_str("TIME_ZONE", "UTC")
+USE_I18N = True
+USE_TZ = True
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    "loggers": {"axes": {"level": "WARNING"}},
+}

@@ -1,0 +1,26 @@
+from django.contrib import admin
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
+
+from apps.core import views as core_views
+
+api_patterns = [
+    path("", include("apps.accounts.api_urls")),
+    path("", include("apps.projects.api_urls")),
+    path("schema/", SpectacularAPIView.as_view(), name="schema"),
+    # The split view serves its start-up script as a file, so the CSP needs no inline script.
+    path("docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="docs"),
+]
+
+urlpatterns = [
+    path("healthz", core_views.healthz, name="healthz"),
+    path("readyz", core_views.readyz, name="readyz"),
+    path("", core_views.home, name="home"),
+    path("accounts/", include("apps.accounts.urls")),
+    path("projects/", include("apps.projects.urls")),
+    path("api/", include(api_patterns)),
+    path("admin/", admin.site.urls),
+]
+
+handler404 = "apps.core.views.not_found"
+handler500 = "apps.core.views.server_error"

@@ -1,0 +1,1 @@
+"""Celery tasks (thin adapters) and the ML engine (plain Python + torch, no Django import)."""
