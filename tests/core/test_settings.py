@@ -15,7 +15,8 @@ STRONG_KEY = "k" * 20 + "Zq8vN3xL0pT6sW2yR9uB4eH7jM1cF5aD"
 def run_django(env_overrides: dict, code: str = "import django; django.setup(); print('ok')",
                argv: list[str] | None = None) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items()
-           if k not in {"SECRET_KEY", "DATABASE_URL", "REDIS_URL", "WORKBENCH_ENV", "ALLOWED_HOSTS", "DEBUG"}}
+           if k not in {"SECRET_KEY", "DATABASE_URL", "REDIS_URL", "WORKBENCH_ENV", "ALLOWED_HOSTS", "DEBUG",
+                         "DJANGO_ALLOW_ASYNC_UNSAFE"}}
     env["DJANGO_SETTINGS_MODULE"] = "workbench.settings"
     env.update(env_overrides)
     command = argv or [sys.executable, "-c", code]

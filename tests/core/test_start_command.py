@@ -50,7 +50,7 @@ def wait_worker(data_dir: Path, timeout: float = 60) -> list:
 def test_start_command_serves_logs_in_and_stops_cleanly_on_ctrl_c(tmp_path):
     port = free_port()
     base_url = f"http://127.0.0.1:{port}"
-    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL"}}
+    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL", "DJANGO_ALLOW_ASYNC_UNSAFE"}}
     env.update(WORKBENCH_DATA_DIR=str(tmp_path), WORKBENCH_PORT=str(port))
     process = subprocess.Popen([str(ROOT / "run.sh"), "start"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True, start_new_session=True)

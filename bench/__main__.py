@@ -1,0 +1,28 @@
+"""`python -m bench` runs every benchmark; `python -m bench NAME...` runs some."""
+
+import importlib
+import sys
+
+BENCHMARKS = {
+    "cold_start": "bench.cold_start",
+    "dashboard_latency": "bench.dashboard_latency",
+}
+
+
+def main(argv: list[str]) -> int:
+    names = argv or list(BENCHMARKS)
+    unknown = [name for name in names if name not in BENCHMARKS]
+    if unknown:
+        print(f"unknown benchmark(s): {', '.join(unknown)}; known: {', '.join(BENCHMARKS)}", file=sys.stderr)
+        return 2
+    failed = []
+    for name in names:
+        results = importlib.import_module(BENCHMARKS[name]).run()
+        failed += [r["name"] for r in results if not r["passed"]]
+    if failed:
+        print(f"\nbelow target: {', '.join(failed)}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
