@@ -180,3 +180,11 @@ def browser_login(page, username, password=PASSWORD):
 def fast_password_hashing(settings):
     """PBKDF2 at production strength costs ~0.3 s per hash; tests hash hundreds of times."""
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture(autouse=True)
+def clear_cache():
+    """Rate-limit counters live in the cache; each test starts with a fresh budget."""
+    from django.core.cache import cache
+
+    cache.clear()

@@ -1,5 +1,5 @@
 """Websocket routes of every app, gathered in one place for the ASGI router."""
 
-from apps.core.routing import websocket_urlpatterns as core_ws
+from apps.projects.routing import websocket_urlpatterns as project_ws
 
-websocket_urlpatterns = [*core_ws]
+websocket_urlpatterns = [*project_ws]

@@ -85,6 +85,7 @@ INSTALLED_APPS = [
     "apps.core",
     "apps.accounts",
     "apps.projects",
+    "apps.datasets",
 ]
 
 MIDDLEWARE = [
@@ -258,6 +259,12 @@ REST_FRAMEWORK = {
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer",
                                  "rest_framework.renderers.BrowsableAPIRenderer"],
     "EXCEPTION_HANDLER": "apps.core.api.exception_handler",
+    "DEFAULT_THROTTLE_CLASSES": ["apps.accounts.throttling.TokenRateThrottle",
+                                 "apps.accounts.throttling.SessionUserRateThrottle",
+                                 "rest_framework.throttling.AnonRateThrottle"],
+    "DEFAULT_THROTTLE_RATES": {"token": env_str("TOKEN_RATE_LIMIT", "600/min"),
+                               "user": env_str("USER_RATE_LIMIT", "1200/min"),
+                               "anon": env_str("ANON_RATE_LIMIT", "60/min")},
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Workbench API",

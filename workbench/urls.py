@@ -7,6 +7,7 @@ from apps.core import views as core_views
 api_patterns = [
     path("", include("apps.accounts.api_urls")),
     path("", include("apps.projects.api_urls")),
+    path("", include("apps.datasets.api_urls")),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     # The split view serves its start-up script as a file, so the CSP needs no inline script.
     path("docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="docs"),

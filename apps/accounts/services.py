@@ -112,15 +112,70 @@ def invitation_accept(*, raw: str, password: str, request=None):
     return user
 
 
-def token_create(*, user, name: str, permissions: list[str], project=None, expires_at=None) -> tuple[ApiToken, str]:
-    """Create an API token; the raw value is returned once and only its hash is kept."""
+MAX_TOKEN_LIFETIME_DAYS = 366
+
+
+@transaction.atomic
+def token_create(*, user, name: str, permissions, project=None, expires_at=None, token=None,
+                 ip_address: str | None = None) -> tuple[ApiToken, str]:
+    """Create an API token with a subset of the creator's permissions.
+
+    Personal tokens (project=None) act in any project of their user; project tokens act in one
+    project and need `token.manage` there. What a token may do is always re-checked against its
+    user's current permissions, so it never outlives their access. The raw value is returned
+    once; only its hash is kept.
+    """
+    from apps.projects import policy
+    from apps.projects.permissions import PERMISSIONS
+
+    if token is not None:
+        raise PermissionDenied("token.manage", "API tokens cannot create API tokens.")
+    name = " ".join((name or "").split())
+    if not name or len(name) > 100:
+        raise Invalid("A token needs a name of at most 100 characters.", field="name")
+    if not isinstance(permissions, (list, tuple, set)) or not permissions or \
+            not all(isinstance(p, str) for p in permissions):
+        raise Invalid("Choose at least one permission.", field="permissions")
+    unknown = sorted(set(permissions) - set(PERMISSIONS))
+    if unknown:
+        raise Invalid(f"Unknown permission(s): {', '.join(unknown)}.", field="permissions")
+    if expires_at is not None:
+        now = timezone.now()
+        if expires_at <= now:
+            raise Invalid("The expiry must be in the future.", field="expires_at")
+        if (expires_at - now).days > MAX_TOKEN_LIFETIME_DAYS:
+            raise Invalid(f"Tokens live at most {MAX_TOKEN_LIFETIME_DAYS} days.", field="expires_at")
+    if project is not None:
+        policy.require(user, "token.manage", project)
+        missing = sorted(set(permissions) - policy.project_permissions(user, project))
+        if missing:
+            raise PermissionDenied(missing[0], "A token cannot hold permissions you do not hold: "
+                                               + ", ".join(missing) + ".")
     key_id = secrets.token_hex(6)
     raw = f"{ApiToken.PREFIX}_{key_id}_{secrets.token_urlsafe(32)}"
-    token = ApiToken.objects.create(name=name, user=user, project=project, permissions=sorted(set(permissions)),
-                                    key_id=key_id, key_hash=hash_secret(raw), expires_at=expires_at)
-    audit_record(actor=user, action="token.create", project=project, target=token,
-                 after={"name": name, "permissions": token.permissions})
-    return token, raw
+    api_token = ApiToken.objects.create(name=name, user=user, project=project, permissions=sorted(set(permissions)),
+                                        key_id=key_id, key_hash=hash_secret(raw), expires_at=expires_at)
+    audit_record(actor=user, action="token.create", project=project, target=api_token, ip_address=ip_address,
+                 after={"name": name, "permissions": api_token.permissions,
+                        "expires_at": expires_at.isoformat() if expires_at else None})
+    return api_token, raw
+
+
+@transaction.atomic
+def token_revoke(*, user, api_token: ApiToken, token=None, ip_address: str | None = None) -> ApiToken:
+    """Revoke a token: its owner may, and for project tokens anyone with `token.manage`."""
+    from apps.projects import policy
+
+    if api_token.user_id != user.pk:
+        if api_token.project is None:
+            raise NotFound()
+        policy.require(user, "token.manage", api_token.project, token)
+    if api_token.revoked_at is None:
+        api_token.revoked_at = timezone.now()
+        api_token.save(update_fields=["revoked_at"])
+        audit_record(actor=user, action="token.revoke", project=api_token.project, target=api_token,
+                     ip_address=ip_address, before={"name": api_token.name})
+    return api_token
 
 
 def token_record_rejected_use(*, token: ApiToken, reason: str, request=None) -> None:

@@ -1,7 +1,8 @@
 from django.conf import settings
 from django.db import models
+from django.db.models.functions import Lower
 
-from apps.projects.permissions import ROLE_CHOICES
+from apps.projects.permissions import BUILTIN_ROLES, ROLE_CHOICES
 
 
 class Project(models.Model):
@@ -23,18 +24,60 @@ class Project(models.Model):
         return self.archived_at is not None
 
 
-class Membership(models.Model):
-    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="memberships")
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
-    role = models.CharField(max_length=32, choices=ROLE_CHOICES)
+class Role(models.Model):
+    """A project's custom role: a named set of permissions, assignable like a built-in one."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="roles")
+    name = models.CharField(max_length=60)
+    description = models.CharField(max_length=300, blank=True)
+    permissions = models.JSONField(default=list)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["project", "user"], name="one_membership_per_user")]
+        ordering = ["name"]
+        constraints = [models.UniqueConstraint(Lower("name"), "project",
+                                               name="unique_role_name_per_project")]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def permission_set(self) -> frozenset[str]:
+        return frozenset(self.permissions)
+
+
+class Membership(models.Model):
+    """A user's role on a project: a built-in one (`role`) or a custom one (`custom_role`)."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=32, choices=ROLE_CHOICES, blank=True)
+    custom_role = models.ForeignKey(Role, null=True, blank=True, on_delete=models.PROTECT, related_name="memberships")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["project", "user"], name="one_membership_per_user"),
+            models.CheckConstraint(
+                condition=(models.Q(custom_role__isnull=True) & ~models.Q(role=""))
+                | (models.Q(custom_role__isnull=False) & models.Q(role="")),
+                name="membership_has_exactly_one_role"),
+        ]
         indexes = [models.Index(fields=["user", "project"])]
 
     def __str__(self) -> str:
-        return f"{self.user} as {self.role} in {self.project}"
+        return f"{self.user} as {self.role_name} in {self.project}"
+
+    @property
+    def role_name(self) -> str:
+        return self.custom_role.name if self.custom_role_id else self.get_role_display()
+
+    @property
+    def permission_set(self) -> frozenset[str]:
+        if self.custom_role_id:
+            return self.custom_role.permission_set
+        return BUILTIN_ROLES[self.role].permissions
 
 
 class AuditEvent(models.Model):

@@ -70,3 +70,21 @@ BUILTIN_ROLES: dict[str, BuiltinRole] = {
 ROLE_CHOICES = [(role.key, role.name) for role in BUILTIN_ROLES.values()]
 
 assert all(p in PERMISSIONS for role in BUILTIN_ROLES.values() for p in role.permissions)
+
+
+# --- object grants (django-guardian) ---------------------------------------------------------
+# A grant gives one person one permission on one object (a dataset, model or job) without a
+# project role. Guardian stores Django permissions, whose codenames cannot hold a dot.
+
+def codename(permission: str) -> str:
+    return permission.replace(".", "_")
+
+
+def permission_from_codename(code: str) -> str:
+    kind, _, action = code.partition("_")
+    return f"{kind}.{action}"
+
+
+def object_permission_choices(kind: str) -> list[tuple[str, str]]:
+    """Django `Meta.permissions` for a grantable model: the catalogue's `<kind>.*` actions."""
+    return [(codename(name), text) for name, text in PERMISSIONS.items() if name.startswith(f"{kind}.")]

@@ -1,20 +1,27 @@
 """The one policy layer: may this principal do this action on this object?
 
 Views, API endpoints, websocket consumers and task launches all ask these functions.
-A principal is a user, optionally narrowed by the API token they authenticated with.
-Someone who may not see a project gets NotFound (no hint that it exists); a member who
-lacks a permission gets PermissionDenied naming it.
+A principal is a user, optionally narrowed by the API token they authenticated with. What
+they hold on an object is their project role's permissions plus any object grant they were
+given on it (django-guardian), intersected with the token's permissions.
+
+Someone who may not see an object gets NotFound (no hint that it exists); someone who can
+see it but lacks the permission gets PermissionDenied naming it. A Django global permission
+never widens anything here: only memberships and object grants count.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from django.db.models import QuerySet
+from django.contrib.contenttypes.models import ContentType
+from django.db.models import BigIntegerField, Model, QuerySet
+from django.db.models.functions import Cast
+from guardian.models import UserObjectPermission
 
 from apps.core.errors import NotFound, PermissionDenied
 from apps.projects.models import Membership, Project
-from apps.projects.permissions import BUILTIN_ROLES
+from apps.projects.permissions import codename, permission_from_codename
 
 if TYPE_CHECKING:
     from apps.accounts.models import ApiToken
@@ -22,42 +29,72 @@ if TYPE_CHECKING:
 _CACHE_ATTR = "_workbench_project_permissions"
 
 
-def project_permissions(user, project: Project, token: ApiToken | None = None) -> frozenset[str]:
-    """The permissions `user` holds on `project` (empty for non-members), narrowed by `token`."""
-    if user is None or not user.is_authenticated or not user.is_active:
-        return frozenset()
-    cache = user.__dict__.setdefault(_CACHE_ATTR, {})  # per request: the user object is per request
-    if project.pk not in cache:
-        role = (Membership.objects.filter(project_id=project.pk, user_id=user.pk)
-                .values_list("role", flat=True).first())
-        cache[project.pk] = BUILTIN_ROLES[role].permissions if role in BUILTIN_ROLES else frozenset()
-    permissions = cache[project.pk]
-    if token is not None:
-        permissions = token.narrow(permissions, project_id=project.pk)
-    return permissions
+def _active(user) -> bool:
+    return user is not None and user.is_authenticated and user.is_active
+
+
+def _role_permissions(user, project_id: int) -> frozenset[str]:
+    """What the user's membership grants on a project; cached on the (per-request) user object."""
+    cache = user.__dict__.setdefault(_CACHE_ATTR, {})
+    if project_id not in cache:
+        membership = (Membership.objects.select_related("custom_role")
+                      .filter(project_id=project_id, user_id=user.pk).first())
+        cache[project_id] = membership.permission_set if membership else frozenset()
+    return cache[project_id]
 
 
 def forget_cached_permissions(user) -> None:
     user.__dict__.pop(_CACHE_ATTR, None)
 
 
-def can(user, permission: str, project: Project, token: ApiToken | None = None) -> bool:
-    return permission in project_permissions(user, project, token)
+def project_of(obj: Model) -> Project:
+    return obj if isinstance(obj, Project) else obj.project
 
 
-def require(user, permission: str, project: Project, token: ApiToken | None = None) -> None:
-    """Raise NotFound when the project is invisible to the principal, PermissionDenied when
-    it is visible but `permission` is missing."""
-    permissions = project_permissions(user, project, token)
-    if "project.view" not in permissions:
+def granted_permissions(user, obj: Model) -> frozenset[str]:
+    """Permissions granted to the user on this one object (not through a role)."""
+    if not _active(user) or isinstance(obj, Project):
+        return frozenset()
+    codes = UserObjectPermission.objects.filter(
+        user_id=user.pk, content_type=ContentType.objects.get_for_model(obj), object_pk=str(obj.pk),
+    ).values_list("permission__codename", flat=True)
+    return frozenset(permission_from_codename(code) for code in codes)
+
+
+def permissions_on(user, obj: Model, token: ApiToken | None = None) -> frozenset[str]:
+    """Everything the principal may do on `obj` (a project or an object inside one)."""
+    if not _active(user):
+        return frozenset()
+    project = project_of(obj)
+    permissions = _role_permissions(user, project.pk) | granted_permissions(user, obj)
+    if token is not None:
+        permissions = token.narrow(permissions, project_id=project.pk)
+    return permissions
+
+
+def project_permissions(user, project: Project, token: ApiToken | None = None) -> frozenset[str]:
+    return permissions_on(user, project, token)
+
+
+def can(user, permission: str, obj: Model, token: ApiToken | None = None) -> bool:
+    return permission in permissions_on(user, obj, token)
+
+
+def require(user, permission: str, obj: Model, token: ApiToken | None = None) -> None:
+    """Raise NotFound when the principal may not know `obj` exists, PermissionDenied when it
+    may see it but lacks `permission`."""
+    permissions = permissions_on(user, obj, token)
+    is_member = "project.view" in permissions
+    has_grant = not isinstance(obj, Project) and bool(granted_permissions(user, obj) & permissions)
+    if not (is_member or has_grant):
         raise NotFound()
     if permission not in permissions:
         raise PermissionDenied(permission)
 
 
 def visible_projects(user, token: ApiToken | None = None) -> QuerySet[Project]:
-    """Projects the principal is a member of (one query; no global permission widens it)."""
-    if user is None or not user.is_authenticated or not user.is_active:
+    """Projects the principal is a member of (one query)."""
+    if not _active(user):
         return Project.objects.none()
     projects = Project.objects.filter(memberships__user=user)
     if token is not None and token.project_id is not None:
@@ -69,7 +106,47 @@ def get_project(user, project_id, permission: str = "project.view", token: ApiTo
     """Fetch a project for a principal, enforcing `permission`. Unknown and invisible look alike."""
     try:
         project = Project.objects.get(pk=int(project_id))
-    except (Project.DoesNotExist, ValueError, TypeError):
+    except (Project.DoesNotExist, ValueError, TypeError, OverflowError):
         raise NotFound() from None
     require(user, permission, project, token)
     return project
+
+
+def get_object(user, model: type[Model], pk, permission: str, token: ApiToken | None = None,
+               project: Project | None = None) -> Model:
+    """Fetch an object inside a project for a principal, enforcing `permission`."""
+    try:
+        objects = model.objects.select_related("project")
+        if project is not None:
+            objects = objects.filter(project=project)
+        obj = objects.get(pk=int(pk))
+    except (model.DoesNotExist, ValueError, TypeError, OverflowError):
+        raise NotFound() from None
+    require(user, permission, obj, token)
+    return obj
+
+
+def _granted_ids(user, model: type[Model], permission: str) -> QuerySet:
+    return (UserObjectPermission.objects
+            .filter(user_id=user.pk, content_type=ContentType.objects.get_for_model(model),
+                    permission__codename=codename(permission))
+            .annotate(object_id=Cast("object_pk", BigIntegerField())).values("object_id"))
+
+
+def visible_in_project(user, model: type[Model], project: Project, permission: str,
+                       token: ApiToken | None = None) -> QuerySet:
+    """Objects of `model` in `project` the principal holds `permission` on: all of them through
+    a role, or the ones granted to them. A constant number of queries whatever the data size."""
+    if not _active(user) or (token is not None and not token.narrow(frozenset({permission}),
+                                                                    project_id=project.pk)):
+        return model.objects.none()
+    if permission in _role_permissions(user, project.pk):
+        return model.objects.filter(project=project)
+    return model.objects.filter(project=project, pk__in=_granted_ids(user, model, permission))
+
+
+def shared_with(user, model: type[Model], permission: str) -> QuerySet:
+    """Objects granted to the user one by one (the "shared with me" list)."""
+    if not _active(user):
+        return model.objects.none()
+    return model.objects.filter(pk__in=_granted_ids(user, model, permission)).select_related("project")

@@ -1,10 +1,14 @@
 """Reads for project pages and API: query counts stay constant whatever the data size."""
 
-from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery
-from django.db.models.functions import Coalesce
+from datetime import datetime
+
+from django.contrib.contenttypes.models import ContentType
+from django.db.models import CharField, Count, IntegerField, OuterRef, QuerySet, Subquery
+from django.db.models.functions import Cast, Coalesce
+from guardian.models import UserObjectPermission
 
 from apps.projects import policy
-from apps.projects.models import AuditEvent, Membership, Project
+from apps.projects.models import AuditEvent, Membership, Project, Role
 
 RECENT_ACTIVITY = 15
 
@@ -22,8 +26,37 @@ def project_list(*, user, include_archived: bool = False, token=None) -> QuerySe
 
 
 def project_members(*, project: Project) -> QuerySet[Membership]:
-    return project.memberships.select_related("user").order_by("user__username")
+    return project.memberships.select_related("user", "custom_role").order_by("user__username")
+
+
+def project_roles(*, project: Project) -> QuerySet[Role]:
+    return project.roles.annotate(member_count=Count("memberships")).order_by("name")
 
 
 def project_recent_activity(*, project: Project, limit: int = RECENT_ACTIVITY) -> QuerySet[AuditEvent]:
     return project.audit_events.select_related("actor")[:limit]
+
+
+def project_grants(*, project: Project) -> QuerySet[UserObjectPermission]:
+    """Object grants on the objects of this project."""
+    from apps.datasets.models import Dataset
+
+    dataset_ids = Dataset.objects.filter(project=project).annotate(
+        pk_text=Cast("pk", CharField())).values("pk_text")
+    return (UserObjectPermission.objects
+            .filter(content_type=ContentType.objects.get_for_model(Dataset), object_pk__in=dataset_ids)
+            .select_related("user", "permission", "content_type").order_by("user__username", "id"))
+
+
+def audit_events(*, project: Project, action: str = "", actor: str = "", since: datetime | None = None,
+                 until: datetime | None = None) -> QuerySet[AuditEvent]:
+    events = project.audit_events.select_related("actor")
+    if action:
+        events = events.filter(action__startswith=action)
+    if actor:
+        events = events.filter(actor__username__iexact=actor)
+    if since:
+        events = events.filter(created_at__gte=since)
+    if until:
+        events = events.filter(created_at__lt=until)
+    return events.order_by("-created_at", "-id")

@@ -1,7 +1,9 @@
 from django.contrib.auth import get_user_model
+from guardian.models import UserObjectPermission
 from rest_framework import serializers
 
-from apps.projects.models import Membership, Project
+from apps.projects.models import AuditEvent, Membership, Project, Role
+from apps.projects.permissions import permission_from_codename
 
 
 class ProjectSerializer(serializers.ModelSerializer):
@@ -19,6 +21,14 @@ class ProjectWriteSerializer(serializers.Serializer):
     description = serializers.CharField(max_length=5000, required=False, allow_blank=True)
 
 
+class ProjectArchiveSerializer(serializers.Serializer):
+    archived = serializers.BooleanField()
+
+
+class ProjectDeleteSerializer(serializers.Serializer):
+    confirm_name = serializers.CharField(max_length=120)
+
+
 class UserSummarySerializer(serializers.ModelSerializer):
     class Meta:
         model = get_user_model()
@@ -27,7 +37,83 @@ class UserSummarySerializer(serializers.ModelSerializer):
 
 class MembershipSerializer(serializers.ModelSerializer):
     user = UserSummarySerializer(read_only=True)
+    role = serializers.CharField(source="role_name", read_only=True)
+    permissions = serializers.SerializerMethodField()
 
     class Meta:
         model = Membership
-        fields = ["id", "user", "role", "created_at"]
+        fields = ["id", "user", "role", "permissions", "created_at"]
+
+    def get_permissions(self, membership) -> list[str]:
+        return sorted(membership.permission_set)
+
+
+class MemberAddSerializer(serializers.Serializer):
+    username = serializers.CharField(max_length=150)
+    role = serializers.CharField(max_length=60, help_text="A built-in role key (owner, admin, scientist, "
+                                                          "annotator, viewer) or a custom role's name.")
+
+
+class MemberRoleSerializer(serializers.Serializer):
+    role = serializers.CharField(max_length=60)
+
+
+class RoleSerializer(serializers.ModelSerializer):
+    member_count = serializers.IntegerField(read_only=True, required=False)
+
+    class Meta:
+        model = Role
+        fields = ["id", "name", "description", "permissions", "member_count", "created_at"]
+
+
+class RoleWriteSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=60, required=False)
+    description = serializers.CharField(max_length=300, required=False, allow_blank=True)
+    permissions = serializers.ListField(child=serializers.CharField(max_length=64), required=False, max_length=100)
+
+
+class GrantSerializer(serializers.ModelSerializer):
+    user = UserSummarySerializer(read_only=True)
+    permission = serializers.SerializerMethodField()
+    object_type = serializers.CharField(source="content_type.model", read_only=True)
+    object_id = serializers.CharField(source="object_pk", read_only=True)
+
+    class Meta:
+        model = UserObjectPermission
+        fields = ["id", "user", "permission", "object_type", "object_id"]
+
+    def get_permission(self, grant) -> str:
+        return permission_from_codename(grant.permission.codename)
+
+
+class GrantCreateSerializer(serializers.Serializer):
+    username = serializers.CharField(max_length=150)
+    object_type = serializers.ChoiceField(choices=["dataset"])
+    object_id = serializers.IntegerField(min_value=1)
+    permission = serializers.CharField(max_length=64)
+
+
+class AuditEventSerializer(serializers.ModelSerializer):
+    actor = serializers.CharField(source="actor.username", default=None, read_only=True)
+
+    class Meta:
+        model = AuditEvent
+        fields = ["id", "created_at", "actor", "action", "target_type", "target_id", "target_repr",
+                  "ip_address", "before", "after"]
+
+
+class _PermissionEntrySerializer(serializers.Serializer):
+    name = serializers.CharField()
+    description = serializers.CharField()
+
+
+class _BuiltinRoleSerializer(serializers.Serializer):
+    key = serializers.CharField()
+    name = serializers.CharField()
+    description = serializers.CharField()
+    permissions = serializers.ListField(child=serializers.CharField())
+
+
+class PermissionCatalogueSerializer(serializers.Serializer):
+    permissions = _PermissionEntrySerializer(many=True)
+    roles = _BuiltinRoleSerializer(many=True)

@@ -48,18 +48,20 @@ def test_a_revoked_token_is_refused_and_the_attempt_audited(client, viewer):
 
 
 def test_an_expired_token_is_refused(client, viewer):
-    _, raw = services.token_create(user=viewer, name="ci", permissions=["project.view"],
-                                   expires_at=timezone.now() - timedelta(seconds=1))
+    token, raw = services.token_create(user=viewer, name="ci", permissions=["project.view"],
+                                       expires_at=timezone.now() + timedelta(hours=1))
+    assert client.get("/api/me/", **bearer(raw)).status_code == 200
+    type(token).objects.filter(pk=token.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
     response = client.get("/api/me/", **bearer(raw))
     assert response.status_code == 401
     assert "expired" in response.json()["detail"]
 
 
-def test_a_token_scoped_to_one_project_cannot_see_another(client, viewer, project, other_project):
+def test_a_token_scoped_to_one_project_cannot_see_another(client, admin, project, other_project):
     from tests.factories import MembershipFactory
 
-    MembershipFactory(project=other_project, user=viewer, role="viewer")
-    _, raw = services.token_create(user=viewer, name="ci", permissions=["project.view"], project=project)
+    MembershipFactory(project=other_project, user=admin, role="viewer")
+    _, raw = services.token_create(user=admin, name="ci", permissions=["project.view"], project=project)
     listed = client.get("/api/projects/", **bearer(raw)).json()["results"]
     assert [p["id"] for p in listed] == [project.pk]
     assert client.get(f"/api/projects/{other_project.pk}/", **bearer(raw)).status_code == 404

@@ -1,0 +1,90 @@
+"""What every websocket consumer shares: authentication, a policy check, a message budget."""
+
+import time
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+
+CLOSE_UNAUTHORIZED = 4401
+CLOSE_FORBIDDEN = 4403  # access revoked while connected
+CLOSE_NOT_FOUND = 4404  # no such object, or not visible to this principal
+CLOSE_RATE_LIMITED = 4429
+MAX_MESSAGE_BYTES = 4096
+
+
+class PolicyConsumer(AsyncJsonWebsocketConsumer):
+    """Subclasses say which groups to join and implement `allowed()` with the policy layer.
+
+    An anonymous handshake is refused before accept (nothing joined, nothing sent). A principal
+    the policy refuses is accepted and closed at once with CLOSE_NOT_FOUND, nothing sent.
+    Clients may send at most `max_messages_per_window` messages per `window_s`; more closes
+    the socket with CLOSE_RATE_LIMITED.
+    """
+
+    window_s = 10.0
+    max_messages_per_window = 20
+
+    async def connect(self):
+        self.joined: list[str] = []
+        self.window_started = time.monotonic()
+        self.messages_in_window = 0
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.close()
+            return
+        if not await database_sync_to_async(self.allowed)():
+            await self.accept()
+            await self.close(code=CLOSE_NOT_FOUND)
+            return
+        for group in self.groups_to_join():
+            await self.channel_layer.group_add(group, self.channel_name)
+            self.joined.append(group)
+        await self.accept()
+        await self.on_accepted()
+
+    async def disconnect(self, code):
+        for group in self.joined:
+            await self.channel_layer.group_discard(group, self.channel_name)
+        self.joined = []
+
+    async def receive(self, text_data=None, bytes_data=None, **kwargs):
+        now = time.monotonic()
+        if now - self.window_started > self.window_s:
+            self.window_started, self.messages_in_window = now, 0
+        self.messages_in_window += 1
+        if self.messages_in_window > self.max_messages_per_window:
+            await self.close(code=CLOSE_RATE_LIMITED)
+            return
+        if bytes_data is not None or text_data is None or len(text_data) > MAX_MESSAGE_BYTES:
+            await self.send_json({"type": "error", "detail": f"Send JSON text messages under {MAX_MESSAGE_BYTES} bytes."})
+            return
+        try:
+            content = await self.decode_json(text_data)
+        except ValueError:
+            await self.send_json({"type": "error", "detail": "Malformed JSON."})
+            return
+        if not isinstance(content, dict) or not isinstance(content.get("type"), str):
+            await self.send_json({"type": "error", "detail": "Messages are objects with a string 'type'."})
+            return
+        await self.receive_json(content)
+
+    async def receive_json(self, content, **kwargs):
+        if content["type"] == "ping":
+            await self.send_json({"type": "pong"})
+        else:
+            await self.send_json({"type": "error", "detail": f"Unknown message type {content['type']!r}."})
+
+    async def access_revoked(self, message):
+        """Sent to `user.<id>` when this person's access changed: re-check, close if gone."""
+        if not await database_sync_to_async(self.allowed)():
+            await self.close(code=CLOSE_FORBIDDEN)
+
+    # --- for subclasses ----------------------------------------------------------------------
+    def allowed(self) -> bool:
+        raise NotImplementedError
+
+    def groups_to_join(self) -> list[str]:
+        return []
+
+    async def on_accepted(self) -> None:
+        pass

@@ -1,3 +1,0 @@
-"""Websocket routes: each capability adds its consumers here as it lands."""
-
-websocket_urlpatterns: list = []
