@@ -19,6 +19,7 @@ urlpatterns = [
     path("", core_views.home, name="home"),
     path("accounts/", include("apps.accounts.urls")),
     path("projects/", include("apps.projects.urls")),
+    path("", include("apps.datasets.urls")),
     path("api/", include(api_patterns)),
     path("admin/", admin.site.urls),
 ]

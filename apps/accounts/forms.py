@@ -1,6 +1,8 @@
 from django import forms
 from django.contrib.auth import password_validation
 
+from apps.projects.permissions import PERMISSIONS
+
 
 class InvitationForm(forms.Form):
     username = forms.CharField(max_length=150)
@@ -26,3 +28,15 @@ class SetPasswordForm(forms.Form):
         if data.get("password") and data.get("password") != data.get("password_again"):
             self.add_error("password_again", "The two passwords differ.")
         return data
+
+
+class TokenForm(forms.Form):
+    name = forms.CharField(max_length=100, help_text="What will use it, e.g. “nightly export job”.")
+    permissions = forms.MultipleChoiceField(widget=forms.CheckboxSelectMultiple)
+    expires_in_days = forms.IntegerField(min_value=1, max_value=366, required=False, label="Expires in (days)",
+                                         help_text="Leave empty for no expiry.")
+
+    def __init__(self, *args, allowed: frozenset[str] | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        names = [name for name in PERMISSIONS if allowed is None or name in allowed]
+        self.fields["permissions"].choices = [(name, name) for name in names]

@@ -4,7 +4,6 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-from apps.projects.permissions import ROLE_CHOICES
 
 
 def hash_secret(secret: str) -> str:
@@ -19,7 +18,7 @@ class Invitation(models.Model):
     email = models.EmailField(blank=True)
     token_hash = models.CharField(max_length=64, unique=True)
     project = models.ForeignKey("projects.Project", null=True, blank=True, on_delete=models.CASCADE)
-    role = models.CharField(max_length=32, choices=ROLE_CHOICES, blank=True)
+    role = models.CharField(max_length=60, blank=True, help_text="built-in role key or custom role name")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
     expires_at = models.DateTimeField()

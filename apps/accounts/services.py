@@ -73,6 +73,31 @@ def invitation_create(*, by, username: str, email: str = "", ip_address: str | N
     return invitation, raw
 
 
+@transaction.atomic
+def project_invitation_create(*, by, project, username: str, role: str, email: str = "", token=None,
+                              ip_address: str | None = None) -> tuple[Invitation, str]:
+    """A project admin invites someone without an account: the link creates the account and
+    the membership together. The role obeys the same rules as adding a member."""
+    from apps.projects import policy
+    from apps.projects.services import check_role_assignable, resolve_role
+
+    policy.require(by, "member.manage", project, token)
+    key, custom, _ = resolve_role(project, role)
+    check_role_assignable(actor=by, project=project, key=key, custom=custom, token=token)
+    username = _clean_username(username)
+    if Invitation.objects.filter(username__iexact=username, used_at__isnull=True,
+                                 expires_at__gt=timezone.now()).exists():
+        raise Invalid(f"“{username}” already has a pending invitation.", field="username")
+    raw = secrets.token_urlsafe(32)
+    invitation = Invitation.objects.create(
+        username=username, email=email.strip(), token_hash=hash_secret(raw), created_by=by, project=project,
+        role=key or custom.name, expires_at=timezone.now() + settings.INVITATION_TTL,
+    )
+    audit_record(actor=by, action="invitation.create", project=project, target=invitation, ip_address=ip_address,
+                 after={"username": username, "role": invitation.role})
+    return invitation, raw
+
+
 def invitation_for_token(raw: str) -> Invitation:
     """The pending invitation behind a link; NotFound for unknown links, Gone for spent ones."""
     invitation = Invitation.objects.filter(token_hash=hash_secret(raw or "")).first()
@@ -106,7 +131,13 @@ def invitation_accept(*, raw: str, password: str, request=None):
         invitation.user = user
         invitation.save(update_fields=["used_at", "user"])
         if invitation.project_id and invitation.role:
-            Membership.objects.create(project_id=invitation.project_id, user=user, role=invitation.role)
+            from apps.projects.services import resolve_role
+
+            try:
+                key, custom, _ = resolve_role(invitation.project, invitation.role)
+            except Invalid:  # the custom role was deleted meanwhile: join with the least access
+                key, custom = "viewer", None
+            Membership.objects.create(project_id=invitation.project_id, user=user, role=key, custom_role=custom)
         audit_record(actor=user, action="invitation.accept", project=invitation.project, target=invitation,
                      ip_address=client_ip(request) if request else None)
     return user

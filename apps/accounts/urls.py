@@ -10,5 +10,6 @@ urlpatterns = [
     path("password/", views.PasswordChangeView.as_view(), name="password_change"),
     path("password/done/", views.PasswordChangeDoneView.as_view(), name="password_change_done"),
     path("users/", views.users, name="users"),
+    path("tokens/", views.personal_tokens, name="tokens"),
     path("invitation/<str:token>/", views.accept_invitation, name="accept_invitation"),
 ]

@@ -95,3 +95,57 @@ def accept_invitation(request: HttpRequest, token: str) -> HttpResponse:
             return redirect(f"{reverse('accounts:login')}?username={invitation.username}")
     return render(request, "accounts/accept_invitation.html", {"invitation": invitation, "form": form},
                   status=400 if form.errors else 200)
+
+
+def _tokens_page(request: HttpRequest, *, project=None) -> HttpResponse:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from apps.accounts.forms import TokenForm
+    from apps.accounts.models import ApiToken
+    from apps.core.pages import run_service
+    from apps.projects import policy
+
+    allowed = policy.project_permissions(request.user, project) if project else None
+    form = TokenForm(request.POST if request.POST.get("form") == "create" else None, allowed=allowed)
+    new_token = None
+    ip = client_ip(request)
+    if request.method == "POST":
+        if request.POST.get("form") == "revoke":
+            tokens = ApiToken.objects.filter(project=project) if project else ApiToken.objects.filter(
+                user=request.user, project__isnull=True)
+            api_token = tokens.filter(pk=request.POST.get("token") or 0).first()
+            if api_token is None:
+                raise NotFound()
+            services.token_revoke(user=request.user, api_token=api_token, ip_address=ip)
+            messages.success(request, f"Token “{api_token.name}” revoked.")
+            return redirect(request.path)
+        if form.is_valid():
+            days = form.cleaned_data["expires_in_days"]
+            created = run_service(form, lambda: services.token_create(
+                user=request.user, name=form.cleaned_data["name"], permissions=form.cleaned_data["permissions"],
+                project=project, expires_at=timezone.now() + timedelta(days=days) if days else None, ip_address=ip))
+            if created:
+                new_token = created[1]
+                form = TokenForm(allowed=allowed)
+    tokens = (ApiToken.objects.filter(project=project) if project
+              else ApiToken.objects.filter(user=request.user, project__isnull=True)).select_related("user")
+    context = {"form": form, "tokens": tokens, "new_token": new_token, "project": project, "tab": "tokens"}
+    if project:
+        context["perms"] = policy.project_permissions(request.user, project)
+    return render(request, "accounts/tokens.html", context, status=400 if form.errors else 200)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def personal_tokens(request: HttpRequest) -> HttpResponse:
+    return _tokens_page(request)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def project_tokens(request: HttpRequest, project_id: int) -> HttpResponse:
+    from apps.projects import policy
+
+    return _tokens_page(request, project=policy.get_project(request.user, project_id, "token.manage"))

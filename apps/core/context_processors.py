@@ -4,7 +4,7 @@ from django.urls import reverse
 # out so people see where the product is going; each capability fills in its own.
 SECTIONS = [
     ("projects", "Projects", "projects:list"),
-    ("datasets", "Datasets", None),
+    ("datasets", "Datasets", "datasets:all"),
     ("annotation", "Annotation", None),
     ("jobs", "Jobs", None),
     ("models", "Models", None),

@@ -1,6 +1,14 @@
 from django import forms
 
 from apps.projects.models import Project
+from apps.projects.permissions import BUILTIN_ROLES, PERMISSIONS
+
+PERMISSION_CHOICES = [(name, f"{name} — {text}") for name, text in PERMISSIONS.items()]
+
+
+def role_choices(project) -> list[tuple[str, str]]:
+    return ([(key, role.name) for key, role in BUILTIN_ROLES.items()]
+            + [(role.name, f"{role.name} (custom)") for role in project.roles.all()])
 
 
 class ProjectForm(forms.ModelForm):
@@ -8,3 +16,43 @@ class ProjectForm(forms.ModelForm):
         model = Project
         fields = ["name", "description"]
         widgets = {"description": forms.Textarea(attrs={"rows": 3})}
+
+
+class MemberAddForm(forms.Form):
+    username = forms.CharField(max_length=150)
+    role = forms.ChoiceField()
+
+    def __init__(self, *args, project, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["role"].choices = role_choices(project)
+
+
+class MemberInviteForm(MemberAddForm):
+    username = forms.CharField(max_length=150, help_text="The username the new person will log in with.")
+
+
+class RoleForm(forms.Form):
+    name = forms.CharField(max_length=60)
+    description = forms.CharField(max_length=300, required=False)
+    permissions = forms.MultipleChoiceField(choices=PERMISSION_CHOICES, widget=forms.CheckboxSelectMultiple)
+
+
+class GrantForm(forms.Form):
+    username = forms.CharField(max_length=150)
+    dataset = forms.ChoiceField()
+    permission = forms.ChoiceField(choices=[(n, n) for n in PERMISSIONS if n.startswith("dataset.")])
+
+    def __init__(self, *args, project, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["dataset"].choices = [(str(d.pk), d.name) for d in project.datasets.order_by("name")]
+
+
+class AuditFilterForm(forms.Form):
+    action = forms.CharField(max_length=64, required=False, help_text="prefix, e.g. member.")
+    actor = forms.CharField(max_length=150, required=False)
+    since = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
+    until = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
+
+
+class DeleteProjectForm(forms.Form):
+    confirm_name = forms.CharField(max_length=120, label="Type the project's name to confirm")

@@ -113,12 +113,13 @@ def get_project(user, project_id, permission: str = "project.view", token: ApiTo
 
 
 def get_object(user, model: type[Model], pk, permission: str, token: ApiToken | None = None,
-               project: Project | None = None) -> Model:
-    """Fetch an object inside a project for a principal, enforcing `permission`."""
+               project_id=None) -> Model:
+    """Fetch an object for a principal, enforcing `permission`; with `project_id` (from a URL)
+    the object must also belong to that project."""
     try:
         objects = model.objects.select_related("project")
-        if project is not None:
-            objects = objects.filter(project=project)
+        if project_id is not None:
+            objects = objects.filter(project_id=int(project_id))
         obj = objects.get(pk=int(pk))
     except (model.DoesNotExist, ValueError, TypeError, OverflowError):
         raise NotFound() from None

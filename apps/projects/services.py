@@ -191,15 +191,21 @@ def _lock_owners(project: Project) -> None:
     Project.objects.select_for_update().filter(pk=project.pk).first()
 
 
+def check_role_assignable(*, actor, project: Project, key: str, custom: Role | None, token=None) -> None:
+    """Raise unless `actor` may hand out this role: owners only by owners, and never a role
+    holding a permission the actor lacks."""
+    actor_permissions = policy.project_permissions(actor, project, token)
+    if key == "owner" and "owner.manage" not in actor_permissions:
+        raise PermissionDenied("owner.manage", "Only owners can make owners.")
+    _require_holds(actor_permissions, custom.permission_set if custom else BUILTIN_ROLES[key].permissions)
+
+
 @transaction.atomic
 def member_add(*, actor, project: Project, username: str, role: str, token=None,
                ip_address: str | None = None) -> Membership:
     policy.require(actor, "member.manage", project, token)
-    key, custom, wanted = resolve_role(project, role)
-    actor_permissions = policy.project_permissions(actor, project, token)
-    if key == "owner" and "owner.manage" not in actor_permissions:
-        raise PermissionDenied("owner.manage", "Only owners can make owners.")
-    _require_holds(actor_permissions, wanted)
+    key, custom, _ = resolve_role(project, role)
+    check_role_assignable(actor=actor, project=project, key=key, custom=custom, token=token)
     user = User.objects.filter(username__iexact=(username or "").strip(), is_active=True).first()
     if user is None:
         raise Invalid(f"No account is called “{username}”. Invite them instead.", field="username")

@@ -1,16 +1,41 @@
+"""Project pages: list, dashboard, settings, members, roles, object grants, audit log."""
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_http_methods
+from django.urls import reverse
+from django.views.decorators.http import require_http_methods, require_POST
 
-from apps.core.errors import Invalid
+from apps.accounts.services import project_invitation_create
+from apps.core.errors import Conflict, Invalid, NotFound
 from apps.core.http import client_ip
+from apps.core.pages import run_service
+from apps.datasets.models import Dataset
 from apps.projects import policy, selectors, services
-from apps.projects.forms import ProjectForm
+from apps.projects.api import audit_export_response
+from apps.projects.forms import (
+    AuditFilterForm,
+    DeleteProjectForm,
+    GrantForm,
+    MemberAddForm,
+    MemberInviteForm,
+    ProjectForm,
+    RoleForm,
+    role_choices,
+)
+from apps.projects.permissions import BUILTIN_ROLES, PERMISSIONS
 
 PROJECTS_PER_PAGE = 50
+AUDIT_PER_PAGE = 50
+
+
+def _page(request: HttpRequest, template: str, project, context: dict, status: int = 200) -> HttpResponse:
+    """Render a project page with what its tabs need to show or hide."""
+    request.nav_section = context.pop("nav_section", "projects")
+    context = {"project": project, "perms": policy.project_permissions(request.user, project), **context}
+    return render(request, template, context, status=status)
 
 
 @login_required
@@ -18,31 +43,235 @@ PROJECTS_PER_PAGE = 50
 def project_list(request: HttpRequest) -> HttpResponse:
     form = ProjectForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
-        try:
-            project = services.project_create(user=request.user, name=form.cleaned_data["name"],
-                                              description=form.cleaned_data["description"],
-                                              ip_address=client_ip(request))
-        except Invalid as exc:
-            form.add_error(exc.field, exc.message)
-        else:
+        project = run_service(form, lambda: services.project_create(
+            user=request.user, name=form.cleaned_data["name"], description=form.cleaned_data["description"],
+            ip_address=client_ip(request)))
+        if project:
             messages.success(request, f"Project “{project.name}” created. You are its Owner.")
             return redirect("projects:dashboard", project_id=project.pk)
     show_archived = request.GET.get("archived") == "1"
     page = Paginator(selectors.project_list(user=request.user, include_archived=show_archived),
                      PROJECTS_PER_PAGE).get_page(request.GET.get("page"))
-    return render(request, "projects/list.html", {"page": page, "form": form, "show_archived": show_archived},
-                  status=400 if form.errors else 200)
+    shared = policy.shared_with(request.user, Dataset, "dataset.view")[:50]
+    return render(request, "projects/list.html", {"page": page, "form": form, "show_archived": show_archived,
+                                                  "shared": shared}, status=400 if form.errors else 200)
 
 
 @login_required
 def project_dashboard(request: HttpRequest, project_id: int) -> HttpResponse:
     project = policy.get_project(request.user, project_id)
     members = list(selectors.project_members(project=project))
-    permissions = policy.project_permissions(request.user, project)
-    return render(request, "projects/dashboard.html", {
-        "project": project,
+    return _page(request, "projects/dashboard.html", project, {
         "members": members,
-        "counts": {"Members": len(members)},
+        "counts": {"Members": len(members), "Datasets": project.datasets.count()},
         "activity": selectors.project_recent_activity(project=project),
-        "perms": permissions,
+        "tab": "overview",
     })
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def project_settings(request: HttpRequest, project_id: int) -> HttpResponse:
+    project = policy.get_project(request.user, project_id, "project.edit")
+    form = ProjectForm(request.POST if request.POST.get("form") == "edit" else None, instance=None,
+                       initial={"name": project.name, "description": project.description})
+    delete_form = DeleteProjectForm(request.POST if request.POST.get("form") == "delete" else None)
+    ip = client_ip(request)
+    if request.method == "POST":
+        action = request.POST.get("form")
+        if action == "edit" and form.is_valid():
+            if run_service(form, lambda: services.project_update(
+                    user=request.user, project=project, name=form.cleaned_data["name"],
+                    description=form.cleaned_data["description"], ip_address=ip)):
+                messages.success(request, "Project saved.")
+                return redirect("projects:settings", project_id=project.pk)
+        elif action in ("archive", "restore"):
+            services.project_set_archived(user=request.user, project=project, archived=action == "archive",
+                                          ip_address=ip)
+            messages.success(request, f"Project {'archived' if action == 'archive' else 'restored'}.")
+            return redirect("projects:settings", project_id=project.pk)
+        elif action == "delete" and delete_form.is_valid():
+            name = project.name
+            try:
+                services.project_delete(user=request.user, project=project,
+                                        confirm_name=delete_form.cleaned_data["confirm_name"], ip_address=ip)
+            except Invalid as exc:
+                delete_form.add_error("confirm_name", exc.message)
+            else:
+                messages.success(request, f"Project “{name}” deleted.")
+                return redirect("projects:list")
+    errors = form.errors or delete_form.errors
+    return _page(request, "projects/settings.html", project, {"form": form, "delete_form": delete_form,
+                                                               "tab": "settings"}, status=400 if errors else 200)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def members(request: HttpRequest, project_id: int) -> HttpResponse:
+    project = policy.get_project(request.user, project_id)
+    add_form = MemberAddForm(request.POST if request.POST.get("form") == "add" else None, project=project,
+                             prefix="add")
+    invite_form = MemberInviteForm(request.POST if request.POST.get("form") == "invite" else None,
+                                   project=project, prefix="invite")
+    new_link = None
+    ip = client_ip(request)
+    if request.method == "POST":
+        action = request.POST.get("form")
+        if action == "add" and add_form.is_valid():
+            membership = run_service(add_form, lambda: services.member_add(
+                actor=request.user, project=project, ip_address=ip, **add_form.cleaned_data))
+            if membership:
+                messages.success(request, f"{membership.user.username} joined as {membership.role_name}.")
+                return redirect("projects:members", project_id=project.pk)
+        elif action == "invite" and invite_form.is_valid():
+            created = run_service(invite_form, lambda: project_invitation_create(
+                by=request.user, project=project, ip_address=ip, **invite_form.cleaned_data))
+            if created:
+                invitation, raw = created
+                new_link = request.build_absolute_uri(reverse("accounts:accept_invitation", args=[raw]))
+                messages.success(request, f"Invitation for {invitation.username} created. Copy the link now: "
+                                          "it is shown only once.")
+        elif action in ("role", "remove"):
+            membership = selectors.project_members(project=project).filter(pk=request.POST.get("membership")).first()
+            if membership is None:
+                raise NotFound()
+            try:
+                if action == "role":
+                    services.member_change_role(actor=request.user, membership=membership,
+                                                role=request.POST.get("role", ""), ip_address=ip)
+                    messages.success(request, f"{membership.user.username} is now {membership.role_name}.")
+                else:
+                    services.member_remove(actor=request.user, membership=membership, ip_address=ip)
+                    if membership.user_id == request.user.pk:
+                        messages.success(request, f"You left “{project.name}”.")
+                        return redirect("projects:list")
+                    messages.success(request, f"{membership.user.username} was removed.")
+            except (Invalid, Conflict) as exc:
+                messages.error(request, exc.message)
+            return redirect("projects:members", project_id=project.pk)
+    errors = add_form.errors or invite_form.errors
+    return _page(request, "projects/members.html", project, {
+        "members": selectors.project_members(project=project), "add_form": add_form, "invite_form": invite_form,
+        "role_choices": role_choices(project), "new_link": new_link, "tab": "members",
+    }, status=400 if errors else 200)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def roles(request: HttpRequest, project_id: int) -> HttpResponse:
+    project = policy.get_project(request.user, project_id)
+    form = RoleForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        role = run_service(form, lambda: services.role_create(actor=request.user, project=project,
+                                                              ip_address=client_ip(request), **form.cleaned_data))
+        if role:
+            messages.success(request, f"Role “{role.name}” created.")
+            return redirect("projects:roles", project_id=project.pk)
+    return _page(request, "projects/roles.html", project, {
+        "builtin_roles": [(role, sorted(role.permissions)) for role in BUILTIN_ROLES.values()],
+        "custom_roles": selectors.project_roles(project=project), "form": form, "tab": "roles",
+        "permission_count": len(PERMISSIONS),
+    }, status=400 if form.errors else 200)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def role_edit(request: HttpRequest, project_id: int, role_id: int) -> HttpResponse:
+    project = policy.get_project(request.user, project_id, "role.manage")
+    role = project.roles.filter(pk=role_id).first()
+    if role is None:
+        raise NotFound()
+    form = RoleForm(request.POST if request.POST.get("form") == "edit" else None,
+                    initial={"name": role.name, "description": role.description, "permissions": role.permissions})
+    if request.method == "POST":
+        if request.POST.get("form") == "delete":
+            try:
+                services.role_delete(actor=request.user, role=role, ip_address=client_ip(request))
+            except Conflict as exc:
+                messages.error(request, exc.message)
+                return redirect("projects:role_edit", project_id=project.pk, role_id=role.pk)
+            messages.success(request, f"Role “{role.name}” deleted.")
+            return redirect("projects:roles", project_id=project.pk)
+        if form.is_valid() and run_service(form, lambda: services.role_update(
+                actor=request.user, role=role, ip_address=client_ip(request), **form.cleaned_data)):
+            messages.success(request, f"Role “{role.name}” saved. Its members' access changed at once.")
+            return redirect("projects:roles", project_id=project.pk)
+    return _page(request, "projects/role_edit.html", project, {"role": role, "form": form, "tab": "roles"},
+                 status=400 if form.errors else 200)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def access(request: HttpRequest, project_id: int) -> HttpResponse:
+    """Object grants: one permission on one dataset for one person, without a project role."""
+    project = policy.get_project(request.user, project_id, "member.manage")
+    form = GrantForm(request.POST if request.POST.get("form") == "grant" else None, project=project)
+    ip = client_ip(request)
+    if request.method == "POST":
+        if request.POST.get("form") == "revoke":
+            try:
+                grant_id = int(request.POST.get("grant", ""))
+            except ValueError:
+                raise NotFound() from None
+            services.grant_revoke(actor=request.user, grant_id=grant_id, project=project, ip_address=ip)
+            messages.success(request, "Access revoked.")
+            return redirect("projects:access", project_id=project.pk)
+        if form.is_valid():
+            dataset = project.datasets.filter(pk=form.cleaned_data["dataset"]).first()
+            if dataset is None:
+                raise NotFound()
+            if run_service(form, lambda: services.grant_create(
+                    actor=request.user, obj=dataset, username=form.cleaned_data["username"],
+                    permission=form.cleaned_data["permission"], ip_address=ip)):
+                messages.success(request, f"{form.cleaned_data['username']} may now "
+                                          f"{form.cleaned_data['permission']} on “{dataset.name}”.")
+                return redirect("projects:access", project_id=project.pk)
+    grants = selectors.project_grants(project=project)
+    names = dict(project.datasets.values_list("pk", "name"))
+    rows = [{"id": g.pk, "user": g.user.username, "permission": g.permission.codename.replace("_", ".", 1),
+             "dataset": names.get(int(g.object_pk), "?")} for g in grants]
+    return _page(request, "projects/access.html", project, {"grants": rows, "form": form, "tab": "access"},
+                 status=400 if form.errors else 200)
+
+
+@login_required
+def audit(request: HttpRequest, project_id: int) -> HttpResponse:
+    project = policy.get_project(request.user, project_id, "audit.view")
+    form = AuditFilterForm(request.GET or None)
+    filters = {}
+    if form.is_valid():
+        data = form.cleaned_data
+        filters = {"action": data["action"], "actor": data["actor"]}
+        from datetime import datetime, time, timedelta
+
+        from django.utils import timezone
+
+        if data["since"]:
+            filters["since"] = timezone.make_aware(datetime.combine(data["since"], time.min))
+        if data["until"]:
+            filters["until"] = timezone.make_aware(datetime.combine(data["until"] + timedelta(days=1), time.min))
+    events = selectors.audit_events(project=project, **filters)
+    export = request.GET.get("export")
+    if export in ("csv", "jsonl"):
+        return audit_export_response(events, export, f"audit-project-{project.pk}")
+    page = Paginator(events, AUDIT_PER_PAGE).get_page(request.GET.get("page"))
+    query = request.GET.copy()
+    query.pop("page", None)
+    query.pop("export", None)
+    return _page(request, "projects/audit.html", project, {"page": page, "form": form, "tab": "audit",
+                                                            "query": query.urlencode()},
+                 status=400 if form.errors else 200)
+
+
+@login_required
+@require_POST
+def leave(request: HttpRequest, project_id: int) -> HttpResponse:
+    project = policy.get_project(request.user, project_id)
+    membership = project.memberships.get(user=request.user)
+    try:
+        services.member_remove(actor=request.user, membership=membership, ip_address=client_ip(request))
+    except Conflict as exc:
+        messages.error(request, exc.message)
+        return redirect("projects:members", project_id=project.pk)
+    messages.success(request, f"You left “{project.name}”.")
+    return redirect("projects:list")
