@@ -4,7 +4,9 @@ Groups: `project.<id>` (everyone watching a project) and `user.<id>` (every sock
 person, so revoking their access can close them at once).
 """
 
+import asyncio
 import logging
+import threading
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
@@ -21,10 +23,22 @@ def user_group(user_id: int) -> str:
 
 
 def _send(group: str, message: dict) -> None:
+    def publish():
+        try:
+            async_to_sync(get_channel_layer().group_send)(group, message)
+        except Exception:  # live updates are best effort; the database stays the record
+            logger.exception("could not publish %s to %s", message.get("type"), group)
+
     try:
-        async_to_sync(get_channel_layer().group_send)(group, message)
-    except Exception:  # live updates are best effort; the database stays the record
-        logger.exception("could not publish %s to %s", message.get("type"), group)
+        asyncio.get_running_loop()
+    except RuntimeError:
+        publish()
+    else:
+        # Sync code running on a thread that owns an event loop cannot block on it: publish
+        # from a helper thread instead.
+        worker = threading.Thread(target=publish)
+        worker.start()
+        worker.join()
 
 
 def access_revoked(*, user_id: int, project_id: int) -> None:

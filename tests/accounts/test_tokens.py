@@ -75,3 +75,21 @@ def test_a_token_acts_with_no_more_than_its_permissions(client, owner, project):
     assert response.json()["missing_permission"] == "project.edit"
     project.refresh_from_db()
     assert project.name == "Alpha"
+
+
+def test_each_token_has_its_own_rate_limit(client, viewer):
+    from rest_framework.throttling import SimpleRateThrottle
+
+    # DRF reads the rates once, into a class attribute; narrow it for this test only.
+    original = SimpleRateThrottle.THROTTLE_RATES
+    SimpleRateThrottle.THROTTLE_RATES = {**original, "token": "3/min"}
+    try:
+        _, first = services.token_create(user=viewer, name="one", permissions=["project.view"])
+        _, second = services.token_create(user=viewer, name="two", permissions=["project.view"])
+        answers = [client.get("/api/me/", **bearer(first)).status_code for _ in range(4)]
+        assert answers == [200, 200, 200, 429]
+        throttled = client.get("/api/me/", **bearer(first))
+        assert int(throttled["Retry-After"]) > 0
+        assert client.get("/api/me/", **bearer(second)).status_code == 200
+    finally:
+        SimpleRateThrottle.THROTTLE_RATES = original
