@@ -6,4 +6,4 @@ class AccountsConfig(AppConfig):
     label = "accounts"
 
     def ready(self):
-        from apps.accounts import schema  # noqa: F401  (registers the OpenAPI extension)
+        from apps.accounts import schema, signals  # noqa: F401  (register the OpenAPI extension, receivers)

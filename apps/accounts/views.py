@@ -23,8 +23,21 @@ class LoginView(auth_views.LoginView):
 
 
 class PasswordChangeView(auth_views.PasswordChangeView):
+    """Changing the password ends every other session (Django's session hash) and closes
+    the person's open websockets, which re-check their session."""
+
     template_name = "accounts/password_change.html"
     success_url = reverse_lazy("accounts:password_change_done")
+
+    def form_valid(self, form):
+        from apps.projects.events import access_revoked
+        from apps.projects.audit import audit_record
+
+        response = super().form_valid(form)
+        audit_record(actor=self.request.user, action="user.password_change", target=self.request.user,
+                     ip_address=client_ip(self.request))
+        access_revoked(user_id=self.request.user.pk, project_id=None)
+        return response
 
 
 class PasswordChangeDoneView(auth_views.PasswordChangeDoneView):

@@ -2,6 +2,7 @@
 
 import time
 
+from channels.auth import get_user
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
@@ -75,7 +76,12 @@ class PolicyConsumer(AsyncJsonWebsocketConsumer):
             await self.send_json({"type": "error", "detail": f"Unknown message type {content['type']!r}."})
 
     async def access_revoked(self, message):
-        """Sent to `user.<id>` when this person's access changed: re-check, close if gone."""
+        """Sent to `user.<id>` when this person's access changed (membership removed, grant
+        revoked, logout, password change): re-check the session and the policy, close if gone."""
+        current = await get_user(self.scope)  # anonymous once the session ended or the password changed
+        if not current.is_authenticated or current.pk != self.scope["user"].pk:
+            await self.close(code=CLOSE_UNAUTHORIZED)
+            return
         if not await database_sync_to_async(self.allowed)():
             await self.close(code=CLOSE_FORBIDDEN)
 
