@@ -6,6 +6,7 @@ import sys
 BENCHMARKS = {
     "cold_start": "bench.cold_start",
     "dashboard_latency": "bench.dashboard_latency",
+    "policy_scale": "bench.policy_scale",
 }
 
 

@@ -197,10 +197,15 @@ def token_revoke(*, user, api_token: ApiToken, token=None, ip_address: str | Non
     """Revoke a token: its owner may, and for project tokens anyone with `token.manage`."""
     from apps.projects import policy
 
-    if api_token.user_id != user.pk:
-        if api_token.project is None:
+    if token is not None:
+        # A token acting on tokens: only within its own project and with token.manage there.
+        if api_token.project is None or (token.project_id is not None and token.project_id != api_token.project_id):
             raise NotFound()
         policy.require(user, "token.manage", api_token.project, token)
+    elif api_token.user_id != user.pk:
+        if api_token.project is None:
+            raise NotFound()
+        policy.require(user, "token.manage", api_token.project)
     if api_token.revoked_at is None:
         api_token.revoked_at = timezone.now()
         api_token.save(update_fields=["revoked_at"])

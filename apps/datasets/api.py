@@ -55,6 +55,6 @@ class SharedDatasetListApi(ListAPIView):
     serializer_class = DatasetSerializer
 
     def get_queryset(self):
-        if self.request.auth is not None and "dataset.view" not in self.request.auth.permissions:
-            return Dataset.objects.none()
-        return policy.shared_with(self.request.user, Dataset, "dataset.view").order_by("name", "id")
+        token = self.request.auth
+        datasets = policy.shared_with(self.request.user, Dataset, "dataset.view", token)
+        return datasets.order_by("name", "id")

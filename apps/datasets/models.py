@@ -13,12 +13,110 @@ class Dataset(models.Model):
     description = models.TextField(blank=True, max_length=5000)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
+    deleted_at = models.DateTimeField(null=True, blank=True)  # soft delete: versions may be pinned by jobs
 
     class Meta:
         ordering = ["name", "id"]
         default_permissions = ()
         permissions = object_permission_choices("dataset")
         constraints = [models.UniqueConstraint(Lower("name"), "project", name="unique_dataset_name_per_project")]
+        # Serves the per-project list in name order without sorting all of it (bench: policy_scale).
+        indexes = [models.Index(fields=["project", "name", "id"])]
 
     def __str__(self) -> str:
         return self.name
+
+
+class DatasetVersion(models.Model):
+    """An immutable snapshot of a dataset's rows. Every change makes a new one."""
+
+    class Status(models.TextChoices):
+        BUILDING = "building"  # rows are being written; invisible everywhere
+        READY = "ready"
+
+    dataset = models.ForeignKey(Dataset, on_delete=models.CASCADE, related_name="versions")
+    number = models.PositiveIntegerField()
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children")
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.BUILDING)
+    content_hash = models.CharField(max_length=64, blank=True)
+    row_count = models.PositiveIntegerField(default=0)
+    schema = models.JSONField(default=dict)  # {"roles": {column: role}, "metadata_keys": [...]}
+    message = models.CharField(max_length=500, blank=True)
+    source = models.JSONField(default=dict)  # how it was made: import file, format, mapping
+    author = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-number"]
+        constraints = [models.UniqueConstraint(fields=["dataset", "number"], name="unique_version_number")]
+
+    def __str__(self) -> str:
+        return f"{self.dataset.name} v{self.number}"
+
+    @property
+    def project(self):
+        return self.dataset.project
+
+
+class DatasetRow(models.Model):
+    """One row of one version. Rows never change: edits make a new version with new rows."""
+
+    version = models.ForeignKey(DatasetVersion, on_delete=models.CASCADE, related_name="rows")
+    position = models.PositiveIntegerField()  # 0-based order within the version; keyset pagination key
+    row_hash = models.CharField(max_length=64)
+    ext_id = models.CharField(max_length=200, null=True, blank=True)
+    prompt = models.TextField(null=True, blank=True)
+    response = models.TextField(null=True, blank=True)
+    messages = models.JSONField(null=True, blank=True)
+    label = models.CharField(max_length=200, null=True, blank=True)
+    reference = models.TextField(null=True, blank=True)
+    metadata = models.JSONField(default=dict)
+    split = models.CharField(max_length=16, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["version", "position"], name="unique_row_position")]
+        indexes = [models.Index(fields=["version", "label"]), models.Index(fields=["version", "split"])]
+
+
+class ImportJob(models.Model):
+    """An import from an uploaded or server-side file into a new version, run by Celery."""
+
+    class State(models.TextChoices):
+        DRAFT = "draft"  # uploaded, waiting for the column mapping
+        QUEUED = "queued"
+        RUNNING = "running"
+        SUCCEEDED = "succeeded"
+        FAILED = "failed"
+        CANCELLED = "cancelled"
+
+    ACTIVE = (State.QUEUED, State.RUNNING)
+
+    dataset = models.ForeignKey(Dataset, on_delete=models.CASCADE, related_name="imports")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    state = models.CharField(max_length=16, choices=State.choices, default=State.DRAFT)
+    filename = models.CharField(max_length=255)
+    artifact_sha256 = models.CharField(max_length=64)
+    size_bytes = models.BigIntegerField()
+    source_format = models.JSONField(default=dict)
+    mapping = models.JSONField(default=dict)
+    options = models.JSONField(default=dict)
+    message = models.CharField(max_length=500, blank=True)
+    rows_done = models.PositiveIntegerField(default=0)
+    rows_total_estimate = models.PositiveIntegerField(null=True, blank=True)
+    bad_rows = models.JSONField(default=list)
+    error = models.TextField(blank=True)
+    version = models.OneToOneField(DatasetVersion, null=True, blank=True, on_delete=models.SET_NULL,
+                                   related_name="import_job")
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"import of {self.filename} into {self.dataset}"
+
+    @property
+    def project(self):
+        return self.dataset.project

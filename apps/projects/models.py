@@ -53,7 +53,7 @@ class Membership(models.Model):
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="memberships")
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
     role = models.CharField(max_length=32, choices=ROLE_CHOICES, blank=True)
-    custom_role = models.ForeignKey(Role, null=True, blank=True, on_delete=models.PROTECT, related_name="memberships")
+    custom_role = models.ForeignKey(Role, null=True, blank=True, on_delete=models.RESTRICT, related_name="memberships")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

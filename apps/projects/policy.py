@@ -61,15 +61,22 @@ def granted_permissions(user, obj: Model) -> frozenset[str]:
     return frozenset(permission_from_codename(code) for code in codes)
 
 
-def permissions_on(user, obj: Model, token: ApiToken | None = None) -> frozenset[str]:
-    """Everything the principal may do on `obj` (a project or an object inside one)."""
+def _permissions_and_grants(user, obj: Model, token: ApiToken | None) -> tuple[frozenset[str], frozenset[str]]:
+    """(everything the principal may do on obj, the part of it that comes from object grants)."""
     if not _active(user):
-        return frozenset()
+        return frozenset(), frozenset()
     project = project_of(obj)
-    permissions = _role_permissions(user, project.pk) | granted_permissions(user, obj)
+    grants = granted_permissions(user, obj)
+    permissions = _role_permissions(user, project.pk) | grants
     if token is not None:
         permissions = token.narrow(permissions, project_id=project.pk)
-    return permissions
+        grants = grants & permissions
+    return permissions, grants
+
+
+def permissions_on(user, obj: Model, token: ApiToken | None = None) -> frozenset[str]:
+    """Everything the principal may do on `obj` (a project or an object inside one)."""
+    return _permissions_and_grants(user, obj, token)[0]
 
 
 def project_permissions(user, project: Project, token: ApiToken | None = None) -> frozenset[str]:
@@ -83,10 +90,8 @@ def can(user, permission: str, obj: Model, token: ApiToken | None = None) -> boo
 def require(user, permission: str, obj: Model, token: ApiToken | None = None) -> None:
     """Raise NotFound when the principal may not know `obj` exists, PermissionDenied when it
     may see it but lacks `permission`."""
-    permissions = permissions_on(user, obj, token)
-    is_member = "project.view" in permissions
-    has_grant = not isinstance(obj, Project) and bool(granted_permissions(user, obj) & permissions)
-    if not (is_member or has_grant):
+    permissions, grants = _permissions_and_grants(user, obj, token)
+    if not ("project.view" in permissions or grants):
         raise NotFound()
     if permission not in permissions:
         raise PermissionDenied(permission)
@@ -97,8 +102,11 @@ def visible_projects(user, token: ApiToken | None = None) -> QuerySet[Project]:
     if not _active(user):
         return Project.objects.none()
     projects = Project.objects.filter(memberships__user=user)
-    if token is not None and token.project_id is not None:
-        projects = projects.filter(pk=token.project_id)
+    if token is not None:
+        if "project.view" not in token.permissions:
+            return Project.objects.none()
+        if token.project_id is not None:
+            projects = projects.filter(pk=token.project_id)
     return projects
 
 
@@ -146,8 +154,11 @@ def visible_in_project(user, model: type[Model], project: Project, permission: s
     return model.objects.filter(project=project, pk__in=_granted_ids(user, model, permission))
 
 
-def shared_with(user, model: type[Model], permission: str) -> QuerySet:
-    """Objects granted to the user one by one (the "shared with me" list)."""
-    if not _active(user):
+def shared_with(user, model: type[Model], permission: str, token: ApiToken | None = None) -> QuerySet:
+    """Objects granted to the user one by one (the "shared with me" list), within the token's reach."""
+    if not _active(user) or (token is not None and permission not in token.permissions):
         return model.objects.none()
-    return model.objects.filter(pk__in=_granted_ids(user, model, permission)).select_related("project")
+    objects = model.objects.filter(pk__in=_granted_ids(user, model, permission)).select_related("project")
+    if token is not None and token.project_id is not None:
+        objects = objects.filter(project_id=token.project_id)
+    return objects

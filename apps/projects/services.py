@@ -247,6 +247,8 @@ def member_remove(*, actor, membership: Membership, token=None, ip_address: str 
     permissions are computed per request, and their tokens act through them."""
     project = membership.project
     leaving = membership.user_id == actor.pk
+    if leaving and token is not None and not policy.can(actor, "member.manage", project, token):
+        raise PermissionDenied("member.manage", "An API token needs member.manage to leave a project for you.")
     if not leaving:
         policy.require(actor, "member.manage", project, token)
         actor_permissions = policy.project_permissions(actor, project, token)
