@@ -44,6 +44,14 @@ class PolicyConsumer(AsyncJsonWebsocketConsumer):
         await self.on_accepted()
 
     async def disconnect(self, code):
+        await self._leave_groups()
+
+    async def close(self, code=None, reason=None):
+        # Leave the groups first: nothing more is forwarded once we decided to close.
+        await self._leave_groups()
+        await super().close(code=code, reason=reason)
+
+    async def _leave_groups(self):
         for group in self.joined:
             await self.channel_layer.group_discard(group, self.channel_name)
         self.joined = []

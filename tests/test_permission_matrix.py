@@ -1,0 +1,362 @@
+"""The permission matrix: every project-scoped API endpoint against every kind of principal.
+
+EVERY NEW PROJECT-SCOPED API ENDPOINT MUST ADD A ROW TO `ENDPOINTS` BELOW. A row says the
+method, the URL (Django route syntax, the same as in the URL conf), the permission the endpoint
+needs (and, when the code checks more than one, all of them in the order it checks them), a
+factory for the request body, the status of a successful call, and how to set up the objects
+the call acts on so that success is actually possible.
+`test_every_project_scoped_endpoint_in_the_url_conf_has_a_row` fails when a route or method
+under /api/ that takes a `project_id` or a `dataset_id` has no row.
+
+The expected answer for each (row, principal) cell is computed from the permission catalogue
+(`apps/projects/permissions.py`), never written per cell:
+- anonymous: 401 or 403; an expired or revoked token: 401;
+- someone who cannot see the project (outsider, object-grant holder on project endpoints, a
+  token without `project.view`): 404, and the body does not leak the project's name;
+- someone who can see it but lacks a needed permission: 403 naming the first missing one;
+- otherwise the row's success status, and a write leaves exactly one audit event.
+A refused request writes no audit event.
+"""
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+
+import pytest
+from django.urls import URLResolver, get_resolver, resolve
+from django.utils import timezone
+from guardian.shortcuts import assign_perm
+
+from apps.accounts import services as account_services
+from apps.accounts.models import ApiToken
+from apps.datasets.models import Dataset
+from apps.projects import services
+from apps.projects.models import AuditEvent, Membership, Role
+from apps.projects.permissions import BUILTIN_ROLES, PERMISSIONS
+from tests.factories import MembershipFactory, ProjectFactory, UserFactory
+
+pytestmark = pytest.mark.django_db
+
+PROJECT_NAME = "Alpha"
+
+
+# --- the objects one test acts on -------------------------------------------------------------
+
+class World:
+    """Fresh per test: project Alpha with its owner and one dataset, plus what a row arranges."""
+
+    def __init__(self):
+        self.project = ProjectFactory(name=PROJECT_NAME)
+        self.owner = UserFactory(username="olivia")
+        MembershipFactory(project=self.project, user=self.owner, role="owner")
+        self.dataset = Dataset.objects.create(project=self.project, name="Reviews", created_by=self.owner)
+
+    def custom_role(self, name: str, permissions) -> Role:
+        return Role.objects.create(project=self.project, name=name,
+                                   permissions=sorted(set(permissions) | {"project.view"}), created_by=self.owner)
+
+    def member(self, username: str, *, role: str = "", custom_role: Role | None = None) -> Membership:
+        return MembershipFactory(project=self.project, user=UserFactory(username=username), role=role,
+                                 custom_role=custom_role)
+
+
+# Targets of member writes hold a custom role with only project.view, so that whoever holds
+# member.manage also holds everything the target's role grants (nobody grants what they lack).
+def _arrange_new_member(world: World) -> dict:
+    world.custom_role("Guest", ["project.view"])
+    UserFactory(username="newbie")
+    return {}
+
+
+def _arrange_member_to_change(world: World) -> dict:
+    guest = world.custom_role("Guest", ["project.view"])
+    world.custom_role("Guest 2", ["project.view"])
+    return {"membership_id": world.member("target", custom_role=guest).pk}
+
+
+def _arrange_member_to_remove(world: World) -> dict:
+    guest = world.custom_role("Guest", ["project.view"])
+    return {"membership_id": world.member("target", custom_role=guest).pk}
+
+
+def _arrange_unused_role(world: World) -> dict:
+    return {"role_id": world.custom_role("Unused", ["project.view", "dataset.view"]).pk}
+
+
+def _arrange_grantee(world: World) -> dict:
+    UserFactory(username="grantee")
+    return {}
+
+
+def _arrange_grant_to_revoke(world: World) -> dict:
+    grant = assign_perm("dataset_view", UserFactory(username="grantee"), world.dataset)
+    return {"grant_id": grant.pk}
+
+
+def _nothing(world: World) -> dict:
+    return {}
+
+
+def _no_body(world: World) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    id: str
+    method: str
+    url: str  # Django route syntax; <int:project_id> and <int:dataset_id> are world.project / world.dataset
+    permission: str  # the permission the endpoint is about
+    body: Callable[[World], dict | None]
+    success: int
+    checks: tuple[str, ...] = ()  # every permission needed, in the order the code checks them
+    arrange: Callable[[World], dict] = _nothing  # creates the targets; returns the other URL kwargs
+    scope: str = "project"  # "dataset": the URL names a dataset, which an object grant can reach
+    refused_to_tokens: str | None = None  # permission reported missing to any API token
+
+    @property
+    def needs(self) -> tuple[str, ...]:
+        return self.checks or (self.permission,)
+
+
+P = "/api/projects/<int:project_id>"
+
+ENDPOINTS = [
+    # members
+    Endpoint("members-list", "GET", f"{P}/members/", "project.view", _no_body, 200),
+    Endpoint("member-add", "POST", f"{P}/members/", "member.manage",
+             lambda w: {"username": "newbie", "role": "Guest"}, 201, arrange=_arrange_new_member),
+    Endpoint("member-change-role", "PATCH", f"{P}/members/<int:membership_id>/", "member.manage",
+             lambda w: {"role": "Guest 2"}, 200, arrange=_arrange_member_to_change),
+    Endpoint("member-remove", "DELETE", f"{P}/members/<int:membership_id>/", "member.manage",
+             _no_body, 204, arrange=_arrange_member_to_remove),
+    # custom roles
+    Endpoint("roles-list", "GET", f"{P}/roles/", "project.view", _no_body, 200),
+    Endpoint("role-create", "POST", f"{P}/roles/", "role.manage",
+             lambda w: {"name": "Curators", "permissions": ["project.view"]}, 201),
+    Endpoint("role-update", "PATCH", f"{P}/roles/<int:role_id>/", "role.manage",
+             lambda w: {"name": "Renamed", "description": "Now with a description"}, 200,
+             arrange=_arrange_unused_role),
+    Endpoint("role-delete", "DELETE", f"{P}/roles/<int:role_id>/", "role.manage", _no_body, 204,
+             arrange=_arrange_unused_role),
+    # object grants: managing them needs member.manage, and nobody grants what they lack
+    Endpoint("grants-list", "GET", f"{P}/grants/", "member.manage", _no_body, 200),
+    Endpoint("grant-create", "POST", f"{P}/grants/", "member.manage",
+             lambda w: {"username": "grantee", "object_type": "dataset", "object_id": w.dataset.pk,
+                        "permission": "dataset.view"}, 201,
+             checks=("member.manage", "dataset.view"), arrange=_arrange_grantee),
+    Endpoint("grant-revoke", "DELETE", f"{P}/grants/<int:grant_id>/", "member.manage", _no_body, 204,
+             checks=("member.manage", "dataset.view"), arrange=_arrange_grant_to_revoke),
+    # audit log
+    Endpoint("audit-list", "GET", f"{P}/audit/", "audit.view", _no_body, 200),
+    Endpoint("audit-export-csv", "GET", f"{P}/audit/export.csv", "audit.view", _no_body, 200),
+    Endpoint("audit-export-jsonl", "GET", f"{P}/audit/export.jsonl", "audit.view", _no_body, 200),
+    # the project itself
+    Endpoint("project-get", "GET", f"{P}/", "project.view", _no_body, 200),
+    Endpoint("project-update", "PATCH", f"{P}/", "project.edit", lambda w: {"description": "Edited"}, 200),
+    Endpoint("project-delete", "DELETE", f"{P}/", "project.delete",
+             lambda w: {"confirm_name": w.project.name}, 204),
+    Endpoint("project-archive", "POST", f"{P}/archive/", "project.archive", lambda w: {"archived": True}, 200),
+    # datasets
+    Endpoint("datasets-list", "GET", f"{P}/datasets/", "dataset.view", _no_body, 200),
+    Endpoint("dataset-create", "POST", f"{P}/datasets/", "dataset.import", lambda w: {"name": "Fresh"}, 201),
+    Endpoint("dataset-get", "GET", "/api/datasets/<int:dataset_id>/", "dataset.view", _no_body, 200,
+             scope="dataset"),
+    Endpoint("dataset-delete", "DELETE", "/api/datasets/<int:dataset_id>/", "dataset.delete", _no_body, 204,
+             checks=("dataset.view", "dataset.delete"), scope="dataset"),
+    # project API tokens (a token never creates a token)
+    Endpoint("project-tokens-list", "GET", f"{P}/tokens/", "token.manage", _no_body, 200),
+    Endpoint("project-token-create", "POST", f"{P}/tokens/", "token.manage",
+             lambda w: {"name": "ci", "permissions": ["project.view"]}, 201, refused_to_tokens="token.manage"),
+]
+
+
+# --- who asks --------------------------------------------------------------------------------
+
+CURATOR = frozenset({"project.view", "member.manage", "role.manage", "audit.view", "dataset.view"})
+STEWARD = frozenset({"project.view", "dataset.import", "dataset.delete", "token.manage"})
+OWNER = BUILTIN_ROLES["owner"].permissions
+
+
+@dataclass(frozen=True)
+class Principal:
+    id: str
+    role_permissions: frozenset[str] = frozenset()  # what their membership of Alpha grants
+    anonymous: bool = False
+    builtin_role: str = ""
+    custom_role: frozenset[str] | None = None
+    member_elsewhere: bool = False
+    granted: frozenset[str] = frozenset()  # object grants on world.dataset
+    token: Callable[[Endpoint], frozenset[str]] | None = None  # the token's permissions for a row
+    token_state: str = "active"  # active | expired | revoked
+
+    @property
+    def uses_token(self) -> bool:
+        return self.token is not None
+
+
+PRINCIPALS = [
+    Principal("anonymous", anonymous=True),
+    Principal("outsider", member_elsewhere=True),
+    *[Principal(key, role_permissions=role.permissions, builtin_role=key) for key, role in BUILTIN_ROLES.items()],
+    Principal("custom-role-curator", role_permissions=CURATOR, custom_role=CURATOR),
+    Principal("custom-role-steward", role_permissions=STEWARD, custom_role=STEWARD),
+    Principal("object-grant-holder", granted=frozenset({"dataset.view"})),
+    # Tokens belong to the project's owner, so only the token itself narrows what they may do.
+    Principal("token-lacking-the-permission", role_permissions=OWNER,
+              token=lambda e: frozenset(PERMISSIONS) - {e.permission}),
+    Principal("token-holding-the-permission", role_permissions=OWNER,
+              token=lambda e: frozenset(e.needs) | {"project.view"}),
+    Principal("expired-token", role_permissions=OWNER, token=lambda e: frozenset(PERMISSIONS),
+              token_state="expired"),
+    Principal("revoked-token", role_permissions=OWNER, token=lambda e: frozenset(PERMISSIONS),
+              token_state="revoked"),
+]
+
+
+def authenticate(client, world: World, principal: Principal, endpoint: Endpoint) -> dict:
+    """Log the principal in (or make their token); returns extra request headers."""
+    if principal.anonymous:
+        return {}
+    if principal.uses_token:
+        token, raw = account_services.token_create(
+            user=world.owner, name="matrix", permissions=sorted(principal.token(endpoint)), project=world.project,
+            expires_at=timezone.now() + timedelta(days=1))
+        if principal.token_state == "expired":
+            ApiToken.objects.filter(pk=token.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+        elif principal.token_state == "revoked":
+            account_services.token_revoke(user=world.owner, api_token=token)
+        return {"HTTP_AUTHORIZATION": f"Bearer {raw}"}
+    user = UserFactory(username=f"actor-{principal.id}")
+    if principal.builtin_role:
+        MembershipFactory(project=world.project, user=user, role=principal.builtin_role)
+    elif principal.custom_role is not None:
+        role = world.custom_role(f"Custom {principal.id}", principal.custom_role)
+        MembershipFactory(project=world.project, user=user, role="", custom_role=role)
+    elif principal.member_elsewhere:
+        MembershipFactory(project=ProjectFactory(name="Bravo"), user=user, role="owner")
+    for permission in principal.granted:
+        services.grant_create(actor=world.owner, obj=world.dataset, username=user.username, permission=permission)
+    client.force_login(user)
+    return {}
+
+
+# --- what the catalogue says should happen -----------------------------------------------------
+
+@dataclass(frozen=True)
+class Expected:
+    statuses: tuple[int, ...]
+    missing_permission: str | None = None
+
+
+def expected(endpoint: Endpoint, principal: Principal) -> Expected:
+    if principal.anonymous:
+        return Expected((401, 403))
+    if principal.token_state != "active":
+        return Expected((401,))
+    held = principal.role_permissions
+    granted = principal.granted if endpoint.scope == "dataset" else frozenset()
+    if principal.uses_token:
+        token_permissions = principal.token(endpoint)
+        held, granted = held & token_permissions, granted & token_permissions
+    held = held | granted
+    if "project.view" not in held and not granted:
+        return Expected((404,))  # may not know the project (or object) exists
+    if endpoint.refused_to_tokens and principal.uses_token:
+        return Expected((403,), endpoint.refused_to_tokens)
+    for permission in endpoint.needs:
+        if permission not in held:
+            return Expected((403,), permission)
+    return Expected((endpoint.success,))
+
+
+def fill(route: str, values: dict) -> str:
+    return re.sub(r"<(?:\w+:)?(\w+)>", lambda m: str(values[m.group(1)]), route)
+
+
+def send(client, method: str, url: str, body, headers: dict):
+    if method == "GET":
+        return client.get(url, **headers)
+    payload = json.dumps(body) if body is not None else ""
+    return getattr(client, method.lower())(url, payload, content_type="application/json", **headers)
+
+
+def body_of(response) -> bytes:
+    return b"".join(response.streaming_content) if response.streaming else response.content
+
+
+def written_audit_events() -> int:
+    # A revoked token's use is recorded as token.use_after_revoked: that is not a write by the caller.
+    return AuditEvent.objects.exclude(action__startswith="token.use_after_").count()
+
+
+# --- the tests ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("principal", PRINCIPALS, ids=[p.id for p in PRINCIPALS])
+@pytest.mark.parametrize("endpoint", ENDPOINTS, ids=[e.id for e in ENDPOINTS])
+def test_each_principal_gets_what_the_permission_catalogue_says_on_each_endpoint(client, endpoint, principal):
+    world = World()
+    url_values = {"project_id": world.project.pk, "dataset_id": world.dataset.pk, **endpoint.arrange(world)}
+    headers = authenticate(client, world, principal, endpoint)
+    url = fill(endpoint.url, url_values)
+    body = endpoint.body(world)
+    audit_before = written_audit_events()
+
+    response = send(client, endpoint.method, url, body, headers)
+    content = body_of(response)
+
+    want = expected(endpoint, principal)
+    assert response.status_code in want.statuses, (
+        f"{endpoint.method} {url} as {principal.id}: {response.status_code} {content[:300]!r}, "
+        f"expected {want}")
+    if want.missing_permission is not None:
+        assert response.json()["missing_permission"] == want.missing_permission
+    if response.status_code == 404:
+        assert PROJECT_NAME.encode() not in content
+        assert "missing_permission" not in response.json()
+    succeeded = response.status_code == endpoint.success
+    writes = written_audit_events() - audit_before
+    assert writes == (1 if succeeded and endpoint.method != "GET" else 0)
+
+
+def test_every_project_scoped_endpoint_in_the_url_conf_has_a_row():
+    def walk(patterns, prefix=""):
+        for pattern in patterns:
+            if isinstance(pattern, URLResolver):
+                yield from walk(pattern.url_patterns, prefix + str(pattern.pattern))
+            else:
+                yield prefix + str(pattern.pattern), pattern.callback
+
+    in_url_conf = set()
+    for route, callback in walk(get_resolver().url_patterns):
+        view_class = getattr(callback, "view_class", None)
+        if not route.startswith("api/") or view_class is None:
+            continue
+        if "<int:project_id>" in route or "<int:dataset_id>" in route:
+            in_url_conf |= {(route, method.upper()) for method in ("get", "post", "put", "patch", "delete")
+                            if hasattr(view_class, method)}
+    dummy = {"project_id": 1, "dataset_id": 2, "membership_id": 3, "role_id": 4, "grant_id": 5}
+    in_table = {(resolve(fill(e.url, dummy)).route, e.method) for e in ENDPOINTS}
+    assert in_url_conf, "found no project-scoped API routes: the walk above is broken"
+    assert in_url_conf - in_table == set(), "project-scoped endpoints without a row in ENDPOINTS"
+    assert in_table - in_url_conf == set(), "rows in ENDPOINTS for endpoints that do not exist"
+
+
+def test_the_table_names_only_permissions_from_the_catalogue_and_unique_ids():
+    assert len({e.id for e in ENDPOINTS}) == len(ENDPOINTS)
+    for endpoint in ENDPOINTS:
+        assert endpoint.permission in endpoint.needs
+        assert set(endpoint.needs) <= set(PERMISSIONS), endpoint.id
+    for principal in PRINCIPALS:
+        assert principal.role_permissions <= set(PERMISSIONS)
+
+
+def test_every_row_lets_some_principal_succeed_and_refuses_some_member_with_403():
+    for endpoint in ENDPOINTS:
+        outcomes = [expected(endpoint, principal) for principal in PRINCIPALS]
+        assert any(o.statuses == (endpoint.success,) for o in outcomes), endpoint.id
+        assert any(o.statuses == (404,) for o in outcomes), endpoint.id
+        if endpoint.permission != "project.view":  # every member holds project.view
+            assert any(o.missing_permission == endpoint.permission for o in outcomes), endpoint.id
