@@ -31,7 +31,7 @@ from guardian.shortcuts import assign_perm
 
 from apps.accounts import services as account_services
 from apps.accounts.models import ApiToken
-from apps.datasets.models import Dataset
+from apps.datasets.models import Dataset, DatasetRow, DatasetVersion
 from apps.projects import services
 from apps.projects.models import AuditEvent, Membership, Role
 from apps.projects.permissions import BUILTIN_ROLES, PERMISSIONS
@@ -99,6 +99,19 @@ def _nothing(world: World) -> dict:
     return {}
 
 
+def _arrange_version(world: World) -> dict:
+    version = DatasetVersion.objects.create(dataset=world.dataset, number=1, status="ready", row_count=1,
+                                            content_hash="0" * 64, author=world.owner)
+    DatasetRow.objects.create(version=version, position=0, row_hash="0" * 64, prompt="hello", metadata={})
+    return {"number": 1}
+
+
+def _upload(world: World) -> dict:
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    return {"file": SimpleUploadedFile("rows.jsonl", b'{"prompt": "hello"}\n')}
+
+
 def _no_body(world: World) -> None:
     return None
 
@@ -115,6 +128,12 @@ class Endpoint:
     arrange: Callable[[World], dict] = _nothing  # creates the targets; returns the other URL kwargs
     scope: str = "project"  # "dataset": the URL names a dataset, which an object grant can reach
     refused_to_tokens: str | None = None  # permission reported missing to any API token
+    multipart: bool = False  # send the body as a multipart form (file uploads)
+    audit_writes: int | None = None  # audit events a success writes; default: 1 for writes, 0 for reads
+
+    @property
+    def expected_audit_writes(self) -> int:
+        return self.audit_writes if self.audit_writes is not None else (0 if self.method == "GET" else 1)
 
     @property
     def needs(self) -> tuple[str, ...]:
@@ -162,6 +181,14 @@ ENDPOINTS = [
     # datasets
     Endpoint("datasets-list", "GET", f"{P}/datasets/", "dataset.view", _no_body, 200),
     Endpoint("dataset-create", "POST", f"{P}/datasets/", "dataset.import", lambda w: {"name": "Fresh"}, 201),
+    Endpoint("dataset-import-upload", "POST", f"{P}/datasets/<int:dataset_id>/imports/", "dataset.import", _upload,
+             201, checks=("dataset.view", "dataset.import"), scope="dataset", multipart=True),
+    Endpoint("dataset-versions", "GET", "/api/datasets/<int:dataset_id>/versions/", "dataset.view", _no_body, 200,
+             scope="dataset"),
+    Endpoint("version-rows", "GET", "/api/datasets/<int:dataset_id>/versions/<int:number>/rows/", "dataset.view",
+             _no_body, 200, scope="dataset", arrange=_arrange_version),
+    Endpoint("version-export", "GET", "/api/datasets/<int:dataset_id>/versions/<int:number>/export.jsonl",
+             "dataset.export", _no_body, 200, scope="dataset", arrange=_arrange_version, audit_writes=1),
     Endpoint("dataset-get", "GET", "/api/datasets/<int:dataset_id>/", "dataset.view", _no_body, 200,
              scope="dataset"),
     Endpoint("dataset-delete", "DELETE", "/api/datasets/<int:dataset_id>/", "dataset.delete", _no_body, 204,
@@ -276,9 +303,11 @@ def fill(route: str, values: dict) -> str:
     return re.sub(r"<(?:\w+:)?(\w+)>", lambda m: str(values[m.group(1)]), route)
 
 
-def send(client, method: str, url: str, body, headers: dict):
+def send(client, method: str, url: str, body, headers: dict, multipart: bool = False):
     if method == "GET":
         return client.get(url, **headers)
+    if multipart:
+        return client.post(url, body, **headers)
     payload = json.dumps(body) if body is not None else ""
     return getattr(client, method.lower())(url, payload, content_type="application/json", **headers)
 
@@ -304,7 +333,7 @@ def test_each_principal_gets_what_the_permission_catalogue_says_on_each_endpoint
     body = endpoint.body(world)
     audit_before = written_audit_events()
 
-    response = send(client, endpoint.method, url, body, headers)
+    response = send(client, endpoint.method, url, body, headers, endpoint.multipart)
     content = body_of(response)
 
     want = expected(endpoint, principal)
@@ -318,7 +347,7 @@ def test_each_principal_gets_what_the_permission_catalogue_says_on_each_endpoint
         assert "missing_permission" not in response.json()
     succeeded = response.status_code == endpoint.success
     writes = written_audit_events() - audit_before
-    assert writes == (1 if succeeded and endpoint.method != "GET" else 0)
+    assert writes == (endpoint.expected_audit_writes if succeeded else 0)
 
 
 def test_every_project_scoped_endpoint_in_the_url_conf_has_a_row():
@@ -337,7 +366,7 @@ def test_every_project_scoped_endpoint_in_the_url_conf_has_a_row():
         if "<int:project_id>" in route or "<int:dataset_id>" in route:
             in_url_conf |= {(route, method.upper()) for method in ("get", "post", "put", "patch", "delete")
                             if hasattr(view_class, method)}
-    dummy = {"project_id": 1, "dataset_id": 2, "membership_id": 3, "role_id": 4, "grant_id": 5}
+    dummy = {"project_id": 1, "dataset_id": 2, "membership_id": 3, "role_id": 4, "grant_id": 5, "number": 6}
     in_table = {(resolve(fill(e.url, dummy)).route, e.method) for e in ENDPOINTS}
     assert in_url_conf, "found no project-scoped API routes: the walk above is broken"
     assert in_url_conf - in_table == set(), "project-scoped endpoints without a row in ENDPOINTS"

@@ -32,6 +32,7 @@ def test_admin_invites_creates_a_role_shares_a_dataset_and_revokes_a_token(_brow
     reviews = dataset_create(user=owner, project=project, name="Reviews")
     dataset_create(user=owner, project=project, name="Internal notes")
     UserFactory(username="erin")  # an external reviewer with an account but no project role
+    UserFactory(username="carl")  # will hold the custom role
     account_services.token_create(user=admin, name="nightly export", permissions=["project.view", "dataset.view"],
                                   project=project)
 
@@ -65,6 +66,13 @@ def test_admin_invites_creates_a_role_shares_a_dataset_and_revokes_a_token(_brow
     page.get_by_role("button", name="Create role").click()
     expect(page.get_by_test_id("custom-roles")).to_contain_text("Labeler")
     expect(page.get_by_test_id("custom-roles")).to_contain_text("annotation.submit, dataset.view, project.view")
+
+    page.get_by_role("navigation", name="Project").get_by_role("link", name="Members").click()
+    add = page.locator("form", has=page.get_by_role("button", name="Add member"))
+    add.get_by_label("Username").fill("carl")
+    add.get_by_label("Role").select_option("Labeler")
+    add.get_by_role("button", name="Add member").click()
+    expect(page.locator("tr[data-member=carl]")).to_contain_text("Labeler")
 
     page.get_by_role("navigation", name="Project").get_by_role("link", name="Shared access").click()
     page.get_by_label("Username").fill("erin")
@@ -109,6 +117,19 @@ def test_admin_invites_creates_a_role_shares_a_dataset_and_revokes_a_token(_brow
     expect(vera.get_by_role("button", name="Add member")).to_have_count(0)
     expect(vera.get_by_role("button", name=re.compile("^Remove"))).to_have_count(0)
     vera_context.close()
+
+    # The custom role's holder reads datasets, and has no management tabs.
+    carl_context = _browser.new_context(base_url=live_asgi)
+    carl = carl_context.new_page()
+    browser_login(carl, "carl")
+    carl.get_by_role("link", name="Alpha").click()
+    tabs = carl.get_by_role("navigation", name="Project")
+    tabs.get_by_role("link", name="Datasets").click()
+    expect(carl.get_by_test_id("datasets")).to_contain_text("Reviews")
+    expect(carl.get_by_role("button", name="Create dataset")).to_have_count(0)
+    for hidden in ["Shared access", "Tokens", "Audit log", "Settings"]:
+        expect(tabs.get_by_role("link", name=hidden)).to_have_count(0)
+    carl_context.close()
 
     # The external reviewer sees only the shared dataset, not the project.
     erin_context = _browser.new_context(base_url=live_asgi)
