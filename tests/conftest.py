@@ -140,35 +140,6 @@ def live_asgi(_asgi_server_session, transactional_db):
     return _asgi_server_session.url
 
 
-@pytest.fixture(scope="session")
-def _browser(django_db_setup):
-    from playwright.sync_api import sync_playwright
-
-    # Playwright's sync API keeps an event loop in this thread; the test's own database
-    # calls are still plain synchronous ones, so Django's async-context guard must stand down.
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        yield browser
-        browser.close()
-
-
-@pytest.fixture
-def browser_context(_browser, live_asgi):
-    """A fresh browser profile (cookies, storage) per test, pointed at the live server."""
-    context = _browser.new_context(base_url=live_asgi)
-    yield context
-    context.close()
-
-
-@pytest.fixture
-def page(browser_context):
-    page = browser_context.new_page()
-    page.set_default_timeout(15_000)
-    return page
-
-
 def browser_login(page, username, password=PASSWORD):
     page.goto("/accounts/login/")
     page.get_by_label("Username").fill(username)
@@ -184,7 +155,58 @@ def fast_password_hashing(settings):
 
 @pytest.fixture(autouse=True)
 def clear_cache():
-    """Rate-limit counters live in the cache; each test starts with a fresh budget."""
+    """Rate-limit counters live in the cache; each test starts with a fresh budget. Only the
+    cache's own keys go: the same Redis carries the Celery broker and the channel layer."""
     from django.core.cache import cache
 
-    cache.clear()
+    client = cache._cache.get_client(write=True)
+    keys = list(client.scan_iter(match=f"{settings.CACHES['default']['KEY_PREFIX']}:1:*", count=1000))
+    if keys:
+        client.delete(*keys)
+
+
+@pytest.fixture(scope="session")
+def celery_worker(django_db_setup, django_db_blocker, redis_service):
+    """A real Celery worker process consuming `default` and `gpu`, on the test database."""
+    import subprocess
+    import sys
+
+    from django.db import connection
+
+    db = connection.settings_dict
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_ALLOW_ASYNC_UNSAFE"}
+    if db["ENGINE"].endswith("sqlite3"):
+        env["SQLITE_PATH"] = str(db["NAME"])
+    else:
+        env["DATABASE_URL"] = (f"postgres://{db['USER']}:{db['PASSWORD'] or ''}@{db['HOST'] or '127.0.0.1'}:"
+                               f"{db['PORT'] or 5432}/{db['NAME']}")
+    hostname = f"test-worker-{os.getpid()}@%h"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "workbench", "--quiet", "worker", "-Q", "default,gpu",
+         "--concurrency", "1", "--pool", "prefork", "--hostname", hostname, "--loglevel", "WARNING",
+         "--without-mingle", "--without-gossip"],
+        env=env, cwd=settings.BASE_DIR, start_new_session=True)
+    from workbench.celery import app
+
+    deadline = time.monotonic() + 60
+    while not app.control.ping(timeout=1, destination=[hostname.replace("%h", socket.gethostname())]):
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            raise RuntimeError("the test Celery worker did not start")
+    yield process
+    process.terminate()
+    try:
+        process.wait(20)
+    except subprocess.TimeoutExpired:
+        process.kill()
+
+
+def wait_for(predicate, timeout: float = 30, interval: float = 0.1, what: str = "condition"):
+    """Poll until predicate() is truthy (real asynchronous work: a worker, a socket)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")

@@ -17,7 +17,8 @@ from workbench.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        "http": BodySizeLimit(django_http, max_bytes=settings.MAX_REQUEST_BODY_BYTES),
+        "http": BodySizeLimit(django_http, max_bytes=settings.MAX_REQUEST_BODY_BYTES,
+                              upload_max_bytes=settings.MAX_UPLOAD_BYTES, upload_paths=settings.UPLOAD_PATHS),
         # Origin must be one of ALLOWED_HOSTS: blocks cross-site websocket hijacking.
         "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }

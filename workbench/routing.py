@@ -1,5 +1,6 @@
 """Websocket routes of every app, gathered in one place for the ASGI router."""
 
+from apps.datasets.routing import websocket_urlpatterns as dataset_ws
 from apps.projects.routing import websocket_urlpatterns as project_ws
 
-websocket_urlpatterns = [*project_ws]
+websocket_urlpatterns = [*project_ws, *dataset_ws]

@@ -133,7 +133,7 @@ else:
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
-            "NAME": DATA_DIR / "workbench.sqlite3",
+            "NAME": Path(env_str("SQLITE_PATH", str(DATA_DIR / "workbench.sqlite3"))),
             # WAL lets the web server read while a worker writes; IMMEDIATE avoids
             # "database is locked" upgrades from read to write inside a transaction.
             "OPTIONS": {
@@ -215,6 +215,9 @@ DATA_ROOTS = [Path(p).resolve() for p in env_list("DATA_ROOTS", [str(DATA_DIR / 
 # Bodies above this are answered 413 by the ASGI layer before Django reads them.
 MAX_REQUEST_BODY_BYTES = env_int("MAX_REQUEST_BODY_BYTES", 20 * 1024 * 1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = 5 * 1024 * 1024
+# Dataset uploads may be larger; Django spools them to temporary files, never to memory.
+MAX_UPLOAD_BYTES = env_int("MAX_UPLOAD_BYTES", 2 * 1024**3)
+UPLOAD_PATHS = r"^/(api/)?projects/\d+/datasets/\d+/imports/$"
 
 # --- Auth -------------------------------------------------------------------------------
 AUTHENTICATION_BACKENDS = [

@@ -1,6 +1,7 @@
 """ASGI guards that must act before Django reads a request."""
 
 import json
+import re
 
 
 
@@ -16,13 +17,21 @@ class BodySizeLimit:
     and tells Django the client went away; Django then drops the request without replying.
     """
 
-    def __init__(self, app, max_bytes: int) -> None:
+    def __init__(self, app, max_bytes: int, upload_max_bytes: int | None = None,
+                 upload_paths: str | None = None) -> None:
         self.app = app
-        self.max_bytes = max_bytes
+        self.default_max_bytes = max_bytes
+        self.upload_max_bytes = upload_max_bytes or max_bytes
+        self.upload_paths = re.compile(upload_paths) if upload_paths else None
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        is_upload = self.upload_paths is not None and self.upload_paths.match(scope.get("path", ""))
+        limit = self.upload_max_bytes if is_upload else self.default_max_bytes
+        return await self._limited(scope, receive, send, limit)
+
+    async def _limited(self, scope, receive, send, limit: int):
         headers = dict(scope.get("headers") or [])
         declared = headers.get(b"content-length")
         if declared is not None:
@@ -30,8 +39,8 @@ class BodySizeLimit:
                 declared_size = int(declared)
             except ValueError:
                 return await self._answer(scope, send, 400, "Malformed Content-Length header.")
-            if declared_size > self.max_bytes:
-                return await self._answer(scope, send, 413, _too_large_message(self.max_bytes))
+            if declared_size > limit:
+                return await self._answer(scope, send, 413, _too_large_message(limit))
 
         received = 0
         answered = False
@@ -41,9 +50,9 @@ class BodySizeLimit:
             message = await receive()
             if message["type"] == "http.request" and not answered:
                 received += len(message.get("body", b""))
-                if received > self.max_bytes:
+                if received > limit:
                     answered = True
-                    await self._answer(scope, send, 413, _too_large_message(self.max_bytes))
+                    await self._answer(scope, send, 413, _too_large_message(limit))
                     return {"type": "http.disconnect"}
             return message
 

@@ -1,16 +1,27 @@
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
 from rest_framework.generics import ListAPIView
+from rest_framework.parsers import JSONParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from apps.core.errors import PermissionDenied
+from apps.core.errors import Invalid, NotFound, PermissionDenied
 from apps.core.http import client_ip
-from apps.datasets import services
-from apps.datasets.models import Dataset
-from apps.datasets.serializers import DatasetCreateSerializer, DatasetSerializer
+from apps.datasets import exports, selectors, services
+from apps.datasets.models import Dataset, DatasetVersion, ImportJob
+from apps.datasets.serializers import (
+    DatasetCreateSerializer,
+    DatasetSerializer,
+    ImportCreateSerializer,
+    ImportSerializer,
+    ImportStartSerializer,
+    RowPageSerializer,
+    RowSerializer,
+    VersionSerializer,
+)
 from apps.projects import policy
+from apps.projects.audit import audit_record
 
 
 class ProjectDatasetListCreateApi(ListAPIView):
@@ -58,3 +69,114 @@ class SharedDatasetListApi(ListAPIView):
         token = self.request.auth
         datasets = policy.shared_with(self.request.user, Dataset, "dataset.view", token)
         return datasets.order_by("name", "id")
+
+
+# --- imports ------------------------------------------------------------------------------------
+
+def _import_job(request: Request, import_id: int) -> ImportJob:
+    job = ImportJob.objects.select_related("dataset__project", "version").filter(
+        pk=import_id, dataset__deleted_at__isnull=True).first()
+    if job is None:
+        raise NotFound()
+    policy.require(request.user, "dataset.view", job.dataset, request.auth)
+    return job
+
+
+class ImportCreateApi(APIView):
+    """Upload a file (multipart `file`) or name a server-side path inside the data roots.
+    Answers with the draft import and a preview: columns, first rows, suggested mapping."""
+
+    parser_classes = [MultiPartParser, JSONParser]
+
+    @extend_schema(request=ImportCreateSerializer, responses={201: ImportSerializer})
+    def post(self, request: Request, project_id: int, dataset_id: int) -> Response:
+        dataset = policy.get_object(request.user, Dataset, dataset_id, "dataset.view", request.auth,
+                                    project_id=project_id)
+        data = ImportCreateSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        job = services.import_create(user=request.user, dataset=dataset, upload=data.validated_data.get("file"),
+                                     server_path=data.validated_data.get("server_path", ""), token=request.auth,
+                                     ip_address=client_ip(request))
+        body = ImportSerializer(job).data | {"preview": services.import_preview(job=job)}
+        return Response(body, status=status.HTTP_201_CREATED)
+
+
+class ImportDetailApi(APIView):
+    @extend_schema(responses=ImportSerializer)
+    def get(self, request: Request, import_id: int) -> Response:
+        return Response(ImportSerializer(_import_job(request, import_id)).data)
+
+
+class ImportStartApi(APIView):
+    @extend_schema(request=ImportStartSerializer, responses=ImportSerializer)
+    def post(self, request: Request, import_id: int) -> Response:
+        job = _import_job(request, import_id)
+        data = ImportStartSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        job = services.import_start(user=request.user, job=job, token=request.auth, ip_address=client_ip(request),
+                                    **data.validated_data)
+        return Response(ImportSerializer(job).data, status=status.HTTP_202_ACCEPTED)
+
+
+class ImportCancelApi(APIView):
+    @extend_schema(request=None, responses=ImportSerializer)
+    def post(self, request: Request, import_id: int) -> Response:
+        job = services.import_cancel(user=request.user, job=_import_job(request, import_id), token=request.auth,
+                                     ip_address=client_ip(request))
+        return Response(ImportSerializer(job).data, status=status.HTTP_202_ACCEPTED)
+
+
+# --- versions and rows --------------------------------------------------------------------------
+
+def _version(request: Request, dataset_id: int, number: int) -> DatasetVersion:
+    dataset = policy.get_object(request.user, Dataset, dataset_id, "dataset.view", request.auth)
+    version = selectors.ready_versions(dataset).filter(number=number).first()
+    if version is None:
+        raise NotFound()
+    return version
+
+
+class VersionListApi(ListAPIView):
+    serializer_class = VersionSerializer
+
+    def get_queryset(self):
+        dataset = policy.get_object(self.request.user, Dataset, self.kwargs["dataset_id"], "dataset.view",
+                                    self.request.auth)
+        return selectors.ready_versions(dataset)
+
+
+class RowListApi(APIView):
+    """Rows of a version in order, keyset-paginated: pass `after` = the last position you saw."""
+
+    @extend_schema(parameters=[
+        OpenApiParameter("after", int), OpenApiParameter("q", str, description="words to search for"),
+        OpenApiParameter("label", str), OpenApiParameter("split", str), OpenApiParameter("limit", int)],
+        responses=RowPageSerializer)
+    def get(self, request: Request, dataset_id: int, number: int) -> Response:
+        version = _version(request, dataset_id, number)
+        params = request.query_params
+        try:
+            after = int(params["after"]) if params.get("after") not in (None, "") else None
+            limit = min(max(int(params.get("limit", selectors.PAGE_ROWS)), 1), 500)
+        except ValueError:
+            raise Invalid("'after' and 'limit' are integers.", field="after") from None
+        rows, next_after = selectors.version_rows(version=version, after=after, q=params.get("q", "")[:500],
+                                                  label=params.get("label", "")[:200],
+                                                  split=params.get("split", "")[:16], limit=limit)
+        return Response({"results": RowSerializer(rows, many=True).data, "next_after": next_after})
+
+
+class VersionExportApi(APIView):
+    """Stream a version as JSONL or CSV (CSV cells that start like a formula are neutralised)."""
+
+    @extend_schema(responses={(200, "application/x-ndjson"): str, (200, "text/csv"): str})
+    def get(self, request: Request, dataset_id: int, number: int, export_format: str):
+        if export_format not in ("jsonl", "csv"):
+            raise NotFound("Export formats are jsonl and csv.")
+        dataset = policy.get_object(request.user, Dataset, dataset_id, "dataset.export", request.auth)
+        version = selectors.ready_versions(dataset).filter(number=number).first()
+        if version is None:
+            raise NotFound()
+        audit_record(actor=request.user, action="dataset.export", project=dataset.project, target=dataset,
+                     ip_address=client_ip(request), after={"version": number, "format": export_format})
+        return exports.version_export_response(version, export_format)

@@ -4,6 +4,15 @@ from apps.datasets import api
 
 urlpatterns = [
     path("projects/<int:project_id>/datasets/", api.ProjectDatasetListCreateApi.as_view(), name="api-datasets"),
+    path("projects/<int:project_id>/datasets/<int:dataset_id>/imports/", api.ImportCreateApi.as_view(),
+         name="api-dataset-imports"),
     path("datasets/<int:dataset_id>/", api.DatasetDetailApi.as_view(), name="api-dataset"),
+    path("datasets/<int:dataset_id>/versions/", api.VersionListApi.as_view(), name="api-dataset-versions"),
+    path("datasets/<int:dataset_id>/versions/<int:number>/rows/", api.RowListApi.as_view(), name="api-version-rows"),
+    path("datasets/<int:dataset_id>/versions/<int:number>/export.<str:export_format>", api.VersionExportApi.as_view(),
+         name="api-version-export"),
     path("datasets/shared/", api.SharedDatasetListApi.as_view(), name="api-datasets-shared"),
+    path("imports/<int:import_id>/", api.ImportDetailApi.as_view(), name="api-import"),
+    path("imports/<int:import_id>/start/", api.ImportStartApi.as_view(), name="api-import-start"),
+    path("imports/<int:import_id>/cancel/", api.ImportCancelApi.as_view(), name="api-import-cancel"),
 ]

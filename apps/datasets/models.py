@@ -5,8 +5,16 @@ from django.db.models.functions import Lower
 from apps.projects.permissions import object_permission_choices
 
 
+class LiveDatasetManager(models.Manager):
+    def get_queryset(self):
+        return super().get_queryset().filter(deleted_at__isnull=True)
+
+
 class Dataset(models.Model):
-    """A named collection of immutable versions inside a project (versions come with imports)."""
+    """A named collection of immutable versions inside a project."""
+
+    objects = LiveDatasetManager()
+    all_objects = models.Manager()
 
     project = models.ForeignKey("projects.Project", on_delete=models.CASCADE, related_name="datasets")
     name = models.CharField(max_length=120)
@@ -94,8 +102,10 @@ class ImportJob(models.Model):
     dataset = models.ForeignKey(Dataset, on_delete=models.CASCADE, related_name="imports")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
     state = models.CharField(max_length=16, choices=State.choices, default=State.DRAFT)
+    cancel_requested = models.BooleanField(default=False)
     filename = models.CharField(max_length=255)
-    artifact_sha256 = models.CharField(max_length=64)
+    artifact_sha256 = models.CharField(max_length=64, blank=True)
+    server_path = models.CharField(max_length=1000, blank=True)  # an HF datasets directory inside DATA_ROOTS
     size_bytes = models.BigIntegerField()
     source_format = models.JSONField(default=dict)
     mapping = models.JSONField(default=dict)

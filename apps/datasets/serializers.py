@@ -1,6 +1,6 @@
 from rest_framework import serializers
 
-from apps.datasets.models import Dataset
+from apps.datasets.models import Dataset, DatasetRow, DatasetVersion, ImportJob
 
 
 class DatasetSerializer(serializers.ModelSerializer):
@@ -14,3 +14,47 @@ class DatasetSerializer(serializers.ModelSerializer):
 class DatasetCreateSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=120)
     description = serializers.CharField(max_length=5000, required=False, allow_blank=True)
+
+
+class VersionSerializer(serializers.ModelSerializer):
+    parent = serializers.IntegerField(source="parent.number", read_only=True, default=None)
+    author = serializers.CharField(source="author.username", read_only=True, default=None)
+
+    class Meta:
+        model = DatasetVersion
+        fields = ["id", "number", "parent", "content_hash", "row_count", "schema", "message", "author", "created_at"]
+
+
+class RowSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = DatasetRow
+        fields = ["position", "ext_id", "prompt", "response", "messages", "label", "reference", "metadata", "split",
+                  "row_hash"]
+
+
+class ImportSerializer(serializers.ModelSerializer):
+    version = serializers.IntegerField(source="version.number", read_only=True, default=None)
+
+    class Meta:
+        model = ImportJob
+        fields = ["id", "state", "filename", "size_bytes", "source_format", "mapping", "options", "message",
+                  "rows_done", "rows_total_estimate", "bad_rows", "error", "version", "created_at", "started_at",
+                  "finished_at"]
+
+
+class ImportCreateSerializer(serializers.Serializer):
+    file = serializers.FileField(required=False)
+    server_path = serializers.CharField(required=False, max_length=1000)
+
+
+class ImportStartSerializer(serializers.Serializer):
+    mapping = serializers.DictField(child=serializers.CharField(allow_blank=True, max_length=20))
+    skip_bad_rows = serializers.BooleanField(default=False)
+    delimiter = serializers.CharField(required=False, allow_null=True, max_length=1, trim_whitespace=False)
+    has_header = serializers.BooleanField(required=False, allow_null=True, default=None)
+    message = serializers.CharField(required=False, allow_blank=True, max_length=500)
+
+
+class RowPageSerializer(serializers.Serializer):
+    results = RowSerializer(many=True)
+    next_after = serializers.IntegerField(allow_null=True, help_text="pass as `after` for the next page")

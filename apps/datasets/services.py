@@ -1,7 +1,13 @@
-from django.db import IntegrityError, transaction
+import os
+from dataclasses import asdict
 
-from apps.core.errors import Invalid
-from apps.datasets.models import Dataset
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from apps.core import storage
+from apps.core.errors import Conflict, Invalid
+from apps.datasets import importer
+from apps.datasets.models import Dataset, ImportJob
 from apps.projects import policy
 from apps.projects.audit import audit_record
 from apps.projects.models import Project
@@ -31,7 +37,136 @@ def dataset_create(*, user, project: Project, name: str, description: str = "", 
 
 @transaction.atomic
 def dataset_delete(*, user, dataset: Dataset, token=None, ip_address: str | None = None) -> None:
+    """Soft delete: the dataset disappears everywhere, its versions stay for the jobs that
+    pinned them, and the name is freed (a suffix keeps the unique constraint)."""
     policy.require(user, "dataset.delete", dataset, token)
     audit_record(actor=user, action="dataset.delete", project=dataset.project, target=dataset,
                  ip_address=ip_address, before={"name": dataset.name})
-    dataset.delete()
+    dataset.deleted_at = timezone.now()
+    dataset.name = f"{dataset.name[:90]} (deleted {dataset.deleted_at:%Y-%m-%d %H:%M:%S} #{dataset.pk})"
+    dataset.save(update_fields=["deleted_at", "name"])
+
+
+# --- imports ------------------------------------------------------------------------------------
+
+PREVIEW_ROWS = 20
+
+
+def _ingest_invalid(exc) -> Invalid:
+    return Invalid(str(exc), field="file")
+
+
+@transaction.atomic
+def import_create(*, user, dataset: Dataset, upload=None, server_path: str = "", token=None,
+                  ip_address: str | None = None) -> ImportJob:
+    """Keep the uploaded file (content-addressed) or check a server-side path, detect its
+    format and open a draft import waiting for its column mapping."""
+    from workers.ingest import IngestError, detect_format
+
+    policy.require(user, "dataset.import", dataset, token)
+    if (upload is None) == (not server_path):
+        raise Invalid("Send either a file or a server-side path.", field="file")
+    try:
+        if upload is not None:
+            if upload.size == 0:
+                raise Invalid("The file is empty.", field="file")
+            sha256, size = storage.store_stream(upload)
+            filename = os.path.basename(upload.name or "upload")[:255]
+            fmt = detect_format(storage.blob_path(sha256), filename)
+            server = ""
+        else:
+            path = importer.data_root_path(server_path)
+            if not path.exists():
+                raise Invalid("No file or directory at that path.", field="server_path")
+            fmt = detect_format(path, path.name)
+            if path.is_dir():
+                sha256, size, server = "", sum(p.stat().st_size for p in path.rglob("*") if p.is_file()), str(path)
+            else:
+                sha256, size = storage.store_file(path)
+                server = ""
+            filename = path.name[:255]
+    except IngestError as exc:
+        raise Invalid(str(exc), field="server_path" if server_path else "file") from None
+    job = ImportJob.objects.create(dataset=dataset, created_by=user, filename=filename, artifact_sha256=sha256,
+                                   server_path=server, size_bytes=size, source_format=asdict(fmt))
+    audit_record(actor=user, action="dataset.import_upload", project=dataset.project, target=dataset,
+                 ip_address=ip_address, after={"filename": filename, "sha256": sha256, "bytes": size})
+    return job
+
+
+def import_preview(*, job: ImportJob, delimiter: str | None = None, has_header: bool | None = None) -> dict:
+    """The first rows as the engine reads them, the columns, and a suggested mapping."""
+    from workers.ingest import IngestError, SourceFormat, preview
+
+    fmt = SourceFormat(**job.source_format)
+    bad_rows: list = []
+    try:
+        # Bad rows are listed, not fatal, here: the person decides to fix the file or skip them.
+        result = preview(importer.source_path(job), fmt, n=PREVIEW_ROWS, delimiter=delimiter, has_header=has_header,
+                         skip_bad_rows=True, bad_rows=bad_rows)
+    except IngestError as exc:
+        raise Invalid(str(exc), field="file") from None
+    return {**result, "suggested_mapping": dict(result["suggested_mapping"].roles),
+            "bad_rows": [dict(bad) for bad in bad_rows[:20]]}
+
+
+def import_start(*, user, job: ImportJob, mapping: dict, skip_bad_rows: bool = False, delimiter: str | None = None,
+                 has_header: bool | None = None, message: str = "", token=None,
+                 ip_address: str | None = None) -> ImportJob:
+    """Check the mapping and queue the import on the `default` Celery queue."""
+    from workers.ingest import ColumnMapping, IngestError
+
+    policy.require(user, "dataset.import", job.dataset, token)
+    if job.state != ImportJob.State.DRAFT:
+        raise Conflict(f"This import is already {job.state}.")
+    if not isinstance(mapping, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in mapping.items()):
+        raise Invalid("The mapping is an object of column name → role.", field="mapping")
+    mapping = {column: role for column, role in mapping.items() if role}  # "" means keep as metadata
+    try:
+        ColumnMapping(roles=mapping)
+    except IngestError as exc:
+        raise Invalid(str(exc), field="mapping") from None
+    if "prompt" not in mapping.values() and "messages" not in mapping.values():
+        raise Invalid("Map a column to prompt or to messages.", field="mapping")
+    if delimiter is not None and (len(delimiter) != 1 or delimiter in "\r\n\"'"):
+        raise Invalid("The delimiter is one character (not a quote or newline).", field="delimiter")
+    with transaction.atomic():
+        job = ImportJob.objects.select_for_update().get(pk=job.pk)
+        if job.state != ImportJob.State.DRAFT:
+            raise Conflict(f"This import is already {job.state}.")
+        job.mapping = mapping
+        job.options = {"skip_bad_rows": skip_bad_rows, "delimiter": delimiter, "has_header": has_header}
+        job.message = (message or "").strip()[:500]
+        job.state = ImportJob.State.QUEUED
+        job.save()
+        audit_record(actor=user, action="dataset.import", project=job.dataset.project, target=job.dataset,
+                     ip_address=ip_address, after={"import": job.pk, "mapping": mapping})
+        transaction.on_commit(lambda: _enqueue_import(job.pk))
+    return job
+
+
+def _enqueue_import(job_id: int) -> None:
+    from workers.tasks import import_dataset_task
+
+    try:
+        import_dataset_task.apply_async(args=[job_id], queue="default")
+    except Exception as exc:  # broker down: say so on the job rather than leave it queued forever
+        ImportJob.objects.filter(pk=job_id).update(state=ImportJob.State.FAILED, finished_at=timezone.now(),
+                                                   error=f"Could not queue the import: {type(exc).__name__}")
+
+
+def import_cancel(*, user, job: ImportJob, token=None, ip_address: str | None = None) -> ImportJob:
+    """Ask a running import to stop (within a batch); a queued or draft one stops at once."""
+    policy.require(user, "dataset.import", job.dataset, token)
+    with transaction.atomic():
+        job = ImportJob.objects.select_for_update().get(pk=job.pk)
+        if job.state in (ImportJob.State.DRAFT, ImportJob.State.QUEUED):
+            job.state = ImportJob.State.CANCELLED
+            job.finished_at = timezone.now()
+        elif job.state != ImportJob.State.RUNNING:
+            raise Conflict(f"This import already {job.state}.")
+        job.cancel_requested = True
+        job.save(update_fields=["state", "finished_at", "cancel_requested"])
+        audit_record(actor=user, action="dataset.import_cancel", project=job.dataset.project, target=job.dataset,
+                     ip_address=ip_address, after={"import": job.pk})
+    return job

@@ -3,8 +3,13 @@ from django.urls import path
 from apps.datasets import views
 
 app_name = "datasets"
+base = "projects/<int:project_id>/datasets/<int:dataset_id>/"
 urlpatterns = [
     path("datasets/", views.all_datasets, name="all"),
     path("projects/<int:project_id>/datasets/", views.dataset_list, name="list"),
-    path("projects/<int:project_id>/datasets/<int:dataset_id>/", views.dataset_detail, name="detail"),
+    path(base, views.dataset_detail, name="detail"),
+    path(base + "imports/", views.import_upload, name="upload"),
+    path(base + "imports/<int:import_id>/", views.import_page, name="import"),
+    path(base + "imports/<int:import_id>/cancel/", views.import_cancel, name="import_cancel"),
+    path(base + "versions/<int:number>/", views.version_page, name="version"),
 ]

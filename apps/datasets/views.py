@@ -2,16 +2,23 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_http_methods
+from django.views.decorators.http import require_http_methods, require_POST
 
-from apps.core.errors import PermissionDenied
+from apps.core.errors import Conflict, Invalid, NotFound, PermissionDenied
 from apps.core.http import client_ip
 from apps.core.pages import run_service
-from apps.datasets import services
-from apps.datasets.forms import DatasetForm
-from apps.datasets.models import Dataset
+from apps.datasets import selectors, services
+from apps.datasets.forms import DatasetForm, MappingForm, UploadForm
+from apps.datasets.models import Dataset, ImportJob
 from apps.projects import policy
 from apps.projects.models import Membership
+
+
+def _context(request, dataset, **extra) -> dict:
+    request.nav_section = "datasets"
+    return {"dataset": dataset, "project": dataset.project, "tab": "datasets",
+            "perms": sorted(policy.permissions_on(request.user, dataset)),
+            "is_member": policy.can(request.user, "project.view", dataset.project), **extra}
 
 
 @login_required
@@ -50,9 +57,87 @@ def dataset_list(request: HttpRequest, project_id: int) -> HttpResponse:
 @login_required
 def dataset_detail(request: HttpRequest, project_id: int, dataset_id: int) -> HttpResponse:
     dataset = policy.get_object(request.user, Dataset, dataset_id, "dataset.view", project_id=project_id)
-    request.nav_section = "datasets"
-    return render(request, "datasets/detail.html", {
-        "dataset": dataset, "project": dataset.project, "tab": "datasets",
-        "perms": sorted(policy.permissions_on(request.user, dataset)),
-        "is_member": policy.can(request.user, "project.view", dataset.project),
-    })
+    return _detail(request, dataset, UploadForm())
+
+
+@login_required
+@require_POST
+def import_upload(request: HttpRequest, project_id: int, dataset_id: int) -> HttpResponse:
+    """The upload form posts here: this path gets the large upload limit (settings.UPLOAD_PATHS)."""
+    dataset = policy.get_object(request.user, Dataset, dataset_id, "dataset.view", project_id=project_id)
+    form = UploadForm(request.POST, request.FILES)
+    if form.is_valid():
+        job = run_service(form, lambda: services.import_create(
+            user=request.user, dataset=dataset, upload=form.cleaned_data["file"], ip_address=client_ip(request)))
+        if job:
+            return redirect("datasets:import", project_id=dataset.project_id, dataset_id=dataset.pk, import_id=job.pk)
+    return _detail(request, dataset, form)
+
+
+def _detail(request, dataset, form) -> HttpResponse:
+    return render(request, "datasets/detail.html", _context(
+        request, dataset, form=form, versions=selectors.ready_versions(dataset),
+        imports=dataset.imports.select_related("version", "created_by")[:10]), status=400 if form.errors else 200)
+
+
+def _job(request, project_id, dataset_id, import_id) -> ImportJob:
+    dataset = policy.get_object(request.user, Dataset, dataset_id, "dataset.view", project_id=project_id)
+    job = dataset.imports.select_related("version").filter(pk=import_id).first()
+    if job is None:
+        raise NotFound()
+    return job
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def import_page(request: HttpRequest, project_id: int, dataset_id: int, import_id: int) -> HttpResponse:
+    """A draft shows the preview and the column mapping; a started import shows live progress."""
+    job = _job(request, project_id, dataset_id, import_id)
+    preview = form = None
+    if job.state == ImportJob.State.DRAFT:
+        try:
+            preview = services.import_preview(job=job)
+        except Invalid as exc:
+            messages.error(request, exc.message)
+        else:
+            form = MappingForm(request.POST or None, columns=preview["columns"],
+                               suggested=preview["suggested_mapping"])
+            if request.method == "POST" and form.is_valid():
+                started = run_service(form, lambda: services.import_start(
+                    user=request.user, job=job, mapping=form.mapping(), message=form.cleaned_data["message"],
+                    skip_bad_rows=form.cleaned_data["skip_bad_rows"], ip_address=client_ip(request)))
+                if started:
+                    return redirect(request.path)
+    rows = [[record.get(column) for column in preview["columns"]] for record in preview["records"]] if preview else []
+    return render(request, "datasets/import.html", _context(request, job.dataset, job=job, preview=preview,
+                                                            preview_rows=rows, form=form),
+                  status=400 if form is not None and form.errors else 200)
+
+
+@login_required
+@require_POST
+def import_cancel(request: HttpRequest, project_id: int, dataset_id: int, import_id: int) -> HttpResponse:
+    job = _job(request, project_id, dataset_id, import_id)
+    try:
+        services.import_cancel(user=request.user, job=job, ip_address=client_ip(request))
+    except Conflict as exc:
+        messages.error(request, exc.message)
+    return redirect("datasets:import", project_id=project_id, dataset_id=dataset_id, import_id=import_id)
+
+
+@login_required
+def version_page(request: HttpRequest, project_id: int, dataset_id: int, number: int) -> HttpResponse:
+    """Browse one version: search, filter by label, keyset pages."""
+    dataset = policy.get_object(request.user, Dataset, dataset_id, "dataset.view", project_id=project_id)
+    version = selectors.ready_versions(dataset).filter(number=number).first()
+    if version is None:
+        raise NotFound()
+    try:
+        after = int(request.GET["after"]) if request.GET.get("after") else None
+    except ValueError:
+        after = None
+    q = request.GET.get("q", "")[:500]
+    label = request.GET.get("label", "")[:200]
+    rows, next_after = selectors.version_rows(version=version, after=after, q=q, label=label)
+    return render(request, "datasets/version.html", _context(request, dataset, version=version, rows=rows,
+                                                             next_after=next_after, q=q, label=label))

@@ -22,7 +22,8 @@ def user_group(user_id: int) -> str:
     return f"user.{user_id}"
 
 
-def _send(group: str, message: dict) -> None:
+def send(group: str, message: dict) -> None:
+    """Publish to a channel-layer group, best effort, from any sync context."""
     def publish():
         try:
             async_to_sync(get_channel_layer().group_send)(group, message)
@@ -43,8 +44,8 @@ def _send(group: str, message: dict) -> None:
 
 def access_revoked(*, user_id: int, project_id: int) -> None:
     """Tell every open socket of this user to re-check its access to this project."""
-    _send(user_group(user_id), {"type": "access.revoked", "project_id": project_id})
+    send(user_group(user_id), {"type": "access.revoked", "project_id": project_id})
 
 
 def activity_published(*, project_id: int, event: dict) -> None:
-    _send(project_group(project_id), {"type": "activity.event", "event": event})
+    send(project_group(project_id), {"type": "activity.event", "event": event})

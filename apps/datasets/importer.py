@@ -1,0 +1,194 @@
+"""Runs one import inside a worker: the adapter between the database and the ingest engine.
+
+Rows are written in batches into a version that stays BUILDING (invisible) until the last
+row is in; a failure or a cancel deletes that version and its rows, so nothing half-written
+is left behind. The job row is the record of progress; each batch also publishes progress
+to the job's websocket group. Redelivery of a job that already ended does nothing; a job found
+RUNNING (its worker died) is cleaned up and run again from the start.
+"""
+
+import logging
+import time
+import traceback
+from pathlib import Path
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Max
+from django.utils import timezone
+
+from apps.core import storage
+from apps.datasets import events
+from apps.datasets.models import DatasetRow, DatasetVersion, ImportJob
+from workers.ingest import BadRows, ColumnMapping, IngestError, SourceFormat, VersionHasher, canonical_row, read_records
+from workers.ingest.errors import record_bad_row
+
+logger = logging.getLogger(__name__)
+
+# 2,000 rows a batch: large enough that the per-batch commit and progress write are cheap,
+# small enough that a cancel is noticed within about a second.
+BATCH_ROWS = 2000
+PROGRESS_INTERVAL_S = 0.5
+SHORT_FIELDS = {"ext_id": 200, "label": 200}  # indexed columns have a length limit
+
+
+class ImportCancelled(Exception):
+    pass
+
+
+def source_path(job: ImportJob) -> Path:
+    return Path(job.server_path) if job.server_path else storage.blob_path(job.artifact_sha256)
+
+
+def estimate_rows(path: Path, fmt: SourceFormat) -> int | None:
+    """A cheap row estimate for the progress bar; None when it cannot be known up front."""
+    try:
+        if fmt.kind == "parquet" and not fmt.compression:
+            import pyarrow.parquet as pq
+
+            return pq.ParquetFile(path).metadata.num_rows
+        if fmt.kind in ("jsonl", "csv", "tsv") and not fmt.compression:
+            lines = 0
+            with open(path, "rb") as handle:
+                while chunk := handle.read(1024 * 1024):
+                    lines += chunk.count(b"\n")
+            return max(lines - (1 if fmt.kind != "jsonl" and fmt.has_header else 0), 0)
+    except OSError:
+        return None
+    return None
+
+
+def _next_number(dataset) -> int:
+    return (dataset.versions.aggregate(n=Max("number"))["n"] or 0) + 1
+
+
+def _discard(version: DatasetVersion | None) -> None:
+    if version is not None and version.pk is not None:
+        DatasetRow.objects.filter(version=version).delete()
+        version.delete()
+
+
+def _finish(job: ImportJob, state: str, error: str = "") -> None:
+    job.state = state
+    job.error = error
+    job.finished_at = timezone.now()
+    job.save(update_fields=["state", "error", "finished_at", "rows_done", "bad_rows", "version"])
+    events.import_progress(job)
+
+
+def run_import(job_id: int) -> None:
+    job = ImportJob.objects.select_related("dataset").filter(pk=job_id).first()
+    if job is None or job.state not in ImportJob.ACTIVE:
+        return  # deleted, or already finished: a redelivered message does nothing
+    if job.state == ImportJob.State.RUNNING:
+        logger.warning("import %s was running when its worker stopped; starting it again", job_id)
+        _discard(job.version)
+        job.version = None
+    job.state = ImportJob.State.RUNNING
+    job.started_at = timezone.now()
+    job.rows_done = 0
+    fmt = SourceFormat(**job.source_format)
+    path = source_path(job)
+    job.rows_total_estimate = estimate_rows(path, fmt)
+    with transaction.atomic():
+        version = DatasetVersion.objects.create(
+            dataset=job.dataset, number=_next_number(job.dataset), author=job.created_by, message=job.message,
+            parent=job.dataset.versions.filter(status=DatasetVersion.Status.READY).order_by("-number").first(),
+            source={"import": job.pk, "filename": job.filename, "artifact_sha256": job.artifact_sha256,
+                    "format": job.source_format, "mapping": job.mapping})
+        job.version = version
+        job.save()
+    events.import_progress(job)
+    try:
+        _load_rows(job, version, path, fmt)
+    except ImportCancelled:
+        _discard(version)
+        job.version = None
+        _finish(job, ImportJob.State.CANCELLED)
+    except IngestError as exc:
+        _discard(version)
+        job.version = None
+        _finish(job, ImportJob.State.FAILED, str(exc))
+    except Exception as exc:  # keep the traceback for the scientist; never leave a half version
+        logger.exception("import %s failed", job_id)
+        _discard(version)
+        job.version = None
+        _finish(job, ImportJob.State.FAILED, f"{type(exc).__name__}: {exc}\n\n{traceback.format_exc()}")
+    else:
+        _finish(job, ImportJob.State.SUCCEEDED)
+
+
+def _load_rows(job: ImportJob, version: DatasetVersion, path: Path, fmt: SourceFormat) -> None:
+    mapping = ColumnMapping(roles=job.mapping)
+    options = job.options or {}
+    bad_rows = BadRows()
+    hasher = VersionHasher()
+    seen_ids: set[str] = set()
+    metadata_keys: set[str] = set()
+    batch: list[DatasetRow] = []
+    started = last_progress = time.monotonic()
+    position = 0
+    skip_bad_rows = bool(options.get("skip_bad_rows"))
+    records = read_records(path, fmt, delimiter=options.get("delimiter"), has_header=options.get("has_header"),
+                           skip_bad_rows=skip_bad_rows, bad_rows=bad_rows)
+    id_column = next((column for column, role in job.mapping.items() if role == "id"), None)
+    for line, record in records:
+        try:
+            row = canonical_row(record, mapping, line)
+        except IngestError as exc:  # e.g. no prompt in this row: skippable like a parse error
+            if not skip_bad_rows:
+                raise
+            record_bad_row(bad_rows, exc)
+            continue
+        for field, limit in SHORT_FIELDS.items():
+            if row[field] is not None and len(row[field]) > limit:
+                column = next((c for c, r in job.mapping.items() if r == ("id" if field == "ext_id" else field)), None)
+                raise IngestError(f"{field.replace('ext_', '')} is longer than {limit} characters", line=line,
+                                  column=column)
+        if row["ext_id"] is not None:
+            if row["ext_id"] in seen_ids:
+                raise IngestError(f"duplicate id {row['ext_id']!r}", line=line, column=id_column)
+            seen_ids.add(row["ext_id"])
+        metadata_keys.update(row["metadata"])
+        batch.append(DatasetRow(version=version, position=position, row_hash=hasher.update(row), **row))
+        position += 1
+        if len(batch) >= BATCH_ROWS:
+            DatasetRow.objects.bulk_create(batch)
+            batch.clear()
+            job.rows_done = position
+            now = time.monotonic()
+            if now - last_progress >= PROGRESS_INTERVAL_S:
+                last_progress = now
+                _report(job, position, now - started)
+    if batch:
+        DatasetRow.objects.bulk_create(batch)
+    if position == 0:
+        raise IngestError("no rows to import" + (f" ({len(bad_rows)} bad rows skipped)" if bad_rows else ""))
+    job.rows_done = position
+    job.bad_rows = list(bad_rows)
+    if bad_rows.total:
+        version.source = {**version.source, "bad_rows_skipped": bad_rows.total}
+    version.row_count = position
+    version.content_hash = hasher.hexdigest()
+    version.schema = {"roles": job.mapping, "metadata_keys": sorted(metadata_keys)}
+    version.status = DatasetVersion.Status.READY
+    version.save(update_fields=["row_count", "content_hash", "schema", "status", "source"])
+
+
+def _report(job: ImportJob, rows: int, elapsed_s: float) -> None:
+    """Save progress, publish it, and stop if a cancel was asked for."""
+    ImportJob.objects.filter(pk=job.pk).update(rows_done=rows)
+    if ImportJob.objects.filter(pk=job.pk, cancel_requested=True).exists():
+        raise ImportCancelled()
+    rate = rows / elapsed_s if elapsed_s > 0 else None
+    eta = (job.rows_total_estimate - rows) / rate if rate and job.rows_total_estimate else None
+    events.import_progress(job, rows_per_s=rate, eta_s=eta)
+
+
+def data_root_path(raw: str) -> Path:
+    """A server-side path, resolved (symlinks too) and accepted only inside DATA_ROOTS."""
+    resolved = Path(raw).resolve()
+    for root in settings.DATA_ROOTS:
+        if resolved == root or root in resolved.parents:
+            return resolved
+    raise IngestError("the path is outside the configured data roots")

@@ -1,0 +1,7 @@
+from django.urls import path
+
+from apps.datasets import consumers
+
+websocket_urlpatterns = [
+    path("ws/imports/<int:import_id>/", consumers.ImportProgressConsumer.as_asgi()),
+]

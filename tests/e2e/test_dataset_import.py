@@ -1,0 +1,66 @@
+"""A scientist imports a JSONL in the browser, maps its columns, watches it run, browses and searches."""
+
+import json
+import re
+
+import pytest
+from playwright.sync_api import expect
+
+from apps.datasets.services import dataset_create
+from tests.conftest import browser_login
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+
+def test_scientist_uploads_maps_watches_progress_browses_and_searches(page, scientist, project, celery_worker,
+                                                                      tmp_path):
+    dataset = dataset_create(user=scientist, project=project, name="Support chats")
+    rows = [{"question": f"How do I reset password {i}?" if i % 50 else f"Where is my llama {i}?",
+             "answer": f"Answer {i}", "topic": "vip" if i % 100 == 0 else "account" if i % 2 else "billing",
+             "note": "<img src=x onerror=alert(1)>"} for i in range(5000)]
+    upload = tmp_path / "support.jsonl"
+    upload.write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+    browser_login(page, "sofia")
+    page.goto(f"/projects/{project.pk}/datasets/{dataset.pk}/")
+    page.get_by_label("File").set_input_files(str(upload))
+    page.get_by_role("button", name="Upload and preview").click()
+
+    preview = page.get_by_test_id("preview")
+    expect(preview).to_contain_text("How do I reset password 1?")
+    expect(preview).to_contain_text("<img src=x onerror=alert(1)>")  # shown as text, not markup
+    expect(page.get_by_label("question")).to_have_value("prompt")  # suggested from the column names
+    expect(page.get_by_label("answer")).to_have_value("response")
+    page.get_by_label("topic").select_option("label")
+    page.get_by_label("Version message").fill("support logs, November")
+    page.get_by_role("button", name="Start import").click()
+
+    progress = page.get_by_test_id("import-progress")
+    expect(progress.locator("[data-field=state]")).to_have_text("succeeded", timeout=60_000)
+    expect(progress).to_contain_text("5000 rows")
+    progress.get_by_role("link", name="Browse version 1").click()
+
+    expect(page.get_by_role("heading", name="Support chats · version 1")).to_be_visible()
+    table = page.get_by_test_id("rows")
+    expect(table).to_contain_text("How do I reset password 1?")
+    expect(table.locator("tbody tr")).to_have_count(50)
+    page.get_by_role("link", name="Next page").click()
+    expect(table).to_contain_text("How do I reset password 51?")
+
+    page.get_by_label("Search text").fill("llama")
+    page.get_by_role("button", name="Search").click()
+    expect(table.locator("tbody tr")).to_have_count(50)
+    expect(table).not_to_contain_text("reset password")
+    page.get_by_label("Label").fill("vip")
+    page.get_by_role("button", name="Search").click()
+    expect(table.locator("tbody tr")).to_have_count(50)
+    expect(table).to_contain_text("Where is my llama 100?")
+    expect(table).not_to_contain_text("Where is my llama 50?")
+    assert page.evaluate("document.querySelectorAll('img').length") == 0
+
+    with page.expect_download() as download:
+        page.get_by_role("link", name="JSONL").click()
+    exported = [json.loads(line) for line in open(download.value.path())]
+    assert len(exported) == 5000
+    assert exported[1]["prompt"] == "How do I reset password 1?" and exported[0]["label"] == "vip"
+    assert re.match(r"Support chats-v1\.jsonl", download.value.suggested_filename)

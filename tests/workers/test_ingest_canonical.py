@@ -1,0 +1,185 @@
+"""Column mappings, canonical rows and hashes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+
+from workers.ingest import (
+    ROLES,
+    ColumnMapping,
+    IngestError,
+    VersionHasher,
+    canonical_json,
+    canonical_row,
+    row_hash,
+)
+
+
+def test_roles_are_the_documented_ones():
+    assert ROLES == ("id", "prompt", "response", "messages", "label", "reference")
+
+
+def test_a_mapping_refuses_unknown_roles_and_roles_given_twice():
+    with pytest.raises(IngestError) as info:
+        ColumnMapping({"q": "prompt", "x": "question"})
+    assert info.value.column == "x"
+    assert str(info.value).startswith("column 'x': unknown role 'question'")
+    with pytest.raises(IngestError) as info:
+        ColumnMapping({"q": "prompt", "q2": "prompt"})
+    assert str(info.value) == "column 'q2': the role 'prompt' is given to two columns, 'q' and 'q2'"
+
+
+def test_a_mapping_is_immutable_and_checks_columns():
+    roles = {"q": "prompt"}
+    mapping = ColumnMapping(roles)
+    roles["a"] = "response"
+    assert mapping.roles == {"q": "prompt"}
+    with pytest.raises(AttributeError):
+        mapping.roles = {}  # type: ignore[misc]
+    mapping.check_columns(["q", "other"])
+    with pytest.raises(IngestError, match="not in the file") as info:
+        mapping.check_columns(["other"])
+    assert info.value.column == "q"
+    with pytest.raises(IngestError, match="map a column to 'prompt' or to 'messages'"):
+        ColumnMapping({"a": "response"}).check_columns(["a"])
+
+
+def test_canonical_row_has_exactly_the_documented_keys():
+    row = canonical_row({"q": "hi", "extra": 1}, ColumnMapping({"q": "prompt"}), 1)
+    assert row == {
+        "ext_id": None, "prompt": "hi", "response": None, "messages": None, "label": None, "reference": None,
+        "metadata": {"extra": "1"},
+    }
+
+
+def test_text_roles_become_strings_as_json_writes_them():
+    mapping = ColumnMapping({"i": "id", "p": "prompt", "l": "label", "r": "reference", "a": "response"})
+    row = canonical_row({"i": 7, "p": "x", "l": True, "r": 0.1, "a": None}, mapping, 1)
+    assert (row["ext_id"], row["label"], row["reference"], row["response"]) == ("7", "true", "0.1", None)
+    csv_row = canonical_row({"i": "7", "p": "x", "l": "true", "r": "0.1", "a": ""}, mapping, 1)
+    assert row_hash(row) == row_hash(csv_row)
+
+
+def test_metadata_scalars_are_strings_and_missing_values_are_left_out():
+    mapping = ColumnMapping({"p": "prompt"})
+    nested = {"k": [1, "é"]}
+    typed = canonical_row(
+        {"p": "x", "n": 3, "f": 2.5, "b": False, "none": None, "empty": "", "nested": nested}, mapping, 1
+    )
+    assert typed["metadata"] == {"n": "3", "f": "2.5", "b": "false", "nested": {"k": [1, "é"]}}
+    from_csv = canonical_row(
+        {"p": "x", "n": "3", "f": "2.5", "b": "false", "empty": "", "none": "", "nested": nested}, mapping, 1
+    )
+    assert canonical_json(typed) == canonical_json(from_csv)
+    sparse = canonical_row({"p": "x", "n": 3, "f": 2.5, "b": False, "nested": {"k": [1, "é"]}}, mapping, 1)
+    assert row_hash(sparse) == row_hash(typed)
+
+
+def test_text_is_kept_as_is_except_newlines_and_nfc():
+    mapping = ColumnMapping({"p": "prompt"})
+    text = "  <a href='javascript:alert(1)'>x</a> &amp; \r\nnext\rline  "
+    row = canonical_row({"p": text, "m": "e\u0301"}, mapping, 1)
+    assert row["prompt"] == "  <a href='javascript:alert(1)'>x</a> &amp; \nnext\nline  "
+    assert row["metadata"] == {"m": "\u00e9"}
+
+
+def test_nul_characters_and_lone_surrogates_are_refused():
+    mapping = ColumnMapping({"p": "prompt"})
+    with pytest.raises(IngestError) as info:
+        canonical_row({"p": "a\x00b"}, mapping, 4)
+    assert str(info.value) == "line 4, column 'p': the text contains a NUL character"
+    with pytest.raises(IngestError, match="unpaired surrogate") as info:
+        canonical_row(json.loads('{"p": "x", "meta": "\\ud800"}'), mapping, 5)
+    assert (info.value.line, info.value.column) == (5, "meta")
+
+
+def test_a_row_needs_a_prompt_or_messages():
+    mapping = ColumnMapping({"q": "prompt", "a": "response"})
+    with pytest.raises(IngestError) as info:
+        canonical_row({"q": "", "a": "x"}, mapping, 9)
+    assert str(info.value) == "line 9, column 'q': the row has no prompt (or messages)"
+    with pytest.raises(IngestError) as info:
+        canonical_row({"a": "x"}, mapping, 10)
+    assert (info.value.line, info.value.column) == (10, "q")
+    with pytest.raises(IngestError, match="no column is mapped"):
+        canonical_row({"a": "x"}, ColumnMapping({"a": "response"}), 11)
+    row = canonical_row({"m": [{"role": "user", "content": "hi"}]}, ColumnMapping({"m": "messages", "q": "prompt"}), 1)
+    assert (row["prompt"], row["messages"]) == (None, [{"role": "user", "content": "hi"}])
+
+
+@pytest.mark.parametrize(
+    ("messages", "message"),
+    [
+        ("not json", "the messages are not valid JSON"),
+        ({"role": "user"}, "messages must be a list of {role, content} objects"),
+        (["hi"], "message 1 is not an object with role and content"),
+        (
+            [{"role": "bot", "content": "x"}],
+            "message 1 has role 'bot'; it must be one of system, user, assistant, tool",
+        ),
+        ([{"role": "user", "content": "x"}, {"role": "user", "content": 3}], "message 2 has no text content"),
+        ([{"role": "user", "content": "x", "name": "n"}], "message 1 has keys other than role and content: name"),
+    ],
+)
+def test_bad_messages_name_the_line_and_column(messages, message):
+    mapping = ColumnMapping({"chat": "messages"})
+    with pytest.raises(IngestError) as info:
+        canonical_row({"chat": messages}, mapping, 3)
+    assert (info.value.line, info.value.column) == (3, "chat")
+    assert info.value.message.startswith(message)
+
+
+def test_messages_from_a_csv_string_equal_messages_from_json():
+    mapping = ColumnMapping({"chat": "messages"})
+    messages = [{"role": "user", "content": "a\r\nb"}, {"role": "assistant", "content": "c", "tool_calls": None}]
+    from_json = canonical_row({"chat": messages}, mapping, 1)
+    from_csv = canonical_row({"chat": json.dumps(messages)}, mapping, 1)
+    assert from_json == from_csv
+    assert from_json["messages"] == [{"role": "user", "content": "a\nb"}, {"role": "assistant", "content": "c"}]
+
+
+def test_lists_in_text_roles_are_refused():
+    with pytest.raises(IngestError, match="the value is a list, not text") as info:
+        canonical_row({"p": ["a"]}, ColumnMapping({"p": "prompt"}), 2)
+    assert info.value.column == "p"
+
+
+def test_canonical_json_is_sorted_compact_utf8():
+    row = {"b": "é", "a": [1, {"d": None, "c": "<"}]}
+    assert canonical_json(row) == '{"a":[1,{"c":"<","d":null}],"b":"é"}'.encode()
+    assert row_hash(row) == hashlib.sha256(canonical_json(row)).hexdigest()
+
+
+def test_version_hash_is_the_hash_of_row_hashes_in_order():
+    rows = [{"prompt": "a"}, {"prompt": "b"}]
+    hasher = VersionHasher()
+    digests = [hasher.update(row) for row in rows]
+    expected = hashlib.sha256(b"".join(bytes.fromhex(d) for d in digests)).hexdigest()
+    assert hasher.hexdigest() == expected
+    assert hasher.count == 2
+    again = VersionHasher()
+    for digest in digests:
+        again.update_row_hash(digest)
+    assert again.hexdigest() == expected
+    reversed_order = VersionHasher()
+    for row in reversed(rows):
+        reversed_order.update(row)
+    assert reversed_order.hexdigest() != expected
+    assert VersionHasher().hexdigest() == hashlib.sha256(b"").hexdigest()
+
+
+def test_ingest_errors_say_where_and_survive_pickling():
+    import pickle
+
+    from workers.ingest import IngestError
+
+    error = IngestError("Expecting ',' delimiter", line=12, column=7)
+    assert str(error) == "line 12, column 7: Expecting ',' delimiter"
+    copy = pickle.loads(pickle.dumps(error))
+    assert (copy.message, copy.line, copy.column, str(copy)) == (error.message, 12, 7, str(error))
+    assert error.as_dict() == {"message": "Expecting ',' delimiter", "line": 12, "column": 7, "text": str(error)}
+    assert str(IngestError("the file is empty")) == "the file is empty"
+    assert str(IngestError("bad", column="prompt")) == "column 'prompt': bad"

@@ -1,0 +1,10 @@
+"""Celery tasks: thin adapters. Each receives only an id and hands over to a service."""
+
+from celery import shared_task
+
+
+@shared_task(name="datasets.import")
+def import_dataset_task(job_id: int) -> None:
+    from apps.datasets.importer import run_import
+
+    run_import(job_id)
