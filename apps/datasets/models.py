@@ -49,6 +49,7 @@ class DatasetVersion(models.Model):
     content_hash = models.CharField(max_length=64, blank=True)
     row_count = models.PositiveIntegerField(default=0)
     schema = models.JSONField(default=dict)  # {"roles": {column: role}, "metadata_keys": [...]}
+    stats = models.JSONField(default=dict)  # workers.ingest.stats.VersionStats, computed as rows are written
     message = models.CharField(max_length=500, blank=True)
     source = models.JSONField(default=dict)  # how it was made: import file, format, mapping
     author = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")

@@ -47,3 +47,35 @@ def version_rows(*, version: DatasetVersion, after: int | None = None, q: str = 
     page = list(rows.order_by("position")[: limit + 1])
     next_after = page[limit - 1].position if len(page) > limit else None
     return page[:limit], next_after
+
+
+DIFF_EXAMPLES = 10
+
+
+def version_diff(*, old: DatasetVersion, new: DatasetVersion) -> dict:
+    """Rows added, removed and changed from `old` to `new`, with a few examples of each.
+
+    A row is identified by its content hash; a "changed" row keeps its id but not its hash
+    (only when the rows have ids). Set operations run in the database."""
+    old_rows = DatasetRow.objects.filter(version=old)
+    new_rows = DatasetRow.objects.filter(version=new)
+    added = new_rows.exclude(row_hash__in=old_rows.values("row_hash"))
+    removed = old_rows.exclude(row_hash__in=new_rows.values("row_hash"))
+    changed_ids = (added.filter(ext_id__isnull=False)
+                   .filter(ext_id__in=removed.filter(ext_id__isnull=False).values("ext_id")))
+    changed_examples = []
+    for after in changed_ids.order_by("position")[:DIFF_EXAMPLES]:
+        before = removed.filter(ext_id=after.ext_id).first()
+        changed_examples.append({"id": after.ext_id, "before": before, "after": after})
+    changed_count = changed_ids.count()
+    return {
+        "old": old, "new": new,
+        "added": added.count() - changed_count, "removed": removed.count() - changed_count,
+        "changed": changed_count,
+        "added_examples": list(added.exclude(ext_id__in=changed_ids.values("ext_id")).order_by("position")
+                               [:DIFF_EXAMPLES]) if changed_count else list(added.order_by("position")[:DIFF_EXAMPLES]),
+        "removed_examples": list(removed.exclude(ext_id__in=changed_ids.values("ext_id")).order_by("position")
+                                 [:DIFF_EXAMPLES]) if changed_count else list(removed.order_by("position")
+                                                                              [:DIFF_EXAMPLES]),
+        "changed_examples": changed_examples,
+    }

@@ -141,3 +141,32 @@ def version_page(request: HttpRequest, project_id: int, dataset_id: int, number:
     rows, next_after = selectors.version_rows(version=version, after=after, q=q, label=label)
     return render(request, "datasets/version.html", _context(request, dataset, version=version, rows=rows,
                                                              next_after=next_after, q=q, label=label))
+
+
+@login_required
+def version_stats(request: HttpRequest, project_id: int, dataset_id: int, number: int) -> HttpResponse:
+    dataset = policy.get_object(request.user, Dataset, dataset_id, "dataset.view", project_id=project_id)
+    version = selectors.ready_versions(dataset).filter(number=number).first()
+    if version is None:
+        raise NotFound()
+    return render(request, "datasets/stats.html", _context(request, dataset, version=version, stats=version.stats))
+
+
+@login_required
+def version_diff(request: HttpRequest, project_id: int, dataset_id: int) -> HttpResponse:
+    """Compare any two versions: rows added, removed and changed, with examples."""
+    dataset = policy.get_object(request.user, Dataset, dataset_id, "dataset.view", project_id=project_id)
+    versions = list(selectors.ready_versions(dataset))
+    by_number = {v.number: v for v in versions}
+    try:
+        old = by_number.get(int(request.GET.get("old", "")))
+        new = by_number.get(int(request.GET.get("new", "")))
+    except ValueError:
+        old = new = None
+    if old is None or new is None:
+        if len(versions) < 2:
+            messages.error(request, "A diff needs two versions.")
+            return redirect("datasets:detail", project_id=project_id, dataset_id=dataset_id)
+        new, old = versions[0], versions[1]
+    return render(request, "datasets/diff.html", _context(request, dataset, versions=versions,
+                                                          diff=selectors.version_diff(old=old, new=new)))

@@ -31,7 +31,9 @@ def test_pages_carry_a_content_security_policy_without_inline_script_or_eval(cli
     policy = response["Content-Security-Policy"]
     directives = dict(part.strip().split(" ", 1) for part in policy.split(";"))
     assert directives["script-src"] == "'self'"
-    assert "unsafe-inline" not in policy and "unsafe-eval" not in policy
+    assert directives["object-src"] == "'none'"
+    assert "unsafe-eval" not in policy
+    assert all("unsafe-inline" not in value for name, value in directives.items() if name != "style-src")
     assert directives["frame-ancestors"] == "'none'"
     assert response["X-Content-Type-Options"] == "nosniff"
     assert response["X-Frame-Options"] == "DENY"

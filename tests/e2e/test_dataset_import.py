@@ -58,6 +58,16 @@ def test_scientist_uploads_maps_watches_progress_browses_and_searches(page, scie
     expect(table).not_to_contain_text("Where is my llama 50?")
     assert page.evaluate("document.querySelectorAll('img').length") == 0
 
+    csp_errors = []
+    page.on("console", lambda message: csp_errors.append(message.text)
+            if "Content Security Policy" in message.text or message.type == "error" else None)
+    page.get_by_role("link", name="Statistics").click()
+    expect(page.get_by_test_id("stats-counts")).to_contain_text("5000 rows")
+    expect(page.get_by_test_id("chart-lengths").locator("svg.main-svg").first).to_be_visible(timeout=15_000)
+    expect(page.get_by_test_id("chart-labels")).to_contain_text("billing")
+    assert csp_errors == []
+    page.go_back()
+
     with page.expect_download() as download:
         page.get_by_role("link", name="JSONL").click()
     exported = [json.loads(line) for line in open(download.value.path())]

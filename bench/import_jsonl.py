@@ -1,0 +1,377 @@
+"""Import of a 1,000,000-line JSONL file (~200 bytes a line) into PostgreSQL.
+
+Ours: `apps.datasets.importer.run_import(job_id)`, the function the Celery task calls, run in
+a child process of its own so that its peak RSS is the worker's (the child reports its
+`ru_maxrss`; the parent also polls it with psutil). The job is made the way the API makes it:
+`services.import_create` stores the upload (a django File over the generated file) and
+detects its format; then the job gets the mapping and options `import_start` would give it and
+the state QUEUED, written directly, so that no Celery message is sent (`import_start` queues
+the task on commit) and the child is the only thing that runs the import.
+
+Floor, same run, same file: `pyarrow.json.read_json(file)` plus a `COPY` of the same rows
+(ext_id, prompt, response, label, metadata as JSON, position, a 64-char hash) into a plain
+table with the same columns and only a primary key. floor time = read time + COPY time;
+ratio = our time / floor time (target <= 4), and peak RSS under 500 MB.
+For reference only, the same COPY into a table made `LIKE datasets_datasetrow INCLUDING ALL`
+(the row table's indexes, the full-text GIN index among them) is timed too: it shows what
+the indexes alone cost any writer.
+
+PostgreSQL (postgresql://postgres@127.0.0.1:5432 unless BENCH_PG_URL) and Redis
+(redis://127.0.0.1:6379/2 unless BENCH_REDIS_URL) must be running. The benchmark creates the
+database `bench_workbench` fresh and drops it at the end. BENCH_IMPORT_ROWS changes the size
+(for trying things out). BENCH_IMPORT_PROFILE=cprofile runs the child under cProfile, and
+BENCH_IMPORT_PROFILE=py-spy under `py-spy record --idle` (waits on PostgreSQL included); both
+print the child's top costs.
+"""
+
+import hashlib
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROWS = int(os.environ.get("BENCH_IMPORT_ROWS", "1000000"))
+TARGET_RATIO = 4.0
+TARGET_RSS_MB = 500
+PG_URL = os.environ.get("BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432")
+REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/2")
+DATABASE = "bench_workbench"
+ROOT = Path(__file__).resolve().parent.parent
+COPY_COLUMNS = "version_id, position, row_hash, ext_id, prompt, response, label, metadata, split"
+# The search benchmark (browse_scale) looks for this word; it is in 1 row of 100.
+NEEDLE = "needle"
+LABELS = ("positive", "negative", "neutral", "mixed")  # 25% each
+
+
+# --- PostgreSQL and Django set-up, shared with browse_scale --------------------------------------
+
+def admin_execute(*statements: str) -> None:
+    import psycopg
+
+    with psycopg.connect(f"{PG_URL}/postgres", autocommit=True) as conn:
+        for statement in statements:
+            conn.execute(statement)
+
+
+def fresh_database(name: str) -> None:
+    admin_execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)', f'CREATE DATABASE "{name}"')
+
+
+def drop_database(name: str) -> None:
+    admin_execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def django_already_set_up() -> bool:
+    from django.conf import settings
+
+    return settings.configured
+
+
+def rerun_in_child(module: str, names: list[str]) -> list[dict]:
+    """Another benchmark configured Django (for SQLite) in this process: run in a fresh one."""
+    subprocess.run([sys.executable, "-m", module], cwd=ROOT, check=True)
+    return [json.loads((ROOT / "bench" / "results" / f"{name}.json").read_text()) for name in names]
+
+
+def setup_django(database: str, data_dir: str) -> None:
+    """Point Django at a fresh PostgreSQL database and Redis db 2, set it up and migrate."""
+    fresh_database(database)
+    os.environ.update(WORKBENCH_DATA_DIR=data_dir, DJANGO_SETTINGS_MODULE="workbench.settings",
+                      DATABASE_URL=f"{PG_URL}/{database}", REDIS_URL=REDIS_URL)
+    os.environ.pop("CELERY_BROKER_URL", None)
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+    from django.test.utils import setup_test_environment
+
+    setup_test_environment()
+    call_command("migrate", verbosity=0)
+
+
+def clear_redis() -> None:
+    """Delete the keys this process wrote into the benchmark's Redis database."""
+    import redis
+
+    client = redis.Redis.from_url(REDIS_URL)
+    for key in client.scan_iter("workbench*"):
+        client.delete(key)
+    client.close()
+
+
+def make_owner_dataset():
+    from django.contrib.auth import get_user_model
+
+    from apps.datasets.services import dataset_create
+    from apps.projects.services import project_create
+
+    owner = get_user_model().objects.create_user("bench-owner", password="x" * 12)
+    project = project_create(user=owner, name="Bench")
+    dataset = dataset_create(user=owner, project=project, name="rows")
+    return owner, project, dataset
+
+
+# --- data ------------------------------------------------------------------------------------------
+
+def _vocabulary(rng: random.Random, size: int = 4000) -> list[str]:
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    words = set()
+    while len(words) < size:
+        words.add("".join(rng.choice(letters) for _ in range(rng.randint(3, 9))))
+    words.discard(NEEDLE)
+    return sorted(words)
+
+
+def records(count: int, seed: int = 7):
+    """(id, prompt, response, label, source) for `count` rows; ~200 bytes each as JSONL.
+    Every 100th row (from row 37) has NEEDLE in its prompt."""
+    rng = random.Random(seed)
+    words = _vocabulary(rng)
+    choices = rng.choices
+    for i in range(count):
+        prompt = choices(words, k=7)
+        if i % 100 == 37:
+            prompt[4] = NEEDLE
+        yield (f"row-{i:07}", " ".join(prompt).capitalize() + "?", " ".join(choices(words, k=8)).capitalize() + ".",
+               LABELS[i % 4], f"source-{i % 50:02}")
+
+
+def write_jsonl(path: Path, count: int) -> int:
+    dumps = json.JSONEncoder(ensure_ascii=False, separators=(", ", ": ")).encode
+    with open(path, "w", encoding="utf-8") as handle:
+        for ext_id, prompt, response, label, source in records(count):
+            handle.write(dumps({"id": ext_id, "prompt": prompt, "response": response, "label": label,
+                                "source": source}) + "\n")
+    return path.stat().st_size
+
+
+# --- floor -----------------------------------------------------------------------------------------
+
+def _copy(table: str, rows: list[tuple]) -> float:
+    import psycopg
+
+    from django.conf import settings
+
+    with psycopg.connect(f"{PG_URL}/{settings.DATABASES['default']['NAME']}") as conn:
+        started = time.perf_counter()
+        with conn.cursor() as cursor, cursor.copy(f"COPY {table} ({COPY_COLUMNS}) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row(row)
+        conn.commit()
+        return time.perf_counter() - started
+
+
+def measure_floor(path: Path, version_id: int) -> dict:
+    import pyarrow.json
+    from django.db import connection
+
+    started = time.perf_counter()
+    table = pyarrow.json.read_json(path)
+    read_s = time.perf_counter() - started
+    assert table.num_rows == ROWS, table.num_rows
+    columns = {name: table.column(name).to_pylist() for name in ("id", "prompt", "response", "label", "source")}
+    del table
+    # The same values our import stores: metadata as JSON, a position, a 64-character hash.
+    rows = [(version_id, position, hashlib.sha256(prompt.encode()).hexdigest(), ext_id, prompt, response, label,
+             f'{{"source": "{source}"}}', "")
+            for position, (ext_id, prompt, response, label, source)
+            in enumerate(zip(*columns.values(), strict=True))]
+    del columns
+    with connection.cursor() as cursor:
+        cursor.execute("""CREATE TABLE bench_floor_rows (
+            id bigint GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY, version_id bigint NOT NULL,
+            position integer NOT NULL, row_hash varchar(64) NOT NULL, ext_id varchar(200), prompt text,
+            response text, messages jsonb, label varchar(200), reference text, metadata jsonb NOT NULL,
+            split varchar(16) NOT NULL)""")
+        cursor.execute("CREATE TABLE bench_indexed_rows (LIKE datasets_datasetrow INCLUDING ALL)")
+    connection.close()
+    copy_s = _copy("bench_floor_rows", rows)
+    indexed_copy_s = _copy("bench_indexed_rows", rows)
+    del rows
+    with connection.cursor() as cursor:
+        cursor.execute("DROP TABLE bench_floor_rows")
+        cursor.execute("DROP TABLE bench_indexed_rows")
+    connection.close()
+    return {"read_s": read_s, "copy_s": copy_s, "indexed_copy_s": indexed_copy_s}
+
+
+# --- ours ------------------------------------------------------------------------------------------
+
+def queued_import(owner, dataset, path: Path):
+    """An import job as `import_create` + `import_start` leave it, without queueing a task."""
+    from django.core.files import File
+
+    from apps.datasets.models import ImportJob
+    from apps.datasets.services import import_create
+
+    with open(path, "rb") as handle:
+        job = import_create(user=owner, dataset=dataset, upload=File(handle, name=path.name))
+    ImportJob.objects.filter(pk=job.pk).update(
+        mapping={"id": "id", "prompt": "prompt", "response": "response", "label": "label"},
+        options={"skip_bad_rows": False, "delimiter": None, "has_header": None},
+        message="bench", state=ImportJob.State.QUEUED)
+    return job
+
+
+def run_child_import(job_id: int, out: Path) -> dict:
+    """Run the import in a child process; its time, its own peak RSS, and a polled peak."""
+    import psutil
+
+    argv = [sys.executable, "-m", "bench.import_jsonl", "--child", str(job_id), str(out)]
+    profile = os.environ.get("BENCH_IMPORT_PROFILE", "")
+    stacks = out.with_suffix(".stacks")
+    if profile == "cprofile":
+        argv.append("--profile")
+    elif profile == "py-spy":
+        argv = [str(Path(sys.executable).with_name("py-spy")), "record", "--idle", "--rate", "200", "--format", "raw",
+                "--output", str(stacks), "--", *argv]
+    process = subprocess.Popen(argv, cwd=ROOT)
+    watched = psutil.Process(process.pid)
+    polled = 0
+    done = threading.Event()
+
+    def poll():
+        nonlocal polled
+        while not done.is_set():
+            try:
+                polled = max(polled, watched.memory_info().rss)
+            except psutil.Error:
+                return
+            time.sleep(0.05)
+
+    poller = threading.Thread(target=poll, daemon=True)
+    poller.start()
+    code = process.wait()
+    done.set()
+    poller.join()
+    if code:
+        raise RuntimeError(f"the import child exited with {code}")
+    report = json.loads(out.read_text())
+    report["polled_rss_mb"] = polled / 1024 / 1024
+    if profile == "py-spy":
+        print_stacks(stacks)
+    return report
+
+
+def print_stacks(path: Path, top: int = 30) -> None:
+    """Summarise py-spy's collapsed stacks: share of samples per function, own and inclusive."""
+    own, inclusive, total = {}, {}, 0
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        frames = [frame.split(" (")[0] + " " + frame.split(" (")[-1].rsplit(":", 1)[0].rsplit("/", 1)[-1]
+                  for frame in stack.split(";")]
+        total += int(count)
+        own[frames[-1]] = own.get(frames[-1], 0) + int(count)
+        for frame in set(frames):
+            inclusive[frame] = inclusive.get(frame, 0) + int(count)
+    for title, table in (("own", own), ("inclusive", inclusive)):
+        print(f"py-spy, {total} samples, top {top} by {title} share:")
+        for frame, count in sorted(table.items(), key=lambda item: -item[1])[:top]:
+            print(f"  {100 * count / total:5.1f}%  {frame}")
+
+
+def child(job_id: int, out: str, profile: bool) -> None:
+    import resource
+
+    import django
+
+    django.setup()
+    from apps.datasets.importer import run_import
+
+    if profile:
+        import cProfile
+        import pstats
+
+        profiler = cProfile.Profile()
+        started = time.perf_counter()
+        profiler.runcall(run_import, job_id)
+        seconds = time.perf_counter() - started
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
+        pstats.Stats(profiler).sort_stats("cumulative").print_stats(40)
+    else:
+        started = time.perf_counter()
+        run_import(job_id)
+        seconds = time.perf_counter() - started
+    maxrss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    Path(out).write_text(json.dumps({"seconds": seconds, "maxrss_mb": maxrss_kib / 1024}))
+
+
+# --- the benchmark ---------------------------------------------------------------------------------
+
+def run() -> list[dict]:
+    names = ["import_jsonl_time", "import_jsonl_peak_rss"]
+    if django_already_set_up():
+        return rerun_in_child("bench.import_jsonl", names)
+    data_dir = tempfile.mkdtemp(prefix="bench-import-")
+    try:
+        setup_django(DATABASE, data_dir)
+        from django.db import connection
+
+        from apps.datasets.models import DatasetRow, DatasetVersion, ImportJob
+        from bench.report import publish, result
+
+        path = Path(data_dir) / "rows.jsonl"
+        started = time.perf_counter()
+        size = write_jsonl(path, ROWS)
+        print(f"import_jsonl: wrote {ROWS:,} lines, {size / 1e6:.0f} MB ({size / ROWS:.0f} bytes a line) "
+              f"in {time.perf_counter() - started:.1f} s", flush=True)
+        owner, _, dataset = make_owner_dataset()
+        # The floor's rows carry a real version id, as ours do (the plain table has no foreign key).
+        scratch = DatasetVersion.objects.create(dataset=dataset, number=1000, author=owner)
+        floor = measure_floor(path, scratch.pk)
+        scratch.delete()
+        print(f"import_jsonl: floor read_json {floor['read_s']:.2f} s, COPY {floor['copy_s']:.2f} s, "
+              f"COPY with the row table's indexes {floor['indexed_copy_s']:.2f} s", flush=True)
+
+        job = queued_import(owner, dataset, path)
+        connection.close()
+        ours = run_child_import(job.pk, Path(data_dir) / "child.json")
+        job.refresh_from_db()
+        assert job.state == ImportJob.State.SUCCEEDED, (job.state, job.error[:2000])
+        assert job.version.row_count == ROWS and DatasetRow.objects.filter(version=job.version).count() == ROWS
+        connection.close()
+    finally:
+        try:
+            from django.db import connection
+
+            connection.close()
+        except Exception:  # noqa: BLE001 - Django may not be set up if the database could not be made
+            pass
+        drop_database(DATABASE)
+        clear_redis()
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+    floor_s = floor["read_s"] + floor["copy_s"]
+    ours_s = ours["seconds"]
+    ratio = ours_s / floor_s
+    shared = {"rows": ROWS, "file_bytes": size, "ours_s": round(ours_s, 2), "floor_s": round(floor_s, 2),
+              "floor_read_json_s": round(floor["read_s"], 3), "floor_copy_s": round(floor["copy_s"], 3),
+              "read_json_rows_per_s": round(ROWS / floor["read_s"]), "copy_rows_per_s": round(ROWS / floor["copy_s"]),
+              "copy_with_row_indexes_s": round(floor["indexed_copy_s"], 3),
+              "copy_with_row_indexes_rows_per_s": round(ROWS / floor["indexed_copy_s"]),
+              "how": "run_import(job_id) in a child process; job made by services.import_create, then set QUEUED "
+                     "with import_start's mapping and options (no Celery message)"}
+    return publish([
+        result(name="import_jsonl_time", metric=f"rows/s importing a {ROWS:,}-line JSONL into PostgreSQL",
+               unit="rows/s", value=ROWS / ours_s,
+               baseline_what="pyarrow.json.read_json + COPY into a plain table (floor), rows/s",
+               baseline_value=ROWS / floor_s, ratio=ratio, target=f"time ratio <= {TARGET_RATIO:g}",
+               passed=ratio <= TARGET_RATIO, extra=shared),
+        result(name="import_jsonl_peak_rss", metric="peak RSS of the process running the import", unit="MB",
+               value=ours["maxrss_mb"], baseline_what="target", baseline_value=TARGET_RSS_MB,
+               target=f"< {TARGET_RSS_MB} MB", passed=ours["maxrss_mb"] < TARGET_RSS_MB,
+               extra={"polled_rss_mb": round(ours["polled_rss_mb"], 1), "rows": ROWS}),
+    ])
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--child"]:
+        child(int(sys.argv[2]), sys.argv[3], "--profile" in sys.argv)
+    else:
+        run()

@@ -1,0 +1,57 @@
+"""Versions: statistics recorded at import, and diffs between any two versions."""
+
+import pytest
+
+from apps.datasets.models import DatasetVersion
+from tests.datasets.test_imports import ROWS, jsonl, run_import
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+
+@pytest.fixture
+def scientist_client(client, scientist):
+    client.force_login(scientist)
+    return client
+
+
+@pytest.fixture
+def dataset(scientist, project):
+    from apps.datasets.services import dataset_create
+
+    return dataset_create(user=scientist, project=project, name="Questions")
+
+
+def test_statistics_are_recorded_when_a_version_is_made(scientist_client, dataset, celery_worker):
+    rows = ROWS + [{**ROWS[0], "id": "copy-of-r1"}, {"id": "r9", "prompt": "x" * 300, "response": "", "label": "geo",
+                                                      "lang": "en"}]
+    job = run_import(scientist_client, dataset, jsonl(rows), "q.jsonl")
+    assert job["state"] == "succeeded", job["error"]
+    stats = DatasetVersion.objects.get(dataset=dataset, number=job["version"]).stats
+    assert stats["rows"] == 5
+    assert stats["labels"] == {"geo": 4, "code": 1}
+    assert stats["duplicates"] == 1 and stats["duplicate_examples"] == [3]
+    assert stats["missing"]["response"] == 1 and stats["missing"]["messages"] == 5
+    assert sum(stats["lengths"]["prompt"]) == 5
+    assert stats["lengths"]["prompt"][stats["length_bins"].index(256)] == 1  # the 300-character prompt
+    page = scientist_client.get(f"/projects/{dataset.project_id}/datasets/{dataset.pk}/versions/{job['version']}/stats/")
+    assert page.status_code == 200
+    assert 'id="version-stats"' in page.content.decode()
+
+
+def test_a_diff_shows_rows_added_removed_and_changed(scientist_client, dataset, celery_worker):
+    first = run_import(scientist_client, dataset, jsonl(ROWS), "v1.jsonl")
+    edited = [ROWS[0], {**ROWS[1], "response": "Use textContent, never innerHTML."},
+              {"id": "r4", "prompt": "A brand new question", "response": "New.", "label": "new", "lang": "en"}]
+    second = run_import(scientist_client, dataset, jsonl(edited), "v2.jsonl")
+    assert first["state"] == second["state"] == "succeeded"
+    url = f"/projects/{dataset.project_id}/datasets/{dataset.pk}/diff/"
+    page = scientist_client.get(url, {"old": first["version"], "new": second["version"]})
+    assert page.status_code == 200
+    diff = page.context["diff"]
+    assert (diff["added"], diff["removed"], diff["changed"]) == (1, 1, 1)
+    assert [row.ext_id for row in diff["added_examples"]] == ["r4"]
+    assert [row.ext_id for row in diff["removed_examples"]] == ["r3"]
+    change = diff["changed_examples"][0]
+    assert change["id"] == "r2" and change["after"].response == "Use textContent, never innerHTML."
+    html = page.content.decode()
+    assert "<script>alert(1)</script>" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
