@@ -8,3 +8,10 @@ def import_dataset_task(job_id: int) -> None:
     from apps.datasets.importer import run_import
 
     run_import(job_id)
+
+
+@shared_task(name="datasets.derive")
+def derive_version_task(job_id: int) -> None:
+    from apps.datasets.derive import run_derive
+
+    run_derive(job_id)

@@ -9,15 +9,17 @@ from rest_framework.views import APIView
 from apps.core.errors import Invalid, NotFound, PermissionDenied
 from apps.core.http import client_ip
 from apps.datasets import exports, selectors, services
-from apps.datasets.models import Dataset, DatasetVersion, ImportJob
+from apps.datasets.models import Dataset, DatasetVersion, DeriveJob, ImportJob
 from apps.datasets.serializers import (
     DatasetCreateSerializer,
     DatasetSerializer,
     ImportCreateSerializer,
     ImportSerializer,
     ImportStartSerializer,
+    DeriveJobSerializer,
     RowPageSerializer,
     RowSerializer,
+    SplitSerializer,
     VersionSerializer,
 )
 from apps.projects import policy
@@ -180,3 +182,26 @@ class VersionExportApi(APIView):
         audit_record(actor=request.user, action="dataset.export", project=dataset.project, target=dataset,
                      ip_address=client_ip(request), after={"version": number, "format": export_format})
         return exports.version_export_response(version, export_format)
+
+
+class VersionSplitApi(APIView):
+    """Queue a new version with a seeded train/validation/test split of this one."""
+
+    @extend_schema(request=SplitSerializer, responses={202: DeriveJobSerializer})
+    def post(self, request: Request, dataset_id: int, number: int) -> Response:
+        version = _version(request, dataset_id, number)
+        data = SplitSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        job = services.version_split_start(user=request.user, version=version, token=request.auth,
+                                           ip_address=client_ip(request), **data.validated_data)
+        return Response(DeriveJobSerializer(job).data, status=status.HTTP_202_ACCEPTED)
+
+
+class DeriveJobDetailApi(APIView):
+    @extend_schema(responses=DeriveJobSerializer)
+    def get(self, request: Request, job_id: int) -> Response:
+        job = DeriveJob.objects.select_related("parent__dataset__project", "version").filter(pk=job_id).first()
+        if job is None:
+            raise NotFound()
+        policy.require(request.user, "dataset.view", job.parent.dataset, request.auth)
+        return Response(DeriveJobSerializer(job).data)

@@ -32,3 +32,11 @@ class MappingForm(forms.Form):
 
     def role_fields(self):
         return [self[f"role_{index}"] for index in range(len(self.columns))]
+
+
+class SplitForm(forms.Form):
+    train = forms.FloatField(min_value=0, max_value=1, initial=0.8)
+    validation = forms.FloatField(min_value=0, max_value=1, initial=0.1, required=False)
+    test = forms.FloatField(min_value=0, max_value=1, initial=0.1, required=False)
+    seed = forms.IntegerField(min_value=0, max_value=2**31 - 1, initial=0)
+    stratify = forms.BooleanField(required=False, initial=True, label="Stratify by label")

@@ -60,11 +60,11 @@ def estimate_rows(path: Path, fmt: SourceFormat) -> int | None:
     return None
 
 
-def _next_number(dataset) -> int:
+def next_version_number(dataset) -> int:
     return (dataset.versions.aggregate(n=Max("number"))["n"] or 0) + 1
 
 
-def _discard(version: DatasetVersion | None) -> None:
+def discard_version(version: DatasetVersion | None) -> None:
     if version is not None and version.pk is not None:
         DatasetRow.objects.filter(version=version).delete()
         version.delete()
@@ -84,7 +84,7 @@ def run_import(job_id: int) -> None:
         return  # deleted, or already finished: a redelivered message does nothing
     if job.state == ImportJob.State.RUNNING:
         logger.warning("import %s was running when its worker stopped; starting it again", job_id)
-        _discard(job.version)
+        discard_version(job.version)
         job.version = None
     job.state = ImportJob.State.RUNNING
     job.started_at = timezone.now()
@@ -94,7 +94,7 @@ def run_import(job_id: int) -> None:
     job.rows_total_estimate = estimate_rows(path, fmt)
     with transaction.atomic():
         version = DatasetVersion.objects.create(
-            dataset=job.dataset, number=_next_number(job.dataset), author=job.created_by, message=job.message,
+            dataset=job.dataset, number=next_version_number(job.dataset), author=job.created_by, message=job.message,
             parent=job.dataset.versions.filter(status=DatasetVersion.Status.READY).order_by("-number").first(),
             source={"import": job.pk, "filename": job.filename, "artifact_sha256": job.artifact_sha256,
                     "format": job.source_format, "mapping": job.mapping})
@@ -104,16 +104,16 @@ def run_import(job_id: int) -> None:
     try:
         _load_rows(job, version, path, fmt)
     except ImportCancelled:
-        _discard(version)
+        discard_version(version)
         job.version = None
         _finish(job, ImportJob.State.CANCELLED)
     except IngestError as exc:
-        _discard(version)
+        discard_version(version)
         job.version = None
         _finish(job, ImportJob.State.FAILED, str(exc))
     except Exception as exc:  # keep the traceback for the scientist; never leave a half version
         logger.exception("import %s failed", job_id)
-        _discard(version)
+        discard_version(version)
         job.version = None
         _finish(job, ImportJob.State.FAILED, f"{type(exc).__name__}: {exc}\n\n{traceback.format_exc()}")
     else:

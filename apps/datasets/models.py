@@ -131,3 +131,32 @@ class ImportJob(models.Model):
     @property
     def project(self):
         return self.dataset.project
+
+
+class DeriveJob(models.Model):
+    """A new version made from an existing one by the worker (splits; later redaction, edits)."""
+
+    class Kind(models.TextChoices):
+        SPLIT = "split"
+
+    State = ImportJob.State
+
+    parent = models.ForeignKey(DatasetVersion, on_delete=models.CASCADE, related_name="derive_jobs")
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    params = models.JSONField(default=dict)
+    state = models.CharField(max_length=16, choices=ImportJob.State.choices, default=ImportJob.State.QUEUED)
+    cancel_requested = models.BooleanField(default=False)
+    rows_done = models.PositiveIntegerField(default=0)
+    error = models.TextField(blank=True)
+    version = models.OneToOneField(DatasetVersion, null=True, blank=True, on_delete=models.SET_NULL,
+                                   related_name="derive_job")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    @property
+    def dataset(self):
+        return self.parent.dataset

@@ -1,6 +1,6 @@
 from rest_framework import serializers
 
-from apps.datasets.models import Dataset, DatasetRow, DatasetVersion, ImportJob
+from apps.datasets.models import Dataset, DatasetRow, DatasetVersion, DeriveJob, ImportJob
 
 
 class DatasetSerializer(serializers.ModelSerializer):
@@ -58,3 +58,21 @@ class ImportStartSerializer(serializers.Serializer):
 class RowPageSerializer(serializers.Serializer):
     results = RowSerializer(many=True)
     next_after = serializers.IntegerField(allow_null=True, help_text="pass as `after` for the next page")
+
+
+class SplitSerializer(serializers.Serializer):
+    ratios = serializers.DictField(child=serializers.FloatField(min_value=0, max_value=1),
+                                   help_text="e.g. {\"train\": 0.8, \"validation\": 0.1, \"test\": 0.1}")
+    seed = serializers.IntegerField(default=0, min_value=0, max_value=2**31 - 1)
+    stratify = serializers.BooleanField(default=True, help_text="by label, when the rows have labels")
+    message = serializers.CharField(required=False, allow_blank=True, max_length=500)
+
+
+class DeriveJobSerializer(serializers.ModelSerializer):
+    parent = serializers.IntegerField(source="parent.number", read_only=True)
+    version = serializers.IntegerField(source="version.number", read_only=True, default=None)
+
+    class Meta:
+        model = DeriveJob
+        fields = ["id", "kind", "params", "state", "rows_done", "error", "parent", "version", "created_at",
+                  "finished_at"]

@@ -170,3 +170,40 @@ def import_cancel(*, user, job: ImportJob, token=None, ip_address: str | None = 
         audit_record(actor=user, action="dataset.import_cancel", project=job.dataset.project, target=job.dataset,
                      ip_address=ip_address, after={"import": job.pk})
     return job
+
+
+# --- derived versions -----------------------------------------------------------------------
+
+def version_split_start(*, user, version, ratios: dict, seed: int = 0, stratify: bool = True, message: str = "",
+                        token=None, ip_address: str | None = None):
+    """Queue a new version that is `version` with a seeded train/validation/test split."""
+    from apps.datasets.models import DeriveJob
+    from workers.ingest.splits import check_ratios
+
+    policy.require(user, "dataset.edit", version.dataset, token)
+    try:
+        ratios = check_ratios(ratios)
+    except ValueError as exc:
+        raise Invalid(str(exc), field="ratios") from None
+    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**31:
+        raise Invalid("The seed is an integer from 0 to 2147483647.", field="seed")
+    has_labels = version.dataset.versions.filter(pk=version.pk, rows__label__isnull=False).exists()
+    with transaction.atomic():
+        job = DeriveJob.objects.create(parent=version, kind=DeriveJob.Kind.SPLIT, created_by=user, params={
+            "ratios": ratios, "seed": seed, "stratify": bool(stratify and has_labels),
+            "message": (message or f"split {', '.join(f'{k} {v:g}' for k, v in ratios.items())}, seed {seed}")[:500]})
+        audit_record(actor=user, action="dataset.split", project=version.dataset.project, target=version.dataset,
+                     ip_address=ip_address, after={"version": version.number, **job.params})
+        transaction.on_commit(lambda: _enqueue(job.pk))
+    return job
+
+
+def _enqueue(job_id: int) -> None:
+    from apps.datasets.models import DeriveJob
+    from workers.tasks import derive_version_task
+
+    try:
+        derive_version_task.apply_async(args=[job_id], queue="default")
+    except Exception as exc:
+        DeriveJob.objects.filter(pk=job_id).update(state=DeriveJob.State.FAILED, finished_at=timezone.now(),
+                                                   error=f"Could not queue the job: {type(exc).__name__}")

@@ -13,5 +13,6 @@ urlpatterns = [
     path(base + "imports/<int:import_id>/cancel/", views.import_cancel, name="import_cancel"),
     path(base + "versions/<int:number>/", views.version_page, name="version"),
     path(base + "versions/<int:number>/stats/", views.version_stats, name="stats"),
+    path(base + "versions/<int:number>/split/", views.version_split, name="split"),
     path(base + "diff/", views.version_diff, name="diff"),
 ]

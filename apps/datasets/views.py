@@ -8,8 +8,8 @@ from apps.core.errors import Conflict, Invalid, NotFound, PermissionDenied
 from apps.core.http import client_ip
 from apps.core.pages import run_service
 from apps.datasets import selectors, services
-from apps.datasets.forms import DatasetForm, MappingForm, UploadForm
-from apps.datasets.models import Dataset, ImportJob
+from apps.datasets.forms import DatasetForm, MappingForm, SplitForm, UploadForm
+from apps.datasets.models import Dataset, DeriveJob, ImportJob
 from apps.projects import policy
 from apps.projects.models import Membership
 
@@ -77,6 +77,7 @@ def import_upload(request: HttpRequest, project_id: int, dataset_id: int) -> Htt
 def _detail(request, dataset, form) -> HttpResponse:
     return render(request, "datasets/detail.html", _context(
         request, dataset, form=form, versions=selectors.ready_versions(dataset),
+        derive_jobs=DeriveJob.objects.filter(parent__dataset=dataset).select_related("parent", "version")[:10],
         imports=dataset.imports.select_related("version", "created_by")[:10]), status=400 if form.errors else 200)
 
 
@@ -138,9 +139,11 @@ def version_page(request: HttpRequest, project_id: int, dataset_id: int, number:
         after = None
     q = request.GET.get("q", "")[:500]
     label = request.GET.get("label", "")[:200]
-    rows, next_after = selectors.version_rows(version=version, after=after, q=q, label=label)
+    split = request.GET.get("split", "")[:16]
+    rows, next_after = selectors.version_rows(version=version, after=after, q=q, label=label, split=split)
     return render(request, "datasets/version.html", _context(request, dataset, version=version, rows=rows,
-                                                             next_after=next_after, q=q, label=label))
+                                                             next_after=next_after, q=q, label=label, split=split,
+                                                             split_form=SplitForm()))
 
 
 @login_required
@@ -170,3 +173,27 @@ def version_diff(request: HttpRequest, project_id: int, dataset_id: int) -> Http
         new, old = versions[0], versions[1]
     return render(request, "datasets/diff.html", _context(request, dataset, versions=versions,
                                                           diff=selectors.version_diff(old=old, new=new)))
+
+
+@login_required
+@require_POST
+def version_split(request: HttpRequest, project_id: int, dataset_id: int, number: int) -> HttpResponse:
+    dataset = policy.get_object(request.user, Dataset, dataset_id, "dataset.view", project_id=project_id)
+    version = selectors.ready_versions(dataset).filter(number=number).first()
+    if version is None:
+        raise NotFound()
+    form = SplitForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, " ".join(f"{name}: {' '.join(errors)}" for name, errors in form.errors.items()))
+    else:
+        data = form.cleaned_data
+        ratios = {name: data[name] for name in ("train", "validation", "test") if data[name]}
+        try:
+            services.version_split_start(user=request.user, version=version, ratios=ratios, seed=data["seed"],
+                                         stratify=data["stratify"], ip_address=client_ip(request))
+        except Invalid as exc:
+            messages.error(request, exc.message)
+        else:
+            messages.success(request, f"Splitting v{version.number} into a new version; it appears below when done.")
+            return redirect("datasets:detail", project_id=project_id, dataset_id=dataset_id)
+    return redirect("datasets:version", project_id=project_id, dataset_id=dataset_id, number=number)

@@ -51,7 +51,7 @@ def test_scientist_uploads_maps_watches_progress_browses_and_searches(page, scie
     page.get_by_role("button", name="Search").click()
     expect(table.locator("tbody tr")).to_have_count(50)
     expect(table).not_to_contain_text("reset password")
-    page.get_by_label("Label").fill("vip")
+    page.get_by_label("Label", exact=True).fill("vip")
     page.get_by_role("button", name="Search").click()
     expect(table.locator("tbody tr")).to_have_count(50)
     expect(table).to_contain_text("Where is my llama 100?")
@@ -67,6 +67,23 @@ def test_scientist_uploads_maps_watches_progress_browses_and_searches(page, scie
     expect(page.get_by_test_id("chart-labels")).to_contain_text("billing")
     assert csp_errors == []
     page.go_back()
+
+    version_one = page.url
+    page.get_by_label("Seed").fill("7")
+    page.get_by_role("button", name="Split").click()
+    expect(page.get_by_text("Splitting v1 into a new version")).to_be_visible()
+    jobs = page.get_by_test_id("derive-jobs")
+    for _ in range(60):  # the split runs in the worker; the person refreshes the page
+        if "succeeded" in jobs.inner_text():
+            break
+        page.wait_for_timeout(500)
+        page.reload()
+    jobs.get_by_role("link", name="v2").click()
+    expect(page.get_by_test_id("split-counts")).to_contain_text("train 4000, validation 500, test 500")
+    page.get_by_label("Split", exact=True).select_option("test")
+    page.get_by_role("button", name="Search").click()
+    expect(page.get_by_test_id("rows").locator("tbody tr")).to_have_count(50)
+    page.goto(version_one)
 
     with page.expect_download() as download:
         page.get_by_role("link", name="JSONL").click()
