@@ -197,6 +197,26 @@ class VersionSplitApi(APIView):
         return Response(DeriveJobSerializer(job).data, status=status.HTTP_202_ACCEPTED)
 
 
+class VersionPiiScanApi(APIView):
+    """Queue a PII scan of this version (e-mails, phones, cards, IPs, IBANs, secrets)."""
+
+    @extend_schema(request=None, responses={202: DeriveJobSerializer})
+    def post(self, request: Request, dataset_id: int, number: int) -> Response:
+        job = services.version_pii_scan_start(user=request.user, version=_version(request, dataset_id, number),
+                                              token=request.auth, ip_address=client_ip(request))
+        return Response(DeriveJobSerializer(job).data, status=status.HTTP_202_ACCEPTED)
+
+
+class VersionRedactApi(APIView):
+    """Queue a new version with PII replaced by typed placeholders ([EMAIL], [PHONE], …)."""
+
+    @extend_schema(request=None, responses={202: DeriveJobSerializer})
+    def post(self, request: Request, dataset_id: int, number: int) -> Response:
+        job = services.version_redact_start(user=request.user, version=_version(request, dataset_id, number),
+                                            token=request.auth, ip_address=client_ip(request))
+        return Response(DeriveJobSerializer(job).data, status=status.HTTP_202_ACCEPTED)
+
+
 class DeriveJobDetailApi(APIView):
     @extend_schema(responses=DeriveJobSerializer)
     def get(self, request: Request, job_id: int) -> Response:

@@ -1,21 +1,27 @@
-"""Runs a derive job in a worker: a new version from an existing one (today: splits).
+"""Runs a derive job in a worker: a new version made from an existing one, or a report on it.
 
-Rows are copied inside the database (INSERT … SELECT), then changed in batches; the new
-version stays BUILDING until done, and a failure or cancel removes it, as for imports.
+- split: rows copied inside the database (INSERT … SELECT), then assigned in batches;
+- redact: rows rewritten with typed placeholders where PII was found (new hashes);
+- pii_scan: a report (counts per type and column, masked examples); no new version.
+A new version stays BUILDING until done; a failure or cancel removes it, as for imports.
 """
 
 import logging
+import time
 import traceback
 
 from django.db import connection, transaction
 from django.utils import timezone
 
-from apps.datasets.importer import discard_version, next_version_number
+from apps.datasets.importer import BATCH_ROWS, discard_version, next_version_number
 from apps.datasets.models import DatasetRow, DatasetVersion, DeriveJob
+from workers.ingest import VersionHasher
 from workers.ingest.splits import assign_splits
+from workers.ingest.stats import VersionStats
 
 logger = logging.getLogger(__name__)
 UPDATE_BATCH = 5000
+TEXT_FIELDS = ("prompt", "response", "reference")
 
 COPY_ROWS = """
 INSERT INTO datasets_datasetrow (version_id, position, row_hash, ext_id, prompt, response, messages, label,
@@ -32,34 +38,52 @@ class DeriveCancelled(Exception):
 def run_derive(job_id: int) -> None:
     job = DeriveJob.objects.select_related("parent__dataset").filter(pk=job_id).first()
     if job is None or job.state not in (DeriveJob.State.QUEUED, DeriveJob.State.RUNNING):
-        return
+        return  # already finished: a redelivered message does nothing
     if job.state == DeriveJob.State.RUNNING:
-        discard_version(job.version)
-    parent = job.parent
-    with transaction.atomic():
-        version = DatasetVersion.objects.create(
-            dataset=parent.dataset, number=next_version_number(parent.dataset), parent=parent, author=job.created_by,
-            message=job.params.get("message", ""), content_hash=parent.content_hash, row_count=parent.row_count,
-            schema=parent.schema, stats=parent.stats,
-            source={"derived_from": parent.number, "kind": job.kind, "params": job.params})
-        job.version, job.state = version, DeriveJob.State.RUNNING
-        job.save(update_fields=["version", "state"])
+        discard_version(job.version)  # its worker died mid-way: start again
+    version = None
+    if job.kind != DeriveJob.Kind.PII_SCAN:
+        version = _new_version(job)
+    job.version, job.state = version, DeriveJob.State.RUNNING
+    job.save(update_fields=["version", "state"])
     try:
-        _split(job, version)
+        {DeriveJob.Kind.SPLIT: _split, DeriveJob.Kind.REDACT: _redact, DeriveJob.Kind.PII_SCAN: _scan}[job.kind](
+            job, version)
     except DeriveCancelled:
         _end(job, version, DeriveJob.State.CANCELLED)
-    except Exception as exc:
+    except Exception as exc:  # keep the traceback; never leave a half version
         logger.exception("derive job %s failed", job_id)
         _end(job, version, DeriveJob.State.FAILED, f"{type(exc).__name__}: {exc}\n\n{traceback.format_exc()}")
     else:
         job.state, job.finished_at = DeriveJob.State.SUCCEEDED, timezone.now()
-        job.save(update_fields=["state", "finished_at", "rows_done"])
+        job.save(update_fields=["state", "finished_at", "rows_done", "result"])
 
 
-def _end(job: DeriveJob, version: DatasetVersion, state: str, error: str = "") -> None:
+def _new_version(job: DeriveJob) -> DatasetVersion:
+    parent = job.parent
+    with transaction.atomic():
+        return DatasetVersion.objects.create(
+            dataset=parent.dataset, number=next_version_number(parent.dataset), parent=parent, author=job.created_by,
+            message=job.params.get("message", ""), content_hash=parent.content_hash, row_count=parent.row_count,
+            schema=parent.schema, stats=parent.stats,
+            source={"derived_from": parent.number, "kind": job.kind, "params": job.params})
+
+
+def _end(job: DeriveJob, version: DatasetVersion | None, state: str, error: str = "") -> None:
     discard_version(version)
     job.version, job.state, job.error, job.finished_at = None, state, error, timezone.now()
     job.save(update_fields=["version", "state", "error", "finished_at"])
+
+
+def _progress(job: DeriveJob, done: int) -> None:
+    job.rows_done = done
+    DeriveJob.objects.filter(pk=job.pk).update(rows_done=done)
+    if DeriveJob.objects.filter(pk=job.pk, cancel_requested=True).exists():
+        raise DeriveCancelled()
+
+
+def _parent_rows(job: DeriveJob):
+    return DatasetRow.objects.filter(version=job.parent).order_by("position").iterator(chunk_size=BATCH_ROWS)
 
 
 def _split(job: DeriveJob, version: DatasetVersion) -> None:
@@ -78,13 +102,77 @@ def _split(job: DeriveJob, version: DatasetVersion) -> None:
             chunk = positions[start:start + UPDATE_BATCH]
             DatasetRow.objects.filter(version=version, position__in=chunk).update(split=name)
             done += len(chunk)
-            DeriveJob.objects.filter(pk=job.pk).update(rows_done=done)
-            if DeriveJob.objects.filter(pk=job.pk, cancel_requested=True).exists():
-                raise DeriveCancelled()
-    job.rows_done = done
+            _progress(job, done)
     counts = {name: len(positions) for name, positions in by_split.items()}
     version.schema = {**version.schema, "splits": {"ratios": params["ratios"], "seed": params["seed"],
                                                    "stratified": params["stratify"], "counts": counts}}
     version.stats = {**version.stats, "splits": counts}
     version.status = DatasetVersion.Status.READY
     version.save(update_fields=["schema", "stats", "status"])
+
+
+def _texts(row: DatasetRow):
+    """(column, text) pairs of a row that may hold PII."""
+    for field in TEXT_FIELDS:
+        if getattr(row, field):
+            yield field, getattr(row, field)
+    for index, turn in enumerate(row.messages or []):
+        if isinstance(turn, dict) and isinstance(turn.get("content"), str):
+            yield "messages", turn["content"]
+    for key, value in (row.metadata or {}).items():
+        if isinstance(value, str):
+            yield f"metadata.{key}", value
+
+
+def _scan(job: DeriveJob, version: None) -> None:
+    from workers.pii import ScanSummary
+
+    summary = ScanSummary()
+    done = 0
+    last = time.monotonic()
+    for row in _parent_rows(job):
+        for column, text in _texts(row):
+            summary.add(row.position, column, text)
+        done += 1
+        if time.monotonic() - last > 0.5:
+            last = time.monotonic()
+            _progress(job, done)
+    job.rows_done = done
+    job.result = summary.as_dict()
+
+
+def _redact(job: DeriveJob, version: DatasetVersion) -> None:
+    from workers.pii import redact_text
+
+    hasher, stats = VersionHasher(), VersionStats()
+    batch: list[DatasetRow] = []
+    done = changed = 0
+    for row in _parent_rows(job):
+        content = {"ext_id": row.ext_id, "label": row.label, "metadata": dict(row.metadata or {})}
+        for field in TEXT_FIELDS:
+            value = getattr(row, field)
+            content[field] = redact_text(value) if value else value
+        content["messages"] = ([{**turn, "content": redact_text(turn["content"])}
+                                if isinstance(turn, dict) and isinstance(turn.get("content"), str) else turn
+                                for turn in row.messages] if row.messages else row.messages)
+        content["metadata"] = {key: redact_text(value) if isinstance(value, str) else value
+                               for key, value in content["metadata"].items()}
+        stats.add(row.position, content)
+        new_hash = hasher.update(content)
+        changed += new_hash != row.row_hash
+        batch.append(DatasetRow(version=version, position=row.position, row_hash=new_hash, split=row.split,
+                                **content))
+        done += 1
+        if len(batch) >= BATCH_ROWS:
+            DatasetRow.objects.bulk_create(batch)
+            batch.clear()
+            _progress(job, done)
+    if batch:
+        DatasetRow.objects.bulk_create(batch)
+    job.rows_done = done
+    job.result = {"rows_changed": changed}
+    version.content_hash = hasher.hexdigest()
+    version.stats = {**stats.as_dict(), **({"splits": job.parent.stats["splits"]}
+                                           if "splits" in job.parent.stats else {})}
+    version.status = DatasetVersion.Status.READY
+    version.save(update_fields=["content_hash", "stats", "status"])

@@ -138,6 +138,8 @@ class DeriveJob(models.Model):
 
     class Kind(models.TextChoices):
         SPLIT = "split"
+        PII_SCAN = "pii_scan"  # reads only: its report is the result, no new version
+        REDACT = "redact"
 
     State = ImportJob.State
 
@@ -148,6 +150,7 @@ class DeriveJob(models.Model):
     cancel_requested = models.BooleanField(default=False)
     rows_done = models.PositiveIntegerField(default=0)
     error = models.TextField(blank=True)
+    result = models.JSONField(default=dict)  # e.g. the PII scan report
     version = models.OneToOneField(DatasetVersion, null=True, blank=True, on_delete=models.SET_NULL,
                                    related_name="derive_job")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")

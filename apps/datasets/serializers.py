@@ -74,5 +74,5 @@ class DeriveJobSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = DeriveJob
-        fields = ["id", "kind", "params", "state", "rows_done", "error", "parent", "version", "created_at",
+        fields = ["id", "kind", "params", "state", "rows_done", "error", "result", "parent", "version", "created_at",
                   "finished_at"]

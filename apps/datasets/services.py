@@ -174,10 +174,22 @@ def import_cancel(*, user, job: ImportJob, token=None, ip_address: str | None = 
 
 # --- derived versions -----------------------------------------------------------------------
 
+def _derive_start(*, user, version, kind: str, params: dict, audit_action: str, token=None,
+                  ip_address: str | None = None):
+    from apps.datasets.models import DeriveJob
+
+    policy.require(user, "dataset.edit", version.dataset, token)
+    with transaction.atomic():
+        job = DeriveJob.objects.create(parent=version, kind=kind, created_by=user, params=params)
+        audit_record(actor=user, action=audit_action, project=version.dataset.project, target=version.dataset,
+                     ip_address=ip_address, after={"version": version.number, **params})
+        transaction.on_commit(lambda: _enqueue(job.pk))
+    return job
+
+
 def version_split_start(*, user, version, ratios: dict, seed: int = 0, stratify: bool = True, message: str = "",
                         token=None, ip_address: str | None = None):
     """Queue a new version that is `version` with a seeded train/validation/test split."""
-    from apps.datasets.models import DeriveJob
     from workers.ingest.splits import check_ratios
 
     policy.require(user, "dataset.edit", version.dataset, token)
@@ -187,15 +199,24 @@ def version_split_start(*, user, version, ratios: dict, seed: int = 0, stratify:
         raise Invalid(str(exc), field="ratios") from None
     if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**31:
         raise Invalid("The seed is an integer from 0 to 2147483647.", field="seed")
-    has_labels = version.dataset.versions.filter(pk=version.pk, rows__label__isnull=False).exists()
-    with transaction.atomic():
-        job = DeriveJob.objects.create(parent=version, kind=DeriveJob.Kind.SPLIT, created_by=user, params={
-            "ratios": ratios, "seed": seed, "stratify": bool(stratify and has_labels),
-            "message": (message or f"split {', '.join(f'{k} {v:g}' for k, v in ratios.items())}, seed {seed}")[:500]})
-        audit_record(actor=user, action="dataset.split", project=version.dataset.project, target=version.dataset,
-                     ip_address=ip_address, after={"version": version.number, **job.params})
-        transaction.on_commit(lambda: _enqueue(job.pk))
-    return job
+    has_labels = version.rows.filter(label__isnull=False).exists()
+    message = message or f"split {', '.join(f'{k} {v:g}' for k, v in ratios.items())}, seed {seed}"
+    return _derive_start(user=user, version=version, kind="split", audit_action="dataset.split", token=token,
+                         ip_address=ip_address, params={"ratios": ratios, "seed": seed,
+                                                        "stratify": bool(stratify and has_labels),
+                                                        "message": message[:500]})
+
+
+def version_pii_scan_start(*, user, version, token=None, ip_address: str | None = None):
+    """Queue a PII scan of a version: a report, no new version."""
+    return _derive_start(user=user, version=version, kind="pii_scan", audit_action="dataset.pii_scan", params={},
+                         token=token, ip_address=ip_address)
+
+
+def version_redact_start(*, user, version, message: str = "", token=None, ip_address: str | None = None):
+    """Queue a new version with every PII finding replaced by a typed placeholder."""
+    return _derive_start(user=user, version=version, kind="redact", audit_action="dataset.redact", token=token,
+                         ip_address=ip_address, params={"message": (message or "PII redacted")[:500]})
 
 
 def _enqueue(job_id: int) -> None:
@@ -204,6 +225,6 @@ def _enqueue(job_id: int) -> None:
 
     try:
         derive_version_task.apply_async(args=[job_id], queue="default")
-    except Exception as exc:
+    except Exception as exc:  # broker down: say so on the job rather than leave it queued forever
         DeriveJob.objects.filter(pk=job_id).update(state=DeriveJob.State.FAILED, finished_at=timezone.now(),
                                                    error=f"Could not queue the job: {type(exc).__name__}")

@@ -14,5 +14,6 @@ urlpatterns = [
     path(base + "versions/<int:number>/", views.version_page, name="version"),
     path(base + "versions/<int:number>/stats/", views.version_stats, name="stats"),
     path(base + "versions/<int:number>/split/", views.version_split, name="split"),
+    path(base + "versions/<int:number>/pii/<str:action>/", views.version_pii, name="pii"),
     path(base + "diff/", views.version_diff, name="diff"),
 ]

@@ -140,10 +140,11 @@ def version_page(request: HttpRequest, project_id: int, dataset_id: int, number:
     q = request.GET.get("q", "")[:500]
     label = request.GET.get("label", "")[:200]
     split = request.GET.get("split", "")[:16]
+    pii_scan = DeriveJob.objects.filter(parent=version, kind=DeriveJob.Kind.PII_SCAN).first()
     rows, next_after = selectors.version_rows(version=version, after=after, q=q, label=label, split=split)
     return render(request, "datasets/version.html", _context(request, dataset, version=version, rows=rows,
                                                              next_after=next_after, q=q, label=label, split=split,
-                                                             split_form=SplitForm()))
+                                                             split_form=SplitForm(), pii_scan=pii_scan))
 
 
 @login_required
@@ -197,3 +198,20 @@ def version_split(request: HttpRequest, project_id: int, dataset_id: int, number
             messages.success(request, f"Splitting v{version.number} into a new version; it appears below when done.")
             return redirect("datasets:detail", project_id=project_id, dataset_id=dataset_id)
     return redirect("datasets:version", project_id=project_id, dataset_id=dataset_id, number=number)
+
+
+@login_required
+@require_POST
+def version_pii(request: HttpRequest, project_id: int, dataset_id: int, number: int, action: str) -> HttpResponse:
+    """Start a PII scan of a version, or a redacted copy of it."""
+    dataset = policy.get_object(request.user, Dataset, dataset_id, "dataset.view", project_id=project_id)
+    version = selectors.ready_versions(dataset).filter(number=number).first()
+    if version is None or action not in ("scan", "redact"):
+        raise NotFound()
+    if action == "scan":
+        services.version_pii_scan_start(user=request.user, version=version, ip_address=client_ip(request))
+        messages.success(request, "PII scan started; refresh to see the report.")
+        return redirect("datasets:version", project_id=project_id, dataset_id=dataset_id, number=number)
+    services.version_redact_start(user=request.user, version=version, ip_address=client_ip(request))
+    messages.success(request, f"Redacting v{version.number} into a new version; it appears below when done.")
+    return redirect("datasets:detail", project_id=project_id, dataset_id=dataset_id)
