@@ -17,7 +17,8 @@ def test_scientist_uploads_maps_watches_progress_browses_and_searches(page, scie
     dataset = dataset_create(user=scientist, project=project, name="Support chats")
     rows = [{"question": f"How do I reset password {i}?" if i % 50 else f"Where is my llama {i}?",
              "answer": f"Answer {i}", "topic": "vip" if i % 100 == 0 else "account" if i % 2 else "billing",
-             "note": "<img src=x onerror=alert(1)>"} for i in range(5000)]
+             "note": "<img src=x onerror=alert(1)>", "contact": f"user{i}@example.com" if i % 1000 == 0 else ""}
+            for i in range(5000)]
     upload = tmp_path / "support.jsonl"
     upload.write_text("".join(json.dumps(row) + "\n" for row in rows))
 
@@ -69,12 +70,22 @@ def test_scientist_uploads_maps_watches_progress_browses_and_searches(page, scie
     page.go_back()
 
     version_one = page.url
+    page.get_by_role("button", name="Scan for personal data").click()
+    for _ in range(60):  # the scan runs in the worker
+        if page.get_by_test_id("pii-state").inner_text() == "succeeded":
+            break
+        page.wait_for_timeout(500)
+        page.reload()
+    expect(page.get_by_test_id("pii-counts")).to_contain_text("email")
+    expect(page.get_by_test_id("pii")).to_contain_text("5 rows hold personal data")
+    expect(page.get_by_test_id("pii")).not_to_contain_text("user1000@example.com")  # masked
+
     page.get_by_label("Seed").fill("7")
     page.get_by_role("button", name="Split").click()
     expect(page.get_by_text("Splitting v1 into a new version")).to_be_visible()
     jobs = page.get_by_test_id("derive-jobs")
     for _ in range(60):  # the split runs in the worker; the person refreshes the page
-        if "succeeded" in jobs.inner_text():
+        if jobs.get_by_role("link", name="v2").count():
             break
         page.wait_for_timeout(500)
         page.reload()
@@ -83,6 +94,10 @@ def test_scientist_uploads_maps_watches_progress_browses_and_searches(page, scie
     page.get_by_label("Split", exact=True).select_option("test")
     page.get_by_role("button", name="Search").click()
     expect(page.get_by_test_id("rows").locator("tbody tr")).to_have_count(50)
+    page.goto(version_one.rsplit("/versions/", 1)[0] + "/")
+    page.get_by_role("link", name="Changes in v2").click()
+    expect(page.get_by_test_id("diff-counts")).to_contain_text("0 added")
+    expect(page.get_by_test_id("diff-counts")).to_contain_text("0 changed")
     page.goto(version_one)
 
     with page.expect_download() as download:
