@@ -198,6 +198,11 @@ ENDPOINTS = [
     Endpoint("version-redact", "POST", "/api/datasets/<int:dataset_id>/versions/<int:number>/redact/",
              "dataset.edit", _no_body, 202, checks=("dataset.view", "dataset.edit"), scope="dataset",
              arrange=_arrange_version),
+    Endpoint("models-list", "GET", f"{P}/models/", "model.view", _no_body, 200),
+    # A permitted registration reaches the path check: this path does not exist, so it is 400
+    # (tests/registry covers successful registration); the refusals are what this row checks.
+    Endpoint("model-register", "POST", f"{P}/models/", "model.register",
+             lambda w: {"name": "M", "path": "/nonexistent/model"}, 400, audit_writes=0),
     Endpoint("dataset-get", "GET", "/api/datasets/<int:dataset_id>/", "dataset.view", _no_body, 200,
              scope="dataset"),
     Endpoint("dataset-delete", "DELETE", "/api/datasets/<int:dataset_id>/", "dataset.delete", _no_body, 204,

@@ -86,6 +86,7 @@ INSTALLED_APPS = [
     "apps.accounts",
     "apps.projects",
     "apps.datasets",
+    "apps.registry",
 ]
 
 MIDDLEWARE = [

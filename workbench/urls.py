@@ -8,6 +8,7 @@ api_patterns = [
     path("", include("apps.accounts.api_urls")),
     path("", include("apps.projects.api_urls")),
     path("", include("apps.datasets.api_urls")),
+    path("", include("apps.registry.api_urls")),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     # The split view serves its start-up script as a file, so the CSP needs no inline script.
     path("docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="docs"),
@@ -20,6 +21,7 @@ urlpatterns = [
     path("accounts/", include("apps.accounts.urls")),
     path("projects/", include("apps.projects.urls")),
     path("", include("apps.datasets.urls")),
+    path("", include("apps.registry.urls")),
     path("api/", include(api_patterns)),
     path("admin/", admin.site.urls),
 ]

@@ -15,3 +15,10 @@ def derive_version_task(job_id: int) -> None:
     from apps.datasets.derive import run_derive
 
     run_derive(job_id)
+
+
+@shared_task(name="registry.convert")
+def convert_model_task(model_id: int) -> None:
+    from apps.registry.services import run_conversion
+
+    run_conversion(model_id)

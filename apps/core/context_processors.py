@@ -7,7 +7,7 @@ SECTIONS = [
     ("datasets", "Datasets", "datasets:all"),
     ("annotation", "Annotation", None),
     ("jobs", "Jobs", None),
-    ("models", "Models", None),
+    ("models", "Models", "registry:all"),
     ("compare", "Compare", None),
     ("monitoring", "Monitoring", None),
 ]

@@ -5,6 +5,7 @@ and no Django import. No database."""
 from __future__ import annotations
 
 import json
+import random
 import subprocess
 import sys
 import time
@@ -38,7 +39,9 @@ JWT = (
     + ".eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkpvaG4gRG9lIiwiaWF0IjoxNTE2MjM5MDIyfQ"
     + ".SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c"
 )
-PEM_BLOCK = "-----BEGIN RSA " + "PRIVATE KEY-----\nMIIEowIBAAKCAQEA7bq+fake/=\nZm9vYmFyYmF6\n-----END RSA " + "PRIVATE KEY-----"
+PEM_BLOCK = (
+    "-----BEGIN RSA " + "PRIVATE KEY-----\nMIIEowIBAAKCAQEA7bq+fake/=\nZm9vYmFyYmF6\n-----END RSA " + "PRIVATE KEY-----"
+)
 PEM_CUT = "-----BEGIN " + "PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC"
 
 # (text, the values of that type it holds). Each text holds no PII of the same type besides.
@@ -75,6 +78,8 @@ POSITIVES: dict[str, list[tuple[str, tuple[str, ...]]]] = {
         ("Mobile 07700 900123", ("07700 900123",)),
         ("phone: 555-1234", ("555-1234",)),
         ("+44 20 7946 0958 2024", ("+44 20 7946 0958",)),
+        ("Call 555-123-4567 x89 please", ("555-123-4567 x89",)),
+        ("Tel 0612345678", ("0612345678",)),
     ],
     "credit_card": [
         ("Visa 4111 1111 1111 1111 exp 12/25", ("4111 1111 1111 1111",)),
@@ -140,7 +145,8 @@ POSITIVES: dict[str, list[tuple[str, tuple[str, ...]]]] = {
          ("xox" + "b-2345678901-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx",)),
         ("sk" + "_live_" + "4eC39HqLyjWDarjtT1zdp7dc", ("sk" + "_live_" + "4eC39HqLyjWDarjtT1zdp7dc",)),
         ("rk" + "_live_" + "51H8xYz2eZvKYlo2Cq7W9bN3", ("rk" + "_live_" + "51H8xYz2eZvKYlo2Cq7W9bN3",)),
-        ("OPENAI_API_KEY=" + "sk-" + "proj-Abc123Def456Ghi789Jkl012Mno345", ("sk-" + "proj-Abc123Def456Ghi789Jkl012Mno345",)),
+        ("OPENAI_API_KEY=" + "sk-" + "proj-Abc123Def456Ghi789Jkl012Mno345",
+         ("sk-" + "proj-Abc123Def456Ghi789Jkl012Mno345",)),
         ("AIza" + "SyDaGmWKa4JsXZ-HjGw7ISLn_3namBGewQe", ("AIza" + "SyDaGmWKa4JsXZ-HjGw7ISLn_3namBGewQe",)),
         ("Authorization: Bearer " + JWT, (JWT,)),
         ("key file:\n" + PEM_BLOCK + "\nend of file", (PEM_BLOCK,)),
@@ -151,6 +157,7 @@ POSITIVES: dict[str, list[tuple[str, tuple[str, ...]]]] = {
         ("client_secret: " + "7f9c2ba4e88f827d616045507605853e", ("7f9c2ba4e88f827d616045507605853e",)),
         ("X-Api-Key: " + "Xk92JdLq81MzPw0sVb4TnR7c", ("Xk92JdLq81MzPw0sVb4TnR7c",)),
         ("DB_PASSWORD='" + "q8R7m2Xz9LkP4vWn" + "'", ("q8R7m2Xz9LkP4vWn",)),
+        ("HF_TOKEN=" + "hf_" + "94wBhPGp6KrrTH3KDchhKpRxZwd6dmHWLL", ("hf_" + "94wBhPGp6KrrTH3KDchhKpRxZwd6dmHWLL",)),
     ],
 }
 
@@ -170,6 +177,7 @@ NEGATIVES: dict[str, list[str]] = {
         "user@example.c0m",
         "user@-example.com",
         "follow @example.com_fan",
+        "git clone git@github.com:org/repo.git",
     ],
     "phone": [
         "released 2024-01-15",
@@ -197,6 +205,9 @@ NEGATIVES: dict[str, list[str]] = {
         "Meeting 2024-01-15 10:30-11:45",
         "Invoice INV-2024-000123",
         "Lat 51.5074, lon -0.1278",
+        "order 0612345678",
+        "SKU 4155552671",
+        "# 00 01 02 03 04 05 06 07",
     ],
     "credit_card": [
         "Luhn fails: 4111 1111 1111 1112",
@@ -287,6 +298,8 @@ NEGATIVES: dict[str, list[str]] = {
         "-----BEGIN CERTIFICATE-----",
         "header only eyJhbGciOiJIUzI1NiJ9",
         "model_name=meta-llama/Llama-2-7b-chat-hf",
+        "token = Sam3TrackerVideoAttention(config)",
+        "hf_hub_download_for_model_weights_v2",
     ],
 }
 
@@ -333,7 +346,10 @@ def test_precision_and_recall_on_fixtures(pii_type):
         f"  {t:12} precision {p:6.1%}  recall {r:6.1%}" for t, (p, r, _) in ((t, score(t)) for t in PII_TYPES)
     )
     assert (precision, recall) == (1.0, 1.0), (
-        f"{pii_type}: precision {precision:.1%}, recall {recall:.1%}\n" + "\n".join(failures) + "\nall types:\n" + report
+        f"{pii_type}: precision {precision:.1%}, recall {recall:.1%}\n"
+        + "\n".join(failures)
+        + "\nall types:\n"
+        + report
     )
 
 
@@ -369,6 +385,24 @@ def test_helpers():
     assert not iban_ok("GB82WEST1234569876543")  # one character short for GB
     assert shannon_entropy("aaaa") == 0.0 and shannon_entropy("abcd") == 2.0
     assert looks_random("q8R7m2Xz9LkP4vWn") and not looks_random("YOUR_API_KEY_HERE")
+
+
+def test_both_email_paths_agree(monkeypatch):
+    """Texts with few "@" are searched around each "@", others in one pass: same answers."""
+    from workers.pii import detectors
+
+    rng = random.Random(5)
+    texts = [
+        "".join(rng.choice("ab.-_@ x1%+:") for _ in range(rng.randint(1, 40)))
+        + rng.choice(["@ex.com", "@a.co ", "", "@b.org.", "@x..y.com"])
+        + "".join(rng.choice("ab.-_@ x1") for _ in range(rng.randint(0, 10)))
+        for _ in range(3000)
+    ] + [text for text, _ in POSITIVES["email"]] + NEGATIVES["email"]
+    monkeypatch.setattr(detectors, "_DENSE_AT", 0)  # always around each "@"
+    sparse = [detectors.find_emails(t) for t in texts]
+    monkeypatch.setattr(detectors, "_DENSE_AT", 10**9)  # always one pass
+    dense = [detectors.find_emails(t) for t in texts]
+    assert sparse == dense
 
 
 # --- overlaps -------------------------------------------------------------------------------
@@ -555,11 +589,12 @@ ADVERSARIAL = {
 
 @pytest.mark.parametrize("name", list(ADVERSARIAL))
 def test_adversarial_megabyte_scans_in_well_under_a_second(name):
+    # CPU time of this process: other work on a shared machine does not count against it.
     text = ADVERSARIAL[name]
-    started = time.perf_counter()
+    started = time.process_time()
     scan_text(text)
-    elapsed = time.perf_counter() - started
-    assert elapsed < 1.0, f"{name}: {len(text):,} characters took {elapsed:.2f}s"
+    elapsed = time.process_time() - started
+    assert elapsed < 1.0, f"{name}: {len(text):,} characters took {elapsed:.2f}s of CPU"
 
 
 # --- no Django ------------------------------------------------------------------------------

@@ -6,12 +6,15 @@ overlapping each other (scan.py resolves overlaps between detectors).
 Linear time. Python's `re` backtracks, so every pattern here is written so that the work per
 starting position is bounded by a constant and most positions are rejected at once:
 
-- every quantifier is bounded ({1,64}; never + or * on open-ended input);
-- a pattern that starts with a run of some character class is preceded by a negative
-  lookbehind of that class, so a match can only start at the beginning of a run, not at each
-  of its characters (this is what keeps 1 MB of "aaaa..." or "1.1.1..." linear);
+- quantifiers are bounded ({1,64}); the only open-ended ones (`[...]{6,}`, `[0-9]+`) repeat a
+  single character class with nothing after them that could fail, so a run is read once;
+- a pattern that starts with a run of some character class looks back for that class, so a
+  match can only start at the beginning of a run, not at each of its characters (this is what
+  keeps 1 MB of "aaaa..." or "1.1.1..." linear);
 - repeated groups always begin with a mandatory separator that the group's own characters
   cannot match, so there is exactly one way to split a run into groups;
+- where it can, a pattern starts with a literal or a character class and looks back only
+  after it, which lets `re` skip to candidate positions at C speed;
 - a detector whose shape needs a character the text lacks ("@", ":", "+", a digit, a key
   prefix such as "AKIA") does not run its pattern at all.
 
@@ -58,12 +61,16 @@ def _longest_first(spans: list[Span]) -> list[Span]:
 
 # --- e-mail ---------------------------------------------------------------------------------
 
-_EMAIL = re.compile(
-    r"(?<![A-Za-z0-9._%+\-])"
-    r"([A-Za-z0-9._%+\-]{1,64})@((?:[A-Za-z0-9\-]{1,63}\.){1,10}(?:[A-Za-z]{2,24}|xn--[A-Za-z0-9\-]{1,59}))"
-    r"(?![A-Za-z0-9\-]|\.[A-Za-z0-9])",
-    _A,
+_LOCAL = r"[A-Za-z0-9._%+\-]"
+_DOMAIN = (
+    r"((?:[A-Za-z0-9\-]{1,63}\.){1,10}(?:[A-Za-z]{2,24}|xn--[A-Za-z0-9\-]{1,59}))"
+    r"(?![A-Za-z0-9\-]|\.[A-Za-z0-9])"  # a trailing "." ends the sentence, not the domain
 )
+_EMAIL = re.compile(rf"(?<!{_LOCAL})({_LOCAL}{{1,64}})@" + _DOMAIN, _A)
+# The same in two halves, for texts with few "@": the domain after one, the local part before.
+_EMAIL_DOMAIN = re.compile(_DOMAIN, _A)
+_EMAIL_LOCAL = re.compile(rf"{_LOCAL}{{1,65}}\Z", _A)
+_DENSE_AT = 256  # at least one "@" per this many characters: use the one-pass pattern
 _SSH_REMOTE = re.compile(r":[\w~/]", _A)
 # "icon@2x.png" names a file, not a mailbox: none of these is a top-level domain.
 _FILE_EXTENSIONS = frozenset(
@@ -72,12 +79,35 @@ _FILE_EXTENSIONS = frozenset(
 )
 
 
+def _email_candidates(text: str) -> Iterator[tuple[int, str, str, int]]:
+    """(start, local part, domain, end) of each local@domain with the right characters."""
+    ats = text.count("@")
+    if ats * _DENSE_AT > len(text):  # "@" everywhere: one pass of the whole pattern
+        for m in _EMAIL.finditer(text):
+            yield m.start(1), m.group(1), m.group(2), m.end()
+        return
+    # Few "@" (decorators, handles, addresses): look around each one only.
+    at, last_end = text.find("@"), 0
+    while at >= 0:
+        domain = _EMAIL_DOMAIN.match(text, at + 1)
+        if domain:
+            local = _EMAIL_LOCAL.search(text, max(last_end, at - 65), at)
+            if local and local.end() - local.start() <= 64 and (
+                local.start() == 0 or text[local.start() - 1] not in _LOCAL_CHARS
+            ):
+                yield local.start(), local.group(), domain.group(1), domain.end()
+                last_end = domain.end()
+        at = text.find("@", at + 1)
+
+
+_LOCAL_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._%+-")
+
+
 def find_emails(text: str) -> list[Span]:
     if "@" not in text:
         return []
     spans = []
-    for m in _EMAIL.finditer(text):
-        local, domain = m.group(1), m.group(2)
+    for start, local, domain, end in _email_candidates(text):
         ellipsis = local.rfind("...")  # "and so on...john@x.org": the address starts after it
         skipped = ellipsis + 3 if ellipsis >= 0 else 0
         skipped += len(local[skipped:]) - len(local[skipped:].lstrip("."))
@@ -88,9 +118,9 @@ def find_emails(text: str) -> list[Span]:
             continue  # a label may not start or end with a hyphen
         if domain[domain.rfind(".") + 1:].lower() in _FILE_EXTENSIONS:
             continue
-        if _SSH_REMOTE.match(text, m.end()):
+        if _SSH_REMOTE.match(text, end):
             continue  # "git@github.com:org/repo.git" is an SSH remote, not a mailbox
-        spans.append((m.start(1) + skipped, m.end()))
+        spans.append((start + skipped, end))
     return spans
 
 
@@ -124,7 +154,8 @@ _PHONE_INTL = re.compile(
 _PHONE_NATIONAL = re.compile(
     _P_BEFORE + r"(?:"
     r"(?P<idd>00" + _SEVEN + r"[1-9]\d{0,3}(?:" + _PSEP + r"\d{1,10}){1,6})"
-    r"|(?P<trunk>(?=\(?0[1-9])" + _SEVEN + r"(?:\(0[1-9]\d{0,3}\)[\ \-]?|0[1-9]\d{0,4}" + _PSEP + r")\d{1,8}(?:" + _PSEP + r"\d{1,8}){0,4})"
+    r"|(?P<trunk>(?=\(?0[1-9])" + _SEVEN
+    + r"(?:\(0[1-9]\d{0,3}\)[\ \-]?|0[1-9]\d{0,4}" + _PSEP + r")\d{1,8}(?:" + _PSEP + r"\d{1,8}){0,4})"
     r"|(?P<nanp>(?:1[\ \-.]?)?(?:\([2-9]\d\d\)\ ?|[2-9]\d\d[\ \-.])\d{3}[\ \-.]\d{4})"
     r")" + _P_AFTER,
     _A,
@@ -135,11 +166,12 @@ _PHONE_RUN = re.compile(r"[\d(][\d\ \-.()]{6,}", _A)
 # Shapes that are phone numbers only after a cue word: "555-1234", bare "0612345678", "4155552671".
 _PHONE_CUED = re.compile(_P_BEFORE + r"(?:[2-9]\d\d-\d{4}|0[1-9]\d{7,10}|1?[2-9]\d{9})" + _P_AFTER, _A)
 _PHONE_CUE = re.compile(
-    r"\b(?:(?:tele)?phone|tel(?:efon[oe]?)?|t\u00e9l\u00e9phone|call|mobile?|mob|cell(?:ulare)?|handy|fax|whatsapp|sms|ph"
-    r"|ruf|tlf|m\u00f3vil)\b[^\d\n]{0,12}$",
+    r"\b(?:(?:tele)?phone|tel(?:efon[oe]?)?|t\u00e9l\u00e9phone|call|mobile?|mob|cell(?:ulare)?|handy|fax"
+    r"|whatsapp|sms|ph|ruf|tlf|m\u00f3vil)\b[^\d\n]{0,12}$",
     re.ASCII | re.I,
 )
-_CUE_HINTS = ("ph", "tel", "t\u00e9l", "call", "mob", "cell", "handy", "fax", "whatsapp", "sms", "ruf", "tlf", "m\u00f3vil")
+_CUE_HINTS = ("ph", "tel", "t\u00e9l", "call", "mob", "cell", "handy", "fax", "whatsapp", "sms", "ruf", "tlf",
+              "m\u00f3vil")
 _DATE_INSIDE = re.compile(
     r"(?<!\d)(?:\d{1,2}([\-./])\ ?\d{1,2}\1\ ?(?:19|20)\d\d|(?:19|20)\d\d([\-./])\ ?\d{1,2}\2\ ?\d{1,2})(?!\d)", _A
 )
@@ -198,12 +230,9 @@ _PHONE_RULES: dict[str, tuple[Callable[[str], bool], bool]] = {
 }
 
 
-def _matches(pattern: re.Pattern, text: str, runs: list[Span] | None) -> Iterator[re.Match]:
-    """pattern.finditer(text), or only inside the runs (and the few characters after each,
-    which the lookaheads need to see)."""
-    if runs is None:
-        yield from pattern.finditer(text)
-        return
+def _matches(pattern: re.Pattern, text: str, runs: list[Span]) -> Iterator[re.Match]:
+    """pattern.finditer(text) inside the runs only (and the few characters after each, which
+    the lookaheads need to see)."""
     for run_start, run_end in runs:
         yield from pattern.finditer(text, run_start, run_end + 8)
 
@@ -307,12 +336,17 @@ _IPV4 = re.compile(r"\d(?<![\w.]\d)\d{0,2}\.(?:\d{1,3}\.){2}\d{1,3}(?![\w]|\.\d)
 # "version 1.2.3.4", "rv:1.9.7.20", "Chrome/120.0.0.0", "sec-15.9.1.15": a version or a
 # section number, not an address.
 _VERSION_CUE = re.compile(
-    r"(?:\b(?:v|version|ver|release|rel|rev|rv|build|firmware|fw|sec|section)[\s.:=]{0,3}|[A-Za-z][/\-])$", re.ASCII | re.I
+    r"(?:\b(?:v|version|ver|release|rel|rev|rv|build|firmware|fw|sec|section)[\s.:=]{0,3}|[A-Za-z][/\-])$",
+    re.ASCII | re.I,
 )
-# The lookahead wants 6+ address characters: "::1", "a::b" and slices like "[::2]" never start.
+# Groups of up to 4 hex digits, each closed by ":" (2-7 of them), then a last group or an IPv4
+# tail. Written to start with the first character (hex digit or ":") so the search skips other
+# characters fast; the look back after it keeps the start at the beginning of a run, and the
+# look ahead wants 6+ address characters in all, so "::1", "a::b" and "[::2]" never start.
 _IPV6 = re.compile(
-    r"(?<![\w:.])(?=[0-9A-Fa-f:.]{6})"
-    r"(?:[0-9A-Fa-f]{0,4}:){2,7}(?:(?:\d{1,3}\.){3}\d{1,3}|[0-9A-Fa-f]{1,4})?(?![\w:]|\.\d)",
+    r"[0-9A-Fa-f:](?<![\w:.][0-9A-Fa-f:])(?=[0-9A-Fa-f:.]{5})"
+    r"(?:(?<=:)|(?<=[0-9A-Fa-f])[0-9A-Fa-f]{0,3}:)"  # the rest of the first group and its ":"
+    r"(?:[0-9A-Fa-f]{0,4}:){1,6}(?:(?:\d{1,3}\.){3}\d{1,3}|[0-9A-Fa-f]{1,4})?(?![\w:]|\.\d)",
     _A,
 )
 _IPV6_GROUP = re.compile(r"[0-9A-Fa-f.]+", _A)
@@ -451,7 +485,7 @@ _PEM_BODY = re.compile(r"[A-Za-z0-9+/=\r\n]{0,65536}", _A)
 # text (keywords lead the patterns, so the search skips to them fast); values come from the text.
 _VALUE = r"(?P<value>[a-z0-9_\-+/=.~]{16,1024})"
 _ASSIGNED = re.compile(
-    r"(?:(?:api|access|secret|signing)[_\-]?key|token|secret|passw(?:or)?d|pwd)"
+    r"(?:api[_\-]?key|access[_\-]?key|secret[_\-]?key|signing[_\-]?key|token|secret|passw(?:or)?d|pwd)"
     r"[\"']?\ {0,3}(?::=|=>|[:=])\s{0,3}[\"']?" + _VALUE,
     _A,
 )

@@ -76,7 +76,10 @@ class ScanSummary:
         cells_scanned, total and examples (types without examples left out)."""
         return {
             "counts": dict(self.counts),
-            "counts_by_column": {col: {t: n[t] for t in PII_TYPES if t in n} for col, n in self.counts_by_column.items()},
+            "counts_by_column": {
+                column: {t: counts[t] for t in PII_TYPES if t in counts}
+                for column, counts in self.counts_by_column.items()
+            },
             "rows_with_pii": self.rows_with_pii,
             "rows_scanned": self.rows_scanned,
             "cells_scanned": self.cells_scanned,

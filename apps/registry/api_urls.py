@@ -1,0 +1,10 @@
+from django.urls import path
+
+from apps.registry import api
+
+urlpatterns = [
+    path("projects/<int:project_id>/models/", api.ProjectModelListCreateApi.as_view(), name="api-models"),
+    path("models/<int:model_id>/", api.ModelDetailApi.as_view(), name="api-model"),
+    path("models/<int:model_id>/memory-estimate/", api.ModelMemoryEstimateApi.as_view(),
+         name="api-model-memory"),
+]

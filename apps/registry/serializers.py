@@ -1,0 +1,25 @@
+from rest_framework import serializers
+
+from apps.registry.models import RegisteredModel
+
+
+class ModelSerializer(serializers.ModelSerializer):
+    project = serializers.IntegerField(source="project_id", read_only=True)
+
+    class Meta:
+        model = RegisteredModel
+        fields = ["id", "project", "name", "format", "status", "source_path", "info", "error", "created_at"]
+
+
+class ModelRegisterSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=120)
+    path = serializers.CharField(max_length=1000, help_text="a safetensors directory or a .gguf file inside the "
+                                                            "configured model roots (MODEL_ROOTS)")
+
+
+class MemoryEstimateQuerySerializer(serializers.Serializer):
+    precision = serializers.ChoiceField(choices=["bf16", "fp16", "fp32"], default="bf16")
+    batch_size = serializers.IntegerField(min_value=1, max_value=4096, default=1)
+    seq_len = serializers.IntegerField(min_value=1, max_value=1_000_000, default=512)
+    lora_rank = serializers.IntegerField(min_value=1, max_value=1024, default=16)
+    mode = serializers.ChoiceField(choices=["inference", "lora"], default="inference")

@@ -1,0 +1,116 @@
+"""Registering models: path checks and inspection here (metadata only, nothing loaded, no
+code run); conversion of GGUF files in a worker."""
+
+from pathlib import Path
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from apps.core.errors import Invalid
+from apps.projects import policy
+from apps.projects.audit import audit_record
+from apps.projects.models import Project
+from apps.registry.models import RegisteredModel
+
+
+def model_register(*, user, project: Project, name: str, path: str, token=None, ip_address: str | None = None,
+                   extra_roots: list[Path] | None = None) -> RegisteredModel:
+    """Register a safetensors directory or a GGUF file found inside the model roots.
+
+    Refused with a clear reason (and nothing registered): a path outside the roots or through
+    a symlink out of them, no weights, pickle-only checkpoints, remote code, unreadable files.
+    """
+    from workers.models import ModelSafetyError, inspect_model, resolve_model_path
+
+    policy.require(user, "model.register", project, token)
+    name = " ".join((name or "").split())
+    if not name or len(name) > 120:
+        raise Invalid("A model needs a name of at most 120 characters.", field="name")
+    if project.models.filter(name__iexact=name).exists():
+        raise Invalid(f"This project already has a model called “{name}”.", field="name")
+    roots = [*settings.MODEL_ROOTS, *(extra_roots or [])]
+    try:
+        resolved = resolve_model_path(path or "", roots)
+        info = inspect_model(resolved, roots=roots)
+    except ModelSafetyError as exc:
+        raise Invalid(str(exc), field="path") from None
+    is_gguf = info.format == "gguf"
+    try:
+        with transaction.atomic():
+            model = RegisteredModel.objects.create(
+                project=project, name=name, format=info.format, source_path=str(resolved), info=info.as_dict(),
+                status=RegisteredModel.Status.CONVERTING if is_gguf else RegisteredModel.Status.READY,
+                weights_path="" if is_gguf else str(resolved), created_by=user)
+            audit_record(actor=user, action="model.register", project=project, target=model, ip_address=ip_address,
+                         after={"name": name, "path": str(resolved), "format": info.format,
+                                "parameters": info.parameters})
+            if is_gguf:
+                transaction.on_commit(lambda: _enqueue_conversion(model.pk))
+    except IntegrityError:
+        raise Invalid(f"This project already has a model called “{name}”.", field="name") from None
+    return model
+
+
+def _enqueue_conversion(model_id: int) -> None:
+    from workers.tasks import convert_model_task
+
+    try:
+        convert_model_task.apply_async(args=[model_id], queue="default")
+    except Exception as exc:  # broker down: say so rather than leave it converting forever
+        RegisteredModel.objects.filter(pk=model_id).update(status=RegisteredModel.Status.FAILED,
+                                                           error=f"Could not queue the conversion: {type(exc).__name__}")
+
+
+def conversion_dir(model: RegisteredModel) -> Path:
+    """Where a GGUF file's safetensors conversion is cached: by source path and size, so the
+    same file registered twice (in two projects) is converted once."""
+    import hashlib
+
+    source = Path(model.source_path)
+    key = hashlib.sha256(f"{source}:{source.stat().st_size}".encode()).hexdigest()[:24]
+    return Path(settings.ARTIFACT_ROOT) / "models" / key
+
+
+def run_conversion(model_id: int) -> None:
+    """In a worker: convert a registered GGUF file once into a safetensors directory."""
+    from workers.models import convert_gguf_to_safetensors
+
+    model = RegisteredModel.objects.filter(pk=model_id).first()
+    if model is None or model.status != RegisteredModel.Status.CONVERTING:
+        return  # deleted, or already done: a redelivered message does nothing
+    try:
+        out = convert_gguf_to_safetensors(Path(model.source_path), conversion_dir(model))
+    except Exception as exc:  # the scientist sees the reason on the model page
+        model.status, model.error = RegisteredModel.Status.FAILED, f"{type(exc).__name__}: {exc}"
+        model.save(update_fields=["status", "error"])
+        return
+    model.status, model.weights_path, model.error = RegisteredModel.Status.READY, str(out), ""
+    model.save(update_fields=["status", "weights_path", "error"])
+
+
+@transaction.atomic
+def model_delete(*, user, model: RegisteredModel, token=None, ip_address: str | None = None) -> None:
+    """Soft delete: later adapters and jobs keep pointing at it."""
+    policy.require(user, "model.delete", model, token)
+    audit_record(actor=user, action="model.delete", project=model.project, target=model, ip_address=ip_address,
+                 before={"name": model.name})
+    model.deleted_at = timezone.now()
+    model.name = f"{model.name[:90]} (deleted #{model.pk})"
+    model.save(update_fields=["deleted_at", "name"])
+
+
+def model_memory_estimate(*, model: RegisteredModel, precision: str, batch_size: int, seq_len: int, lora_rank: int,
+                          mode: str) -> dict:
+    from workers.models import ModelInfo, memory_estimate
+
+    if precision not in ("bf16", "fp16", "fp32"):
+        raise Invalid("precision is bf16, fp16 or fp32.", field="precision")
+    if mode not in ("inference", "lora"):
+        raise Invalid("mode is inference or lora.", field="mode")
+    for field, value, top in (("batch_size", batch_size, 4096), ("seq_len", seq_len, 1_000_000),
+                              ("lora_rank", lora_rank, 1024)):
+        if not 1 <= value <= top:
+            raise Invalid(f"{field} is between 1 and {top}.", field=field)
+    return memory_estimate(ModelInfo(**model.info), precision=precision, batch_size=batch_size, seq_len=seq_len,
+                           lora_rank=lora_rank, mode=mode)

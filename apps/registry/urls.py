@@ -1,0 +1,10 @@
+from django.urls import path
+
+from apps.registry import views
+
+app_name = "registry"
+urlpatterns = [
+    path("models/", views.all_models, name="all"),
+    path("projects/<int:project_id>/models/", views.model_list, name="list"),
+    path("projects/<int:project_id>/models/<int:model_id>/", views.model_detail, name="detail"),
+]

@@ -1,0 +1,73 @@
+from django import forms
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_http_methods
+
+from apps.core.errors import Invalid
+from apps.core.http import client_ip
+from apps.core.pages import run_service
+from apps.projects import policy
+from apps.registry import services
+from apps.registry.models import RegisteredModel
+
+
+class RegisterForm(forms.Form):
+    name = forms.CharField(max_length=120)
+    path = forms.CharField(max_length=1000, help_text="A safetensors directory or a .gguf file inside the model "
+                                                      "roots of this server.")
+
+
+class EstimateForm(forms.Form):
+    mode = forms.ChoiceField(choices=[("inference", "inference"), ("lora", "LoRA training")])
+    precision = forms.ChoiceField(choices=[("bf16", "bf16"), ("fp16", "fp16"), ("fp32", "fp32")])
+    batch_size = forms.IntegerField(min_value=1, max_value=4096, initial=8)
+    seq_len = forms.IntegerField(min_value=1, max_value=1_000_000, initial=512, label="Sequence length")
+    lora_rank = forms.IntegerField(min_value=1, max_value=1024, initial=16, label="LoRA rank")
+
+
+@login_required
+def all_models(request: HttpRequest) -> HttpResponse:
+    """Models across my projects (through a role with model.view)."""
+    from apps.projects.models import Membership
+
+    memberships = Membership.objects.filter(user=request.user).select_related("custom_role")
+    project_ids = [m.project_id for m in memberships if "model.view" in m.permission_set]
+    request.nav_section = "models"
+    return render(request, "registry/all.html", {"models": RegisteredModel.objects.filter(
+        project_id__in=project_ids).select_related("project").order_by("project__name", "name")})
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def model_list(request: HttpRequest, project_id: int) -> HttpResponse:
+    project = policy.get_project(request.user, project_id, "model.view")
+    form = RegisterForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        model = run_service(form, lambda: services.model_register(
+            user=request.user, project=project, ip_address=client_ip(request), **form.cleaned_data))
+        if model:
+            messages.success(request, f"Model “{model.name}” registered.")
+            return redirect("registry:detail", project_id=project.pk, model_id=model.pk)
+    request.nav_section = "models"
+    return render(request, "registry/list.html", {
+        "project": project, "perms": policy.project_permissions(request.user, project), "tab": "models",
+        "models": policy.visible_in_project(request.user, RegisteredModel, project, "model.view").order_by("name"),
+        "form": form}, status=400 if form.errors else 200)
+
+
+@login_required
+def model_detail(request: HttpRequest, project_id: int, model_id: int) -> HttpResponse:
+    model = policy.get_object(request.user, RegisteredModel, model_id, "model.view", project_id=project_id)
+    form = EstimateForm(request.GET or None, initial={"mode": "lora", "precision": "bf16"})
+    estimate = None
+    if form.is_valid():
+        try:
+            estimate = services.model_memory_estimate(model=model, **form.cleaned_data)
+        except Invalid as exc:
+            form.add_error(exc.field if exc.field in form.fields else None, exc.message)
+    request.nav_section = "models"
+    return render(request, "registry/detail.html", {
+        "project": model.project, "model": model, "info": model.info, "form": form, "estimate": estimate,
+        "perms": policy.project_permissions(request.user, model.project), "tab": "models"})

@@ -1,0 +1,131 @@
+"""Registering models: inspection without loading, refusals with reasons, the demo model."""
+
+import json
+import pickle
+from pathlib import Path
+
+import pytest
+
+from apps.projects.models import AuditEvent
+from apps.registry.models import RegisteredModel
+from tests.conftest import wait_for
+
+pytestmark = pytest.mark.django_db
+
+
+def tiny_model_dir(path: Path) -> Path:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+    model = LlamaForCausalLM(config)
+    model.save_pretrained(path, safe_serialization=True)
+    return path, sum(p.numel() for p in model.parameters())
+
+
+@pytest.fixture
+def model_root(settings, tmp_path):
+    root = tmp_path / "models"
+    root.mkdir()
+    settings.MODEL_ROOTS = [root]
+    return root
+
+
+@pytest.fixture
+def scientist_client(client, scientist):
+    client.force_login(scientist)
+    return client
+
+
+def register(client, project, name, path):
+    return client.post(f"/api/projects/{project.pk}/models/", {"name": name, "path": str(path)},
+                       content_type="application/json")
+
+
+def test_a_safetensors_directory_is_inspected_and_registered_ready(scientist_client, project, model_root):
+    path, parameters = tiny_model_dir(model_root / "tiny")
+    answer = register(scientist_client, project, "Tiny llama", path)
+    assert answer.status_code == 201, answer.content
+    body = answer.json()
+    assert body["status"] == "ready" and body["format"] == "hf_dir"
+    assert body["info"]["parameters"] == parameters and body["info"]["context_length"] == 256
+    assert AuditEvent.objects.filter(action="model.register", project=project).exists()
+    estimate = scientist_client.get(f"/api/models/{body['id']}/memory-estimate/",
+                                    {"mode": "lora", "batch_size": 8, "seq_len": 128}).json()
+    bigger = scientist_client.get(f"/api/models/{body['id']}/memory-estimate/",
+                                  {"mode": "lora", "batch_size": 16, "seq_len": 128}).json()
+    assert 0 < estimate["total_bytes"] < bigger["total_bytes"]
+
+
+def _pickle_only(root: Path) -> Path:
+    directory = root / "pickled"
+    directory.mkdir()
+    (directory / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama"}))
+    canary = root.parent / "canary"
+
+    class Payload:
+        def __reduce__(self):
+            return (open, (str(canary), "w"))
+
+    (directory / "pytorch_model.bin").write_bytes(pickle.dumps(Payload()))
+    return directory
+
+
+@pytest.mark.parametrize("make, complaint", [
+    (lambda root: root / "missing", "does not exist"),
+    (lambda root: Path("/etc"), "outside"),
+    (lambda root: root / ".." / "elsewhere", "'..' is not allowed"),
+    (_pickle_only, "pickle"),
+])
+def test_bad_model_paths_are_refused_with_the_reason_and_nothing_registered(scientist_client, project, model_root,
+                                                                            make, complaint):
+    (model_root.parent / "elsewhere").mkdir(exist_ok=True)
+    answer = register(scientist_client, project, "Bad", make(model_root))
+    assert answer.status_code == 400, answer.content
+    assert answer.json()["field"] == "path" and complaint in answer.json()["detail"].lower()
+    assert not RegisteredModel.objects.exists()
+    assert not (model_root.parent / "canary").exists()  # the pickle was never opened
+
+
+def test_a_symlink_out_of_the_roots_is_refused(scientist_client, project, model_root, tmp_path):
+    path, _ = tiny_model_dir(tmp_path / "outside")
+    (model_root / "link").symlink_to(path)
+    answer = register(scientist_client, project, "Sneaky", model_root / "link")
+    assert answer.status_code == 400 and "outside" in answer.json()["detail"]
+
+
+def test_remote_code_configs_are_refused(scientist_client, project, model_root):
+    path, _ = tiny_model_dir(model_root / "custom")
+    config = json.loads((path / "config.json").read_text())
+    config["auto_map"] = {"AutoModelForCausalLM": "modeling_evil.EvilModel"}
+    (path / "config.json").write_text(json.dumps(config))
+    answer = register(scientist_client, project, "Custom", path)
+    assert answer.status_code == 400 and "trust_remote_code is never enabled" in answer.json()["detail"]
+
+
+def test_annotators_and_viewers_cannot_register(client, annotator, viewer, project, model_root):
+    path, _ = tiny_model_dir(model_root / "tiny")
+    for person in (annotator, viewer):
+        client.force_login(person)
+        answer = register(client, project, "Nope", path)
+        assert answer.status_code == 403
+        assert answer.json()["missing_permission"] in ("model.view", "model.register")
+    assert not RegisteredModel.objects.exists()
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_the_demo_gguf_is_registered_then_converted_by_a_worker(scientist_client, project, celery_worker):
+    from workers.models import demo_model_gguf
+
+    gguf = demo_model_gguf()
+    from apps.registry.services import model_register
+
+    model = model_register(user=project.memberships.get(role="scientist").user, project=project,
+                           name="SmolLM2", path=str(gguf), extra_roots=[gguf.parent])
+    assert model.status == "converting" and model.info["architecture"] == "llama"
+    assert 130_000_000 < model.info["parameters"] < 140_000_000
+    ready = wait_for(lambda: RegisteredModel.objects.filter(pk=model.pk, status__in=["ready", "failed"]).first(),
+                     timeout=240, interval=1, what="the conversion")
+    assert ready.status == "ready", ready.error
+    assert (Path(ready.weights_path) / "model.safetensors").exists()

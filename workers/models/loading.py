@@ -1,0 +1,102 @@
+"""Load a safetensors model directory for inference: the one place weights are loaded.
+
+Only safetensors (`use_safetensors=True`), never remote code (`trust_remote_code=False`),
+never the network (`local_files_only=True`); the directory passes the same checks as
+`inspect_model` first, so a pickle-only or custom-code directory is refused before
+transformers sees it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from .errors import ModelFormatError
+from .inspection import inspect_model
+
+DTYPE_ALIASES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "float16": "float16",
+                 "half": "float16", "fp32": "float32", "float32": "float32", "float": "float32"}
+
+
+def load_for_inference(
+    path: Path,
+    device: str = "cpu",
+    dtype: Any = None,
+    *,
+    roots: Iterable[os.PathLike | str] | None = None,
+) -> tuple[Any, Any]:
+    """Load (model, tokenizer) from a safetensors directory, the model in eval mode on `device`.
+
+    device: "cpu", "cuda", "cuda:N" or "mps". dtype: None keeps the checkpoint's dtype
+    (config.json's), else "bf16"/"fp16"/"fp32" (or the torch names, or a torch.dtype).
+    The tokenizer pads on the left (decoder-only batched generation) and pads with EOS when it
+    has no pad token. `roots` as for inspect_model.
+
+    Raises ModelSafetyError / ModelFormatError as inspect_model does, ModelFormatError for a
+    GGUF file (convert it first) or a directory without tokenizer files, ValueError for an
+    unavailable device or an unknown dtype.
+    """
+    info = inspect_model(path, roots=roots)
+    if info.format != "hf_dir":
+        raise ModelFormatError("Only safetensors directories are loaded; convert a GGUF file with "
+                               "convert_gguf_to_safetensors first.")
+    if not info.has_tokenizer:
+        raise ModelFormatError("The model directory has no tokenizer files.")
+    import torch
+    import transformers
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    target = _device(device, torch)
+    torch_dtype = _dtype(dtype, torch)
+    directory = info.path
+    tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True, trust_remote_code=False)
+    # transformers renamed torch_dtype to dtype in 4.56.
+    dtype_kw = "dtype" if _version(transformers.__version__) >= (4, 56) else "torch_dtype"
+    model = AutoModelForCausalLM.from_pretrained(
+        directory, use_safetensors=True, trust_remote_code=False, local_files_only=True, **{dtype_kw: torch_dtype}
+    )
+    model.to(target)
+    model.eval()
+    if tokenizer.pad_token is None and tokenizer.eos_token is not None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    return model, tokenizer
+
+
+def _device(device: str, torch: Any) -> Any:
+    try:
+        target = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"Unknown device {device!r}; use cpu, cuda, cuda:N or mps.") from None
+    if target.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError("CUDA was requested but is not available on this machine.")
+        if target.index is not None and target.index >= torch.cuda.device_count():
+            raise ValueError(f"There is no CUDA device {target.index} on this machine.")
+    elif target.type == "mps":
+        if not torch.backends.mps.is_available():
+            raise ValueError("MPS was requested but is not available on this machine.")
+    elif target.type != "cpu":
+        raise ValueError(f"Unsupported device {device!r}; use cpu, cuda, cuda:N or mps.")
+    return target
+
+
+def _dtype(dtype: Any, torch: Any) -> Any:
+    if dtype is None:
+        return "auto"
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    name = DTYPE_ALIASES.get(str(dtype).lower())
+    if name is None:
+        raise ValueError(f"Unknown dtype {dtype!r}; use bf16, fp16 or fp32.")
+    return getattr(torch, name)
+
+
+def _version(text: str) -> tuple[int, ...]:
+    parts = []
+    for piece in text.split(".")[:2]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits or 0))
+    return tuple(parts)
