@@ -14,7 +14,7 @@ from apps.core.exports import csv_lines
 from apps.core.http import client_ip
 from apps.projects import policy, selectors, services
 from apps.projects.models import Membership, Role
-from apps.projects.permissions import BUILTIN_ROLES, PERMISSIONS
+from apps.projects.permissions import BUILTIN_ROLES, PERMISSIONS, grantable_model
 from apps.projects.serializers import (
     AuditEventSerializer,
     GrantCreateSerializer,
@@ -198,14 +198,13 @@ class GrantListCreateApi(ListAPIView):
 
     @extend_schema(request=GrantCreateSerializer, responses={201: GrantSerializer})
     def post(self, request: Request, project_id: int) -> Response:
-        from apps.datasets.models import Dataset
-
         project = policy.get_project(request.user, project_id, token=request.auth)
         data = GrantCreateSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        target = Dataset.objects.filter(project=project, pk=data.validated_data["object_id"]).first()
+        kind = data.validated_data["object_type"]
+        target = grantable_model(kind).objects.filter(project=project, pk=data.validated_data["object_id"]).first()
         if target is None:
-            raise Invalid("No such dataset in this project.", field="object_id")
+            raise Invalid(f"No such {kind} in this project.", field="object_id")
         grant = services.grant_create(actor=request.user, obj=target, username=data.validated_data["username"],
                                       permission=data.validated_data["permission"], token=request.auth,
                                       ip_address=client_ip(request))

@@ -1,7 +1,7 @@
 from django import forms
 
 from apps.projects.models import Project
-from apps.projects.permissions import BUILTIN_ROLES, PERMISSIONS
+from apps.projects.permissions import BUILTIN_ROLES, GRANTABLE, PERMISSIONS, grantable_model
 
 PERMISSION_CHOICES = [(name, f"{name} — {text}") for name, text in PERMISSIONS.items()]
 
@@ -38,13 +38,17 @@ class RoleForm(forms.Form):
 
 
 class GrantForm(forms.Form):
+    """One person, one object (a dataset or a model), one of that object's permissions."""
+
     username = forms.CharField(max_length=150)
-    dataset = forms.ChoiceField()
-    permission = forms.ChoiceField(choices=[(n, n) for n in PERMISSIONS if n.startswith("dataset.")])
+    target = forms.ChoiceField(label="Dataset or model")
+    permission = forms.ChoiceField(choices=[(n, n) for n in PERMISSIONS if n.split(".")[0] in GRANTABLE])
 
     def __init__(self, *args, project, **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["dataset"].choices = [(str(d.pk), d.name) for d in project.datasets.order_by("name")]
+        self.fields["target"].choices = [
+            (f"{kind}:{obj.pk}", f"{obj.name} ({kind})")
+            for kind in GRANTABLE for obj in grantable_model(kind).objects.filter(project=project).order_by("name")]
 
 
 class AuditFilterForm(forms.Form):

@@ -88,3 +88,18 @@ def permission_from_codename(code: str) -> str:
 def object_permission_choices(kind: str) -> list[tuple[str, str]]:
     """Django `Meta.permissions` for a grantable model: the catalogue's `<kind>.*` actions."""
     return [(codename(name), text) for name, text in PERMISSIONS.items() if name.startswith(f"{kind}.")]
+
+
+# Kinds of objects a grant can name, and their models (app_label.ModelName).
+GRANTABLE = {"dataset": "datasets.Dataset", "model": "registry.RegisteredModel"}
+
+
+def grantable_model(kind: str):
+    from django.apps import apps
+
+    return apps.get_model(GRANTABLE[kind])
+
+
+def kind_of(obj) -> str | None:
+    label = obj._meta.label
+    return next((kind for kind, model in GRANTABLE.items() if model == label), None)

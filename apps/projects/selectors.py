@@ -9,6 +9,7 @@ from guardian.models import UserObjectPermission
 
 from apps.projects import policy
 from apps.projects.models import AuditEvent, Membership, Project, Role
+from apps.projects.permissions import GRANTABLE, grantable_model
 
 RECENT_ACTIVITY = 15
 
@@ -37,15 +38,16 @@ def project_recent_activity(*, project: Project, limit: int = RECENT_ACTIVITY) -
     return project.audit_events.select_related("actor")[:limit]
 
 
-def project_grants(*, project: Project) -> QuerySet[UserObjectPermission]:
-    """Object grants on the objects of this project."""
-    from apps.datasets.models import Dataset
-
-    dataset_ids = Dataset.objects.filter(project=project).annotate(
-        pk_text=Cast("pk", CharField())).values("pk_text")
-    return (UserObjectPermission.objects
-            .filter(content_type=ContentType.objects.get_for_model(Dataset), object_pk__in=dataset_ids)
-            .select_related("user", "permission", "content_type").order_by("user__username", "id"))
+def project_grants(*, project: Project) -> list[UserObjectPermission]:
+    """Object grants on the objects of this project (one query per grantable kind)."""
+    grants = []
+    for kind in GRANTABLE:
+        model = grantable_model(kind)
+        object_ids = model.objects.filter(project=project).annotate(pk_text=Cast("pk", CharField())).values("pk_text")
+        grants += (UserObjectPermission.objects
+                   .filter(content_type=ContentType.objects.get_for_model(model), object_pk__in=object_ids)
+                   .select_related("user", "permission", "content_type").order_by("user__username", "id"))
+    return grants
 
 
 def audit_events(*, project: Project, action: str = "", actor: str = "", since: datetime | None = None,

@@ -3,7 +3,7 @@ from guardian.models import UserObjectPermission
 from rest_framework import serializers
 
 from apps.projects.models import AuditEvent, Membership, Project, Role
-from apps.projects.permissions import permission_from_codename
+from apps.projects.permissions import GRANTABLE, permission_from_codename
 
 
 class ProjectSerializer(serializers.ModelSerializer):
@@ -75,12 +75,15 @@ class RoleWriteSerializer(serializers.Serializer):
 class GrantSerializer(serializers.ModelSerializer):
     user = UserSummarySerializer(read_only=True)
     permission = serializers.SerializerMethodField()
-    object_type = serializers.CharField(source="content_type.model", read_only=True)
+    object_type = serializers.SerializerMethodField()
     object_id = serializers.CharField(source="object_pk", read_only=True)
 
     class Meta:
         model = UserObjectPermission
         fields = ["id", "user", "permission", "object_type", "object_id"]
+
+    def get_object_type(self, grant) -> str:
+        return permission_from_codename(grant.permission.codename).split(".")[0]
 
     def get_permission(self, grant) -> str:
         return permission_from_codename(grant.permission.codename)
@@ -88,7 +91,7 @@ class GrantSerializer(serializers.ModelSerializer):
 
 class GrantCreateSerializer(serializers.Serializer):
     username = serializers.CharField(max_length=150)
-    object_type = serializers.ChoiceField(choices=["dataset"])
+    object_type = serializers.ChoiceField(choices=list(GRANTABLE))
     object_id = serializers.IntegerField(min_value=1)
     permission = serializers.CharField(max_length=64)
 

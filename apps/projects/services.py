@@ -21,7 +21,7 @@ from apps.core.errors import Conflict, Invalid, NotFound, PermissionDenied
 from apps.projects import policy
 from apps.projects.audit import audit_record
 from apps.projects.models import Membership, Project, Role
-from apps.projects.permissions import BUILTIN_ROLES, PERMISSIONS, codename
+from apps.projects.permissions import BUILTIN_ROLES, PERMISSIONS, codename, kind_of
 
 MAX_NAME_LENGTH = 120
 User = get_user_model()
@@ -271,7 +271,9 @@ def member_remove(*, actor, membership: Membership, token=None, ip_address: str 
 # --- object grants ------------------------------------------------------------------------------
 
 def _grantable(obj: Model, permission: str) -> Permission:
-    kind = obj._meta.model_name
+    kind = kind_of(obj)
+    if kind is None:
+        raise Invalid("Only datasets and models can be shared one by one.", field="object_type")
     if not isinstance(permission, str) or not permission.startswith(f"{kind}.") or permission not in PERMISSIONS:
         raise Invalid(f"“{permission}” is not a permission on a {kind}.", field="permission")
     return Permission.objects.get(content_type=ContentType.objects.get_for_model(obj), codename=codename(permission))

@@ -25,7 +25,7 @@ from apps.projects.forms import (
     RoleForm,
     role_choices,
 )
-from apps.projects.permissions import BUILTIN_ROLES, PERMISSIONS
+from apps.projects.permissions import BUILTIN_ROLES, GRANTABLE, PERMISSIONS, grantable_model, permission_from_codename
 
 PROJECTS_PER_PAGE = 50
 AUDIT_PER_PAGE = 50
@@ -217,19 +217,24 @@ def access(request: HttpRequest, project_id: int) -> HttpResponse:
             messages.success(request, "Access revoked.")
             return redirect("projects:access", project_id=project.pk)
         if form.is_valid():
-            dataset = project.datasets.filter(pk=form.cleaned_data["dataset"]).first()
-            if dataset is None:
+            kind, _, object_id = form.cleaned_data["target"].partition(":")
+            target = grantable_model(kind).objects.filter(project=project, pk=object_id).first()
+            if target is None:
                 raise NotFound()
             if run_service(form, lambda: services.grant_create(
-                    actor=request.user, obj=dataset, username=form.cleaned_data["username"],
+                    actor=request.user, obj=target, username=form.cleaned_data["username"],
                     permission=form.cleaned_data["permission"], ip_address=ip)):
                 messages.success(request, f"{form.cleaned_data['username']} may now "
-                                          f"{form.cleaned_data['permission']} on “{dataset.name}”.")
+                                          f"{form.cleaned_data['permission']} on “{target.name}”.")
                 return redirect("projects:access", project_id=project.pk)
-    grants = selectors.project_grants(project=project)
-    names = dict(project.datasets.values_list("pk", "name"))
-    rows = [{"id": g.pk, "user": g.user.username, "permission": g.permission.codename.replace("_", ".", 1),
-             "dataset": names.get(int(g.object_pk), "?")} for g in grants]
+    names = {kind: dict(grantable_model(kind).objects.filter(project=project).values_list("pk", "name"))
+             for kind in GRANTABLE}
+    rows = []
+    for grant in selectors.project_grants(project=project):
+        permission = permission_from_codename(grant.permission.codename)
+        kind = permission.split(".")[0]
+        rows.append({"id": grant.pk, "user": grant.user.username, "permission": permission,
+                     "object": f"{names[kind].get(int(grant.object_pk), '?')} ({kind})"})
     return _page(request, "projects/access.html", project, {"grants": rows, "form": form, "tab": "access"},
                  status=400 if form.errors else 200)
 

@@ -76,7 +76,7 @@ def test_admin_invites_creates_a_role_shares_a_dataset_and_revokes_a_token(_brow
 
     page.get_by_role("navigation", name="Project").get_by_role("link", name="Shared access").click()
     page.get_by_label("Username").fill("erin")
-    page.get_by_label("Dataset").select_option(label="Reviews")
+    page.get_by_label("Dataset or model").select_option(label="Reviews (dataset)")
     page.get_by_label("Permission").select_option("dataset.view")
     page.get_by_role("button", name="Share").click()
     expect(page.get_by_test_id("grants")).to_contain_text("erin")

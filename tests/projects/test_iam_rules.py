@@ -381,7 +381,7 @@ def test_the_shared_list_holds_exactly_the_datasets_granted_to_me(client, owner,
         [(here.pk, project.pk), (elsewhere.pk, charlie.pk)])
     assert not_granted.pk not in {d["id"] for d in listed}
 
-    grant_id = selectors.project_grants(project=project).get(user=gina).pk
+    grant_id = next(g.pk for g in selectors.project_grants(project=project) if g.user_id == gina.pk)
     revoked = call(logged_in(owner), "delete", f"/api/projects/{project.pk}/grants/{grant_id}/")
     assert revoked.status_code == 204
     assert [d["id"] for d in client.get("/api/datasets/shared/").json()["results"]] == [elsewhere.pk]

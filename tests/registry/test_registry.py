@@ -129,3 +129,24 @@ def test_the_demo_gguf_is_registered_then_converted_by_a_worker(scientist_client
                      timeout=240, interval=1, what="the conversion")
     assert ready.status == "ready", ready.error
     assert (Path(ready.weights_path) / "model.safetensors").exists()
+
+
+def test_a_model_can_be_shared_with_one_person_without_a_project_role(client, admin, outsider, project, model_root):
+    path, _ = tiny_model_dir(model_root / "tiny")
+    client.force_login(admin)
+    shared = register(client, project, "Shared", path).json()
+    other = register(client, project, "Private", path).json()
+    answer = client.post(f"/api/projects/{project.pk}/grants/", {"username": outsider.username, "object_type": "model",
+                                                                  "object_id": shared["id"], "permission": "model.view"},
+                         content_type="application/json")
+    assert answer.status_code == 201, answer.content
+    assert answer.json()["object_type"] == "model" and answer.json()["permission"] == "model.view"
+    mismatched = client.post(f"/api/projects/{project.pk}/grants/", {"username": outsider.username,
+                                                                      "object_type": "model", "object_id": shared["id"],
+                                                                      "permission": "dataset.view"},
+                             content_type="application/json")
+    assert mismatched.status_code == 400 and mismatched.json()["field"] == "permission"
+    client.force_login(outsider)
+    assert client.get(f"/api/models/{shared['id']}/").status_code == 200
+    assert client.get(f"/api/models/{other['id']}/").status_code == 404
+    assert client.get(f"/api/projects/{project.pk}/models/").status_code == 404

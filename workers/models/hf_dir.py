@@ -134,11 +134,12 @@ def weight_files(directory: Path, top: set[str]) -> list[Path]:
         weight_map = index.get("weight_map")
         if not isinstance(weight_map, dict) or not weight_map:
             raise ModelFormatError(f"{WEIGHTS_INDEX} has no weight_map.")
+        if not all(isinstance(shard, str) for shard in weight_map.values()):
+            raise ModelFormatError(f"{WEIGHTS_INDEX} has a weight_map entry that is not a file name.")
         shards = sorted(set(weight_map.values()))
         for shard in shards:
             # Shard names are plain file names in this directory: no folders, no "..", no absolute paths.
-            if not isinstance(shard, str) or "/" in shard or "\\" in shard or shard.startswith(".") \
-                    or not shard.endswith(".safetensors"):
+            if "/" in shard or "\\" in shard or shard.startswith(".") or not shard.endswith(".safetensors"):
                 raise ModelSafetyError(f"{WEIGHTS_INDEX} names a shard outside the model directory.")
             if shard not in top:
                 raise ModelFormatError(f"{WEIGHTS_INDEX} names the shard {shard}, which is missing.")
