@@ -11,7 +11,6 @@ from apps.datasets import selectors, services
 from apps.datasets.forms import DatasetForm, MappingForm, SplitForm, UploadForm
 from apps.datasets.models import Dataset, DeriveJob, ImportJob
 from apps.projects import policy
-from apps.projects.models import Membership
 
 
 def _context(request, dataset, **extra) -> dict:
@@ -24,9 +23,7 @@ def _context(request, dataset, **extra) -> dict:
 @login_required
 def all_datasets(request: HttpRequest) -> HttpResponse:
     """Datasets across my projects (through a role with dataset.view) and those shared with me."""
-    memberships = Membership.objects.filter(user=request.user).select_related("custom_role")
-    project_ids = [m.project_id for m in memberships if "dataset.view" in m.permission_set]
-    datasets = Dataset.objects.filter(project_id__in=project_ids).select_related("project").order_by(
+    datasets = Dataset.objects.filter(project_id__in=policy.project_ids_with(request.user, "dataset.view")).select_related("project").order_by(
         "project__name", "name")
     shared = policy.shared_with(request.user, Dataset, "dataset.view").order_by("name")
     request.nav_section = "datasets"

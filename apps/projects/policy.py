@@ -110,6 +110,14 @@ def visible_projects(user, token: ApiToken | None = None) -> QuerySet[Project]:
     return projects
 
 
+def project_ids_with(user, permission: str) -> list[int]:
+    """The projects where the user's role holds `permission` (one query), for cross-project lists."""
+    if not _active(user):
+        return []
+    memberships = Membership.objects.filter(user=user).select_related("custom_role")
+    return [m.project_id for m in memberships if permission in m.permission_set]
+
+
 def get_project(user, project_id, permission: str = "project.view", token: ApiToken | None = None) -> Project:
     """Fetch a project for a principal, enforcing `permission`. Unknown and invisible look alike."""
     try:

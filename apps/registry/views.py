@@ -30,11 +30,8 @@ class EstimateForm(forms.Form):
 @login_required
 def all_models(request: HttpRequest) -> HttpResponse:
     """Models across my projects (through a role with model.view)."""
-    from apps.projects.models import Membership
-
-    memberships = Membership.objects.filter(user=request.user).select_related("custom_role")
-    project_ids = [m.project_id for m in memberships if "model.view" in m.permission_set]
     request.nav_section = "models"
+    project_ids = policy.project_ids_with(request.user, "model.view")
     return render(request, "registry/all.html", {"models": RegisteredModel.objects.filter(
         project_id__in=project_ids).select_related("project").order_by("project__name", "name")})
 

@@ -52,3 +52,19 @@ def test_the_plotly_bundle_is_served_locally(page, live_asgi):
     response = page.request.get(f"{live_asgi}/static/vendor/plotly/plotly.min.js")
     assert response.status == 200
     assert "plotly.js v" in response.text()[:200]
+
+
+def test_the_datasets_section_lists_datasets_across_my_projects(page, viewer, project, owner, other_project):
+    from apps.datasets.services import dataset_create
+    from tests.factories import MembershipFactory
+
+    dataset_create(user=owner, project=project, name="Reviews")
+    MembershipFactory(project=other_project, user=owner, role="owner")
+    dataset_create(user=owner, project=other_project, name="Secret plans")
+    browser_login(page, "victor")
+    page.get_by_role("navigation", name="Main").get_by_role("link", name="Datasets").click()
+    listing = page.get_by_test_id("datasets")
+    expect(listing).to_contain_text("Reviews")
+    expect(listing).not_to_contain_text("Secret plans")
+    listing.get_by_role("link", name="Reviews").click()
+    expect(page.get_by_test_id("dataset-name")).to_have_text("Reviews")
