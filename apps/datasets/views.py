@@ -141,7 +141,16 @@ def version_page(request: HttpRequest, project_id: int, dataset_id: int, number:
     rows, next_after = selectors.version_rows(version=version, after=after, q=q, label=label, split=split)
     return render(request, "datasets/version.html", _context(request, dataset, version=version, rows=rows,
                                                              next_after=next_after, q=q, label=label, split=split,
-                                                             split_form=SplitForm(), pii_scan=pii_scan))
+                                                             split_form=SplitForm(), pii_scan=pii_scan,
+                                                             split_counts=_split_counts(version)))
+
+
+def _split_counts(version) -> list[tuple[str, int]]:
+    """In train, validation, test order (JSON objects come back in the database's key order)."""
+    from workers.ingest.splits import SPLIT_NAMES
+
+    counts = (version.schema.get("splits") or {}).get("counts") or {}
+    return [(name, counts[name]) for name in SPLIT_NAMES if name in counts]
 
 
 @login_required
