@@ -7,6 +7,8 @@ BENCHMARKS = {
     "cold_start": "bench.cold_start",
     "dashboard_latency": "bench.dashboard_latency",
     "policy_scale": "bench.policy_scale",
+    "import_jsonl": "bench.import_jsonl",
+    "browse_scale": "bench.browse_scale",
 }
 
 

@@ -3,7 +3,8 @@
 Four requests to `/api/datasets/<id>/versions/<n>/rows/` (in-process client, a project
 scientist logged in, PostgreSQL): the first page; a deep keyset page (`after` = the middle
 position); a full-text search for a word that 1 row in 100 holds (`q=needle`); and a label
-filter (`label=neutral`, 1 row in 4). 50 requests each, p50 and p99.
+filter (`label=neutral`, 1 row in 4). 50 requests each, p50 and p99. Also a search for a word
+that no row holds (`q=zzqqxx`, a typo's case), 5 requests each: it is the slowest search there is.
 
 Baseline, same run: the same requests against a 10,000-row version, in a database that holds
 only that version. The large database is a copy of the small one (CREATE DATABASE ...
@@ -23,24 +24,26 @@ PostgreSQL and Redis as for import_jsonl (databases `bench_browse_10k` and `benc
 created fresh, dropped at the end). BENCH_BROWSE_ROWS changes the large size.
 """
 
+import gc
 import hashlib
 import importlib
+import os
 import shutil
 import tempfile
 import time
 
-import os
-
-from bench.import_jsonl import (COPY_COLUMNS, NEEDLE, PG_URL, django_already_set_up, clear_redis, drop_database,
-                                make_owner_dataset, records, rerun_in_child, setup_django)
+from bench.import_jsonl import (COPY_COLUMNS, NEEDLE, PG_URL, admin_execute, clear_redis, django_already_set_up,
+                                drop_database, make_owner_dataset, records, rerun_in_child, setup_django)
 
 SMALL_ROWS = 10_000
 LARGE_ROWS = int(os.environ.get("BENCH_BROWSE_ROWS", "1000000"))
 REQUESTS = 50
+SLOW_REQUESTS = 5  # the search for a word in no row: seconds a request at 1,000,000 rows
 TARGET_RATIO = 2.0
 SMALL_DB = "bench_browse_10k"
 LARGE_DB = "bench_browse_1m"
 LABEL = "neutral"
+ABSENT = "zzqqxx"  # in no row: the vocabulary's words are at most 9 letters, chosen at random
 
 
 def _use(database: str) -> None:
@@ -107,7 +110,7 @@ def _explain(sql: str, params) -> str:
 
 
 def run() -> list[dict]:
-    names = [f"browse_{kind}_p99" for kind in ("first_page", "deep_page", "search", "label")]
+    names = [f"browse_{kind}_p99" for kind in ("first_page", "deep_page", "search", "label", "search_absent")]
     if django_already_set_up():
         return rerun_in_child("bench.browse_scale", names)
     data_dir = tempfile.mkdtemp(prefix="bench-browse-")
@@ -118,7 +121,6 @@ def run() -> list[dict]:
         from django.test import Client
 
         from apps.projects.services import member_add
-        from bench.import_jsonl import admin_execute
         from bench.report import percentile, publish, result
 
         owner, project, dataset = make_owner_dataset()
@@ -127,9 +129,7 @@ def run() -> list[dict]:
         client = Client()
         client.force_login(scientist)  # before the copy: the session is in both databases
 
-        _ready_version(dataset, owner, 1, SMALL_ROWS)
-        small_version = dataset.versions.get(number=1)
-        _copy_rows(small_version.pk, SMALL_ROWS)
+        _copy_rows(_ready_version(dataset, owner, 1, SMALL_ROWS), SMALL_ROWS)
         connection.close()
         admin_execute(f'DROP DATABASE IF EXISTS "{LARGE_DB}" WITH (FORCE)',
                       f'CREATE DATABASE "{LARGE_DB}" TEMPLATE "{SMALL_DB}"')
@@ -139,37 +139,40 @@ def run() -> list[dict]:
         print(f"browse_scale: {LARGE_ROWS:,} rows written, indexed and analyzed in {seed_s:.1f} s", flush=True)
 
         base = f"/api/datasets/{dataset.pk}/versions"
+        # kind -> (query string for a version of `rows` rows, rows per page expected, requests)
         kinds = {
-            "first_page": lambda n, rows: "",
-            "deep_page": lambda n, rows: f"?after={rows // 2}",
-            "search": lambda n, rows: f"?q={NEEDLE}",
-            "label": lambda n, rows: f"?label={LABEL}",
+            "first_page": (lambda rows: "", 50, REQUESTS),
+            "deep_page": (lambda rows: f"?after={rows // 2}", 50, REQUESTS),
+            "search": (lambda rows: f"?q={NEEDLE}", 50, REQUESTS),
+            "label": (lambda rows: f"?label={LABEL}", 50, REQUESTS),
+            "search_absent": (lambda rows: f"?q={ABSENT}", 0, SLOW_REQUESTS),
         }
         # side -> (database, version number, row count)
         sides = {"small": (SMALL_DB, 1, SMALL_ROWS), "large": (LARGE_DB, 2, LARGE_ROWS),
                  "small_in_large": (LARGE_DB, 1, SMALL_ROWS)}
         measured = {}
-        for kind, query in kinds.items():
-            urls = {side: f"{base}/{number}/rows/{query(number, rows)}" for side, (_, number, rows) in sides.items()}
+        for kind, (query, expected, requests) in kinds.items():
+            urls = {side: f"{base}/{number}/rows/{query(rows)}" for side, (_, number, rows) in sides.items()}
             info = {}
             for side, (database, _, _) in sides.items():
                 _use(database)
-                for _ in range(5):  # warm caches, the serializer, the database's buffers
+                for _ in range(5 if requests == REQUESTS else 1):  # warm caches, serializer, buffers
                     body = client.get(urls[side]).json()
-                assert len(body["results"]) == 50, (kind, side, len(body["results"]))
+                assert len(body["results"]) == expected, (kind, side, len(body["results"]))
                 count, sql, params = _capture(client, urls[side])
                 info[side] = {"queries": count, "plan": _explain(sql, params), "sql": sql % tuple(
                     repr(p) for p in params) if params else sql}
             samples = {side: [] for side in sides}
             order = list(sides)
-            for i in range(REQUESTS):
+            gc.collect()
+            for i in range(requests):
                 for side in order if i % 2 else reversed(order):
                     _use(sides[side][0])
                     started = time.perf_counter()
                     response = client.get(urls[side])
                     samples[side].append((time.perf_counter() - started) * 1000)
                     assert response.status_code == 200
-            measured[kind] = (samples, info)
+            measured[kind] = (samples, info, requests)
         _use(SMALL_DB)
         connection.close()
     finally:
@@ -186,9 +189,10 @@ def run() -> list[dict]:
 
     what = {"first_page": "the first page", "deep_page": "a keyset page at the middle position",
             "search": f"a full-text search for a word in 1% of rows (q={NEEDLE})",
-            "label": f"a label filter (label={LABEL}, 25% of rows)"}
+            "label": f"a label filter (label={LABEL}, 25% of rows)",
+            "search_absent": f"a full-text search for a word in no row (q={ABSENT})"}
     results = []
-    for kind, (samples, info) in measured.items():
+    for kind, (samples, info, requests) in measured.items():
         large, small, mixed = samples["large"], samples["small"], samples["small_in_large"]
         ratio = percentile(large, 99) / percentile(small, 99)
         results.append(result(
@@ -201,7 +205,7 @@ def run() -> list[dict]:
                    "small_version_in_large_db_p50_ms": round(percentile(mixed, 50), 3),
                    "small_version_in_large_db_p99_ms": round(percentile(mixed, 99), 3),
                    "queries": info["large"]["queries"], "baseline_queries": info["small"]["queries"],
-                   "requests": REQUESTS, "rows": LARGE_ROWS, "seed_s": round(seed_s, 1),
+                   "requests": requests, "rows": LARGE_ROWS, "seed_s": round(seed_s, 1),
                    "sql": info["large"]["sql"], "plan": info["large"]["plan"],
                    "baseline_plan": info["small"]["plan"], "small_in_large_plan": info["small_in_large"]["plan"]}))
     return publish(results)
