@@ -180,6 +180,9 @@ def celery_worker(django_db_setup, django_db_blocker, redis_service):
     else:
         env["DATABASE_URL"] = (f"postgres://{db['USER']}:{db['PASSWORD'] or ''}@{db['HOST'] or '127.0.0.1'}:"
                                f"{db['PORT'] or 5432}/{db['NAME']}")
+    # Jobs whose worker is killed are taken over within seconds, not the production minute and a half.
+    env.setdefault("TRAINING_HEARTBEAT_S", "0.5")
+    env.setdefault("TRAINING_HEARTBEAT_STALE_S", "3")
     hostname = f"test-worker-{os.getpid()}@%h"
     process = subprocess.Popen(
         [sys.executable, "-m", "celery", "-A", "workbench", "--quiet", "worker", "-Q", "default,gpu",

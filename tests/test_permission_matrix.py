@@ -6,7 +6,7 @@ needs (and, when the code checks more than one, all of them in the order it chec
 factory for the request body, the status of a successful call, and how to set up the objects
 the call acts on so that success is actually possible.
 `test_every_project_scoped_endpoint_in_the_url_conf_has_a_row` fails when a route or method
-under /api/ that takes a `project_id` or a `dataset_id` has no row.
+under /api/ that takes a `project_id`, a `dataset_id` or a `job_id` has no row.
 
 The expected answer for each (row, principal) cell is computed from the permission catalogue
 (`apps/projects/permissions.py`), never written per cell:
@@ -106,6 +106,32 @@ def _arrange_version(world: World) -> dict:
     return {"number": 1}
 
 
+def _arrange_derive_job(world: World) -> dict:
+    from apps.datasets.models import DeriveJob
+
+    _arrange_version(world)
+    return {"job_id": DeriveJob.objects.create(parent=world.dataset.versions.get(), kind="pii_scan").pk}
+
+
+def _arrange_job(state: str):
+    """A job of world.project on a registered model and a one-row version, in `state`."""
+    def arrange(world: World) -> dict:
+        from apps.registry.models import RegisteredModel
+        from apps.training.models import TrainingJob
+
+        version = DatasetVersion.objects.create(dataset=world.dataset, number=1, status="ready", row_count=1,
+                                                content_hash="0" * 64, author=world.owner)
+        DatasetRow.objects.create(version=version, position=0, row_hash="0" * 64, prompt="hello", response="hi",
+                                  metadata={})
+        model = RegisteredModel.objects.create(project=world.project, name="Base", format="hf_dir",
+                                               source_path="/nonexistent", weights_path="/nonexistent",
+                                               status="ready", info={})
+        job = TrainingJob.objects.create(project=world.project, name="Run", base_model=model, dataset_version=version,
+                                         config={"format": "prompt_response"}, state=state, created_by=world.owner)
+        return {"job_id": job.pk}
+    return arrange
+
+
 def _upload(world: World) -> dict:
     from django.core.files.uploadedfile import SimpleUploadedFile
 
@@ -198,6 +224,8 @@ ENDPOINTS = [
     Endpoint("version-redact", "POST", "/api/datasets/<int:dataset_id>/versions/<int:number>/redact/",
              "dataset.edit", _no_body, 202, checks=("dataset.view", "dataset.edit"), scope="dataset",
              arrange=_arrange_version),
+    Endpoint("derive-job-get", "GET", "/api/derive-jobs/<int:job_id>/", "dataset.view", _no_body, 200,
+             scope="dataset", arrange=_arrange_derive_job),
     Endpoint("models-list", "GET", f"{P}/models/", "model.view", _no_body, 200),
     # A permitted registration reaches the path check: this path does not exist, so it is 400
     # (tests/registry covers successful registration); the refusals are what this row checks.
@@ -207,6 +235,22 @@ ENDPOINTS = [
              scope="dataset"),
     Endpoint("dataset-delete", "DELETE", "/api/datasets/<int:dataset_id>/", "dataset.delete", _no_body, 204,
              checks=("dataset.view", "dataset.delete"), scope="dataset"),
+    # fine-tune jobs. A permitted launch reaches the model check: model 999999 is not the
+    # project's, so it is 400 (tests/training covers launches); the refusals are what these rows check.
+    Endpoint("jobs-list", "GET", f"{P}/jobs/", "job.view", _no_body, 200),
+    Endpoint("job-launch", "POST", f"{P}/jobs/", "job.launch",
+             lambda w: {"name": "Run", "base_model": 999999, "dataset_version": 999999}, 400, audit_writes=0),
+    Endpoint("job-estimate", "POST", f"{P}/jobs/estimate/", "job.launch",
+             lambda w: {"name": "Run", "base_model": 999999, "dataset_version": 999999}, 400, audit_writes=0),
+    Endpoint("job-get", "GET", "/api/jobs/<int:job_id>/", "job.view", _no_body, 200, arrange=_arrange_job("running")),
+    Endpoint("job-metrics", "GET", "/api/jobs/<int:job_id>/metrics/", "job.view", _no_body, 200,
+             arrange=_arrange_job("running")),
+    Endpoint("job-cancel", "POST", "/api/jobs/<int:job_id>/cancel/", "job.cancel", _no_body, 200,
+             checks=("job.view", "job.cancel"), arrange=_arrange_job("queued")),
+    Endpoint("job-resume", "POST", "/api/jobs/<int:job_id>/resume/", "job.launch", _no_body, 200,
+             checks=("job.view", "job.launch"), arrange=_arrange_job("failed")),
+    Endpoint("job-copy", "POST", "/api/jobs/<int:job_id>/copy/", "job.launch", lambda w: {"name": "Again"}, 201,
+             checks=("job.view", "job.launch", "model.view", "dataset.view"), arrange=_arrange_job("succeeded")),
     # project API tokens (a token never creates a token)
     Endpoint("project-tokens-list", "GET", f"{P}/tokens/", "token.manage", _no_body, 200),
     Endpoint("project-token-create", "POST", f"{P}/tokens/", "token.manage",
@@ -377,10 +421,11 @@ def test_every_project_scoped_endpoint_in_the_url_conf_has_a_row():
         view_class = getattr(callback, "view_class", None)
         if not route.startswith("api/") or view_class is None:
             continue
-        if "<int:project_id>" in route or "<int:dataset_id>" in route:
+        if any(f"<int:{scope}_id>" in route for scope in ("project", "dataset", "job")):
             in_url_conf |= {(route, method.upper()) for method in ("get", "post", "put", "patch", "delete")
                             if hasattr(view_class, method)}
-    dummy = {"project_id": 1, "dataset_id": 2, "membership_id": 3, "role_id": 4, "grant_id": 5, "number": 6}
+    dummy = {"project_id": 1, "dataset_id": 2, "membership_id": 3, "role_id": 4, "grant_id": 5, "number": 6,
+             "job_id": 7}
     in_table = {(resolve(fill(e.url, dummy)).route, e.method) for e in ENDPOINTS}
     assert in_url_conf, "found no project-scoped API routes: the walk above is broken"
     assert in_url_conf - in_table == set(), "project-scoped endpoints without a row in ENDPOINTS"

@@ -16,7 +16,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from workbench import embedded
-from workbench.env import env_bool, env_int, env_list, env_str
+from workbench.env import env_bool, env_float, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -87,6 +87,7 @@ INSTALLED_APPS = [
     "apps.projects",
     "apps.datasets",
     "apps.registry",
+    "apps.training",
 ]
 
 MIDDLEWARE = [
@@ -190,6 +191,22 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 12 * 3600}
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 
+# --- Fine-tune jobs ---------------------------------------------------------------------
+# A running job's worker writes a heartbeat this often; a job whose heartbeat is older than
+# the stale limit has lost its worker and may be taken over (and resumed from its checkpoint)
+# by another. The limit must exceed the longest pause between heartbeats (a heartbeat thread
+# writes them, so a slow optimizer step does not delay it).
+TRAINING_HEARTBEAT_S = env_float("TRAINING_HEARTBEAT_S", 10.0)
+TRAINING_HEARTBEAT_STALE_S = env_float("TRAINING_HEARTBEAT_STALE_S", 90.0)
+# A job whose worker was lost this many times fails instead of being redelivered forever
+# (a job that kills its worker, by running out of memory say, must not loop).
+TRAINING_MAX_RUNS = env_int("TRAINING_MAX_RUNS", 3)
+TRAINING_MAX_ACTIVE_JOBS_PER_USER = env_int("TRAINING_MAX_ACTIVE_JOBS_PER_USER", 4)
+TRAINING_MAX_ACTIVE_JOBS_PER_PROJECT = env_int("TRAINING_MAX_ACTIVE_JOBS_PER_PROJECT", 8)
+# Workers with `-B` (the embedded default) look for jobs whose worker vanished this often.
+CELERY_BEAT_SCHEDULE = {"training-reap-stale": {"task": "training.reap_stale", "schedule": 60.0,
+                                                "options": {"queue": "default"}}}
+
 # --- Files ------------------------------------------------------------------------------
 STATIC_URL = "/static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
@@ -278,6 +295,9 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # Jobs of different kinds share the field name "state" with different choices: name each set.
+    "ENUM_NAME_OVERRIDES": {"ImportJobState": "apps.datasets.models.ImportJob.State",
+                            "TrainingJobState": "apps.training.models.TrainingJob.State"},
 }
 
 # --- Security headers -------------------------------------------------------------------

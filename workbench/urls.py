@@ -9,6 +9,7 @@ api_patterns = [
     path("", include("apps.projects.api_urls")),
     path("", include("apps.datasets.api_urls")),
     path("", include("apps.registry.api_urls")),
+    path("", include("apps.training.api_urls")),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     # The split view serves its start-up script as a file, so the CSP needs no inline script.
     path("docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="docs"),
@@ -22,6 +23,7 @@ urlpatterns = [
     path("projects/", include("apps.projects.urls")),
     path("", include("apps.datasets.urls")),
     path("", include("apps.registry.urls")),
+    path("", include("apps.training.urls")),
     path("api/", include(api_patterns)),
     path("admin/", admin.site.urls),
 ]

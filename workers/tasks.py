@@ -22,3 +22,19 @@ def convert_model_task(model_id: int) -> None:
     from apps.registry.services import run_conversion
 
     run_conversion(model_id)
+
+
+@shared_task(name="training.run", bind=True)
+def train_task(self, job_id: int) -> None:
+    import os
+
+    from apps.training.runner import run_job
+
+    run_job(job_id, worker=self.request.hostname or "", pid=os.getpid())
+
+
+@shared_task(name="training.reap_stale")
+def reap_stale_jobs_task() -> None:
+    from apps.training.runner import reap_stale_jobs
+
+    reap_stale_jobs()

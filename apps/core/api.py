@@ -13,5 +13,8 @@ def exception_handler(exc, context):
             body["field"] = exc.field
         if isinstance(exc, PermissionDenied):
             body["missing_permission"] = exc.permission
-        return Response(body, status=exc.status)
+        response = Response(body, status=exc.status)
+        if getattr(exc, "retry_after_s", None):
+            response["Retry-After"] = str(exc.retry_after_s)
+        return response
     return drf_exception_handler(exc, context)

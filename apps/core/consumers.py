@@ -95,7 +95,25 @@ class PolicyConsumer(AsyncJsonWebsocketConsumer):
 
     # --- for subclasses ----------------------------------------------------------------------
     def allowed(self) -> bool:
+        """Sync (runs in a thread): may this socket's user see what it asked for?"""
         raise NotImplementedError
+
+    def permits(self, permission: str, obj) -> bool:
+        """The policy's answer for this socket's user, read fresh: the connect-time user object
+        caches permissions from before a change, and the account may have been deactivated."""
+        from django.contrib.auth import get_user_model
+
+        from apps.core.errors import DomainError
+        from apps.projects import policy
+
+        user = get_user_model().objects.filter(pk=self.scope["user"].pk, is_active=True).first()
+        if obj is None or user is None:
+            return False
+        try:
+            policy.require(user, permission, obj)
+        except DomainError:
+            return False
+        return True
 
     def groups_to_join(self) -> list[str]:
         return []

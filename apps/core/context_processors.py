@@ -6,7 +6,7 @@ SECTIONS = [
     ("projects", "Projects", "projects:list"),
     ("datasets", "Datasets", "datasets:all"),
     ("annotation", "Annotation", None),
-    ("jobs", "Jobs", None),
+    ("jobs", "Jobs", "training:all"),
     ("models", "Models", "registry:all"),
     ("compare", "Compare", None),
     ("monitoring", "Monitoring", None),

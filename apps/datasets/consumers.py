@@ -1,10 +1,8 @@
 from channels.db import database_sync_to_async
 
 from apps.core.consumers import PolicyConsumer
-from apps.core.errors import DomainError
 from apps.datasets import events
 from apps.datasets.models import ImportJob
-from apps.projects import policy
 from apps.projects.events import user_group
 
 
@@ -12,19 +10,10 @@ class ImportProgressConsumer(PolicyConsumer):
     """Progress of one import: its current state on connect, then every update live."""
 
     def allowed(self) -> bool:
-        from django.contrib.auth import get_user_model
-
-        user = get_user_model().objects.filter(pk=self.scope["user"].pk, is_active=True).first()
         job = ImportJob.objects.select_related("dataset__project").filter(
             pk=self.scope["url_route"]["kwargs"]["import_id"]).first()
-        if job is None:
-            return False
-        try:
-            policy.require(user, "dataset.view", job.dataset)
-        except DomainError:
-            return False
-        self.job_id = job.pk
-        return True
+        self.job_id = job.pk if job else None
+        return self.permits("dataset.view", job.dataset if job else None)
 
     def groups_to_join(self) -> list[str]:
         return [events.import_group(self.job_id), user_group(self.scope["user"].pk)]

@@ -6,6 +6,7 @@ from django.utils import timezone
 
 from apps.core import storage
 from apps.core.errors import Conflict, Invalid
+from apps.core.jobs import enqueue
 from apps.datasets import importer
 from apps.datasets.models import Dataset, ImportJob
 from apps.projects import policy
@@ -148,11 +149,8 @@ def import_start(*, user, job: ImportJob, mapping: dict, skip_bad_rows: bool = F
 def _enqueue_import(job_id: int) -> None:
     from workers.tasks import import_dataset_task
 
-    try:
-        import_dataset_task.apply_async(args=[job_id], queue="default")
-    except Exception as exc:  # broker down: say so on the job rather than leave it queued forever
-        ImportJob.objects.filter(pk=job_id).update(state=ImportJob.State.FAILED, finished_at=timezone.now(),
-                                                   error=f"Could not queue the import: {type(exc).__name__}")
+    enqueue(import_dataset_task, job_id, queue="default", on_failure=lambda reason: ImportJob.objects.filter(
+        pk=job_id).update(state=ImportJob.State.FAILED, finished_at=timezone.now(), error=reason))
 
 
 def import_cancel(*, user, job: ImportJob, token=None, ip_address: str | None = None) -> ImportJob:
@@ -223,8 +221,5 @@ def _enqueue(job_id: int) -> None:
     from apps.datasets.models import DeriveJob
     from workers.tasks import derive_version_task
 
-    try:
-        derive_version_task.apply_async(args=[job_id], queue="default")
-    except Exception as exc:  # broker down: say so on the job rather than leave it queued forever
-        DeriveJob.objects.filter(pk=job_id).update(state=DeriveJob.State.FAILED, finished_at=timezone.now(),
-                                                   error=f"Could not queue the job: {type(exc).__name__}")
+    enqueue(derive_version_task, job_id, queue="default", on_failure=lambda reason: DeriveJob.objects.filter(
+        pk=job_id).update(state=DeriveJob.State.FAILED, finished_at=timezone.now(), error=reason))

@@ -1,21 +1,14 @@
 from apps.core.consumers import PolicyConsumer
-from apps.core.errors import DomainError
-from apps.projects import events, policy
+from apps.projects import events
+from apps.projects.models import Project
 
 
 class ProjectActivityConsumer(PolicyConsumer):
     """Live activity of one project (the dashboard's feed)."""
 
     def allowed(self) -> bool:
-        from django.contrib.auth import get_user_model
-
-        # A fresh user object: the connect-time one caches permissions from before a change.
-        user = get_user_model().objects.filter(pk=self.scope["user"].pk, is_active=True).first()
-        try:
-            self.project = policy.get_project(user, self.scope["url_route"]["kwargs"]["project_id"])
-        except DomainError:
-            return False
-        return True
+        self.project = Project.objects.filter(pk=self.scope["url_route"]["kwargs"]["project_id"]).first()
+        return self.permits("project.view", self.project)
 
     def groups_to_join(self) -> list[str]:
         return [events.project_group(self.project.pk), events.user_group(self.scope["user"].pk)]

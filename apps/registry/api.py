@@ -1,3 +1,7 @@
+import tempfile
+import zipfile
+
+from django.http import FileResponse
 from drf_spectacular.utils import extend_schema
 from rest_framework import status
 from rest_framework.generics import ListAPIView
@@ -42,6 +46,22 @@ class ModelDetailApi(APIView):
         model = policy.get_object(request.user, RegisteredModel, model_id, "model.view", request.auth)
         services.model_delete(user=request.user, model=model, token=request.auth, ip_address=client_ip(request))
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class AdapterDownloadApi(APIView):
+    """An adapter as a zip of its PEFT directory: `PeftModel.from_pretrained` loads it unchanged."""
+
+    @extend_schema(responses={(200, "application/zip"): bytes})
+    def get(self, request: Request, model_id: int) -> FileResponse:
+        model = policy.get_object(request.user, RegisteredModel, model_id, "model.view", request.auth)
+        files = services.adapter_archive_files(model)
+        archive = tempfile.SpooledTemporaryFile(max_size=64 * 1024 * 1024)  # adapters are megabytes
+        with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zipped:
+            for path, name in files:
+                zipped.write(path, name)
+        archive.seek(0)
+        filename = (files[0][1].split("/")[0] if files else "adapter") + ".zip"
+        return FileResponse(archive, as_attachment=True, filename=filename, content_type="application/zip")
 
 
 class ModelMemoryEstimateApi(APIView):

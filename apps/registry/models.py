@@ -14,12 +14,18 @@ class RegisteredModel(models.Model):
     """A base model registered in a project: inspected at registration, loadable when READY.
 
     A GGUF file is converted once, in a worker, into a safetensors directory (`weights_path`);
-    a Hugging Face safetensors directory is used where it lies.
+    a Hugging Face safetensors directory is used where it lies. An adapter (kind ADAPTER) is a
+    PEFT directory in artifact storage written by a fine-tune job, on top of `base_model`.
     """
 
     class Format(models.TextChoices):
         HF_DIR = "hf_dir"
         GGUF = "gguf"
+        PEFT = "peft"  # a LoRA adapter directory on top of `base_model`
+
+    class Kind(models.TextChoices):
+        BASE = "base"
+        ADAPTER = "adapter"
 
     class Status(models.TextChoices):
         CONVERTING = "converting"
@@ -35,7 +41,11 @@ class RegisteredModel(models.Model):
     source_path = models.CharField(max_length=1000)
     weights_path = models.CharField(max_length=1000, blank=True)
     status = models.CharField(max_length=16, choices=Status.choices)
-    info = models.JSONField(default=dict)  # workers.models.ModelInfo.as_dict()
+    info = models.JSONField(default=dict)  # workers.models.ModelInfo.as_dict() (an adapter: its base's)
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.BASE)
+    base_model = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT, related_name="adapters")
+    # An adapter's lineage: the job that made it, its dataset version (id, hash), config and final metrics.
+    lineage = models.JSONField(default=dict, blank=True)
     error = models.TextField(blank=True)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)

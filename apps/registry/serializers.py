@@ -8,7 +8,8 @@ class ModelSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = RegisteredModel
-        fields = ["id", "project", "name", "format", "status", "source_path", "info", "error", "created_at"]
+        fields = ["id", "project", "name", "kind", "format", "status", "base_model", "source_path", "info", "lineage",
+                  "error", "created_at"]
 
 
 class ModelRegisterSerializer(serializers.Serializer):

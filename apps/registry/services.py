@@ -8,6 +8,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from apps.core.errors import Invalid
+from apps.core.jobs import enqueue
 from apps.projects import policy
 from apps.projects.audit import audit_record
 from apps.projects.models import Project
@@ -55,11 +56,8 @@ def model_register(*, user, project: Project, name: str, path: str, token=None, 
 def _enqueue_conversion(model_id: int) -> None:
     from workers.tasks import convert_model_task
 
-    try:
-        convert_model_task.apply_async(args=[model_id], queue="default")
-    except Exception as exc:  # broker down: say so rather than leave it converting forever
-        RegisteredModel.objects.filter(pk=model_id).update(status=RegisteredModel.Status.FAILED,
-                                                           error=f"Could not queue the conversion: {type(exc).__name__}")
+    enqueue(convert_model_task, model_id, queue="default", on_failure=lambda reason: RegisteredModel.objects.filter(
+        pk=model_id).update(status=RegisteredModel.Status.FAILED, error=reason))
 
 
 def conversion_dir(model: RegisteredModel) -> Path:
@@ -114,3 +112,33 @@ def model_memory_estimate(*, model: RegisteredModel, precision: str, batch_size:
             raise Invalid(f"{field} is between 1 and {top}.", field=field)
     return memory_estimate(ModelInfo(**model.info), precision=precision, batch_size=batch_size, seq_len=seq_len,
                            lora_rank=lora_rank, mode=mode)
+
+
+def adapter_register(*, job, adapter_dir: Path, metrics: dict) -> RegisteredModel:
+    """In a worker, when a fine-tune succeeds: its adapter becomes a model version of the
+    project, on top of the job's base model, with the lineage needed to reproduce it."""
+    base = job.base_model
+    name = f"{job.name} (job {job.pk})"[:120]
+    version = job.dataset_version
+    adapter = RegisteredModel.objects.create(
+        project=job.project, name=name, format=RegisteredModel.Format.PEFT, kind=RegisteredModel.Kind.ADAPTER,
+        base_model=base, source_path=str(adapter_dir), weights_path=str(adapter_dir),
+        status=RegisteredModel.Status.READY, info=base.info, created_by=job.created_by,
+        lineage={"job": job.pk, "base_model": base.pk, "base_model_name": base.name,
+                 "dataset": version.dataset_id, "dataset_version": version.pk, "dataset_version_number": version.number,
+                 "content_hash": version.content_hash, "train_split": job.train_split, "eval_split": job.eval_split,
+                 "config": job.config, "metrics": metrics})
+    audit_record(actor=None, action="model.adapter_register", project=job.project, target=adapter,
+                 after={"job": job.pk, "base_model": base.pk, "content_hash": version.content_hash})
+    return adapter
+
+
+def adapter_archive_files(model: RegisteredModel) -> list[tuple[Path, str]]:
+    """(file on disk, name in the zip) for an adapter's download: the PEFT directory as
+    `PeftModel.from_pretrained` reads it, plus its training config."""
+    if model.kind != RegisteredModel.Kind.ADAPTER:
+        raise Invalid("Only adapters are downloaded; a base model stays where it was registered.", field="model")
+    directory = Path(model.weights_path)
+    folder = "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in model.name).strip("-") or "adapter"
+    return [(path, f"{folder}/{path.relative_to(directory)}") for path in sorted(directory.rglob("*"))
+            if path.is_file() and not path.is_symlink()]

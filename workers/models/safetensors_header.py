@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import ModelFormatError
@@ -34,6 +34,7 @@ class SafetensorsSummary:
     tensors: int
     parameters: int                 # sum of the tensors' element counts
     elements_by_dtype: dict[str, int]
+    shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)  # tensor name -> shape
 
 
 def read_safetensors_header(path: Path) -> SafetensorsSummary:
@@ -59,6 +60,7 @@ def read_safetensors_header(path: Path) -> SafetensorsSummary:
     parameters = 0
     tensors = 0
     by_dtype: dict[str, int] = {}
+    shapes: dict[str, tuple[int, ...]] = {}
     for tensor, entry in header.items():
         if tensor == "__metadata__":
             continue
@@ -80,4 +82,5 @@ def read_safetensors_header(path: Path) -> SafetensorsSummary:
         parameters += numel
         tensors += 1
         by_dtype[dtype] = by_dtype.get(dtype, 0) + numel
-    return SafetensorsSummary(tensors=tensors, parameters=parameters, elements_by_dtype=by_dtype)
+        shapes[tensor] = tuple(shape)
+    return SafetensorsSummary(tensors=tensors, parameters=parameters, elements_by_dtype=by_dtype, shapes=shapes)

@@ -63,7 +63,9 @@ class Command(BaseCommand):
             if not no_worker:
                 self._spawn("worker", [python, "-m", "celery", "-A", "workbench", "--quiet", "worker",
                                        "-Q", "default,gpu", "--concurrency", "2",
-                                       "--hostname", f"workbench-{port}@%h", "--loglevel", "WARNING"])
+                                       "--hostname", f"workbench-{port}@%h", "--loglevel", "WARNING",
+                                       # Embedded beat: the periodic reaper of jobs whose worker vanished.
+                                       "--beat", "--schedule", str(settings.DATA_DIR / "celerybeat-schedule")])
             base_url = f"http://{host}:{port}"
             self._wait_ready(base_url)
             self.stdout.write(self.style.SUCCESS(

@@ -1,0 +1,16 @@
+"""Sending long work to Celery. Every job row is created first; its task gets only the id."""
+
+import logging
+from collections.abc import Callable
+
+logger = logging.getLogger(__name__)
+
+
+def enqueue(task, job_id: int, *, queue: str, on_failure: Callable[[str], None]) -> None:
+    """Send `task(job_id)` to `queue`. When the broker cannot take it, `on_failure(reason)` marks
+    the job failed with a reason a person can read, rather than leave it queued forever."""
+    try:
+        task.apply_async(args=[job_id], queue=queue)
+    except Exception as exc:
+        logger.exception("could not queue %s for job %s", task.name, job_id)
+        on_failure(f"Could not queue the job: {type(exc).__name__}")

@@ -1,0 +1,101 @@
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import status
+from rest_framework.generics import ListAPIView
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from apps.core.http import client_ip
+from apps.projects import policy
+from apps.training import selectors, services
+from apps.training.models import TrainingJob
+from apps.training.serializers import (JobCopySerializer, JobLaunchSerializer, JobSerializer, MetricPointSerializer,
+                                       MetricsQuerySerializer)
+
+IDEMPOTENCY = OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER, required=False,
+                               description="a replay with the same key and body returns the first job")
+
+
+class ProjectJobListLaunchApi(ListAPIView):
+    serializer_class = JobSerializer
+
+    def get_queryset(self):
+        user, token = self.request.user, self.request.auth
+        project = policy.get_project(user, self.kwargs["project_id"], "job.view", token)
+        return TrainingJob.objects.filter(project=project).select_related("created_by")
+
+    @extend_schema(request=JobLaunchSerializer, responses={201: JobSerializer}, parameters=[IDEMPOTENCY])
+    def post(self, request: Request, project_id: int) -> Response:
+        project = policy.get_project(request.user, project_id, token=request.auth)
+        data = JobLaunchSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        job, _ = services.job_launch(user=request.user, project=project, token=request.auth,
+                                     ip_address=client_ip(request),
+                                     idempotency_key=request.headers.get("Idempotency-Key", ""), **data.validated_data)
+        return Response(JobSerializer(job).data, status=status.HTTP_201_CREATED)
+
+
+class JobEstimateApi(APIView):
+    """Everything a launch checks, and the memory and time it will take, without launching."""
+
+    @extend_schema(request=JobLaunchSerializer, responses=dict)
+    def post(self, request: Request, project_id: int) -> Response:
+        project = policy.get_project(request.user, project_id, token=request.auth)
+        data = JobLaunchSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        return Response(services.job_estimate(user=request.user, project=project, token=request.auth,
+                                              **data.validated_data))
+
+
+class JobDetailApi(APIView):
+    @extend_schema(responses=JobSerializer)
+    def get(self, request: Request, job_id: int) -> Response:
+        job = policy.get_object(request.user, TrainingJob, job_id, "job.view", request.auth)
+        return Response(JobSerializer(job).data)
+
+
+class JobCancelApi(APIView):
+    """A queued job ends at once; a running one stops before its next optimizer step."""
+
+    @extend_schema(request=None, responses=JobSerializer)
+    def post(self, request: Request, job_id: int) -> Response:
+        return _transition(request, job_id, services.job_cancel)
+
+
+class JobResumeApi(APIView):
+    """A failed or cancelled job is queued again and continues from its last checkpoint."""
+
+    @extend_schema(request=None, responses=JobSerializer)
+    def post(self, request: Request, job_id: int) -> Response:
+        return _transition(request, job_id, services.job_resume)
+
+
+def _transition(request: Request, job_id: int, service) -> Response:
+    job = policy.get_object(request.user, TrainingJob, job_id, "job.view", request.auth)
+    job = service(user=request.user, job=job, token=request.auth, ip_address=client_ip(request))
+    return Response(JobSerializer(job).data)
+
+
+class JobCopyApi(APIView):
+    """A new job with this one's inputs and config: unchanged ("reproduce") or edited."""
+
+    @extend_schema(request=JobCopySerializer, responses={201: JobSerializer})
+    def post(self, request: Request, job_id: int) -> Response:
+        job = policy.get_object(request.user, TrainingJob, job_id, "job.view", request.auth)
+        data = JobCopySerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        copy = services.job_copy(user=request.user, job=job, token=request.auth, ip_address=client_ip(request),
+                                 **data.validated_data)
+        return Response(JobSerializer(copy).data, status=status.HTTP_201_CREATED)
+
+
+class JobMetricsApi(APIView):
+    """The job's metric points ordered by step; `after_step` fetches only newer ones."""
+
+    @extend_schema(parameters=[MetricsQuerySerializer], responses=MetricPointSerializer(many=True))
+    def get(self, request: Request, job_id: int) -> Response:
+        job = policy.get_object(request.user, TrainingJob, job_id, "job.view", request.auth)
+        query = MetricsQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        points = selectors.job_points(job, **query.validated_data)
+        return Response(MetricPointSerializer(points, many=True).data)

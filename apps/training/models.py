@@ -1,0 +1,95 @@
+from django.conf import settings
+from django.db import models
+
+
+class TrainingJob(models.Model):
+    """A LoRA fine-tune: its pinned inputs, resolved config, lifecycle and outcome.
+
+    The Celery task gets only the id. A worker claims the job by moving it to RUNNING and then
+    keeps `heartbeat_at` fresh; another worker may take it over only once the heartbeat is
+    stale (the first worker died), and then resumes from the last checkpoint in `output_dir`.
+    """
+
+    class State(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        SUCCEEDED = "succeeded"
+        FAILED = "failed"
+        CANCELLED = "cancelled"
+
+    ACTIVE = (State.QUEUED, State.RUNNING)
+    ENDED = (State.SUCCEEDED, State.FAILED, State.CANCELLED)
+
+    class Method(models.TextChoices):
+        SFT = "sft", "Supervised fine-tune (LoRA)"
+
+    project = models.ForeignKey("projects.Project", on_delete=models.CASCADE, related_name="training_jobs")
+    name = models.CharField(max_length=120)
+    method = models.CharField(max_length=16, choices=Method.choices, default=Method.SFT)
+    base_model = models.ForeignKey("registry.RegisteredModel", on_delete=models.PROTECT, related_name="training_jobs")
+    dataset_version = models.ForeignKey("datasets.DatasetVersion", on_delete=models.PROTECT,
+                                        related_name="training_jobs")
+    train_split = models.CharField(max_length=16, blank=True)  # "" = every row of the version
+    eval_split = models.CharField(max_length=16, blank=True)  # "" = no evaluation
+    config = models.JSONField()  # workers.training.TrainConfig.as_dict(), every default resolved
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="copies")
+
+    state = models.CharField(max_length=16, choices=State.choices, default=State.QUEUED)
+    cancel_requested = models.BooleanField(default=False)
+    runs = models.PositiveIntegerField(default=0)  # claims by a worker: 2+ means it was resumed after a fault
+    worker = models.CharField(max_length=200, blank=True)
+    worker_pid = models.PositiveIntegerField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+
+    current_step = models.PositiveIntegerField(default=0)
+    total_steps = models.PositiveIntegerField(null=True, blank=True)
+    checkpoint_step = models.PositiveIntegerField(null=True, blank=True)
+    tokens_trained = models.BigIntegerField(default=0)
+    info = models.JSONField(default=dict, blank=True)  # device, dtype, trainable parameters, examples ...
+    metrics = models.JSONField(default=dict, blank=True)  # final: train loss, eval loss, best eval loss ...
+    log_tail = models.TextField(blank=True)
+    error = models.TextField(blank=True)  # a plain one-line summary for the scientist
+    traceback = models.TextField(blank=True)
+    adapter = models.OneToOneField("registry.RegisteredModel", null=True, blank=True, on_delete=models.SET_NULL,
+                                   related_name="produced_by")
+
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    idempotency_key = models.CharField(max_length=200, blank=True)
+    request_hash = models.CharField(max_length=64, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        default_permissions = ()
+        indexes = [models.Index(fields=["project", "state"]), models.Index(fields=["state", "created_at"])]
+        constraints = [models.UniqueConstraint(fields=["created_by", "idempotency_key"],
+                                               condition=~models.Q(idempotency_key=""),
+                                               name="unique_job_idempotency_key")]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def is_active(self) -> bool:
+        return self.state in self.ACTIVE
+
+
+class MetricPoint(models.Model):
+    """One reported point of a job: keyed by (job, kind, step), so a resumed job that reports a
+    step again replaces it instead of adding a duplicate."""
+
+    class Kind(models.TextChoices):
+        TRAIN = "train"
+        EVAL = "eval"
+
+    job = models.ForeignKey(TrainingJob, on_delete=models.CASCADE, related_name="points")
+    kind = models.CharField(max_length=8, choices=Kind.choices)
+    step = models.PositiveIntegerField()
+    values = models.JSONField()  # train: loss, lr, grad_norm, tokens_per_s ...; eval: eval_loss, perplexity, samples
+    recorded_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["job", "step", "kind"]
+        constraints = [models.UniqueConstraint(fields=["job", "kind", "step"], name="unique_metric_point")]

@@ -1,0 +1,53 @@
+from rest_framework import serializers
+
+from apps.training import selectors
+from apps.training.models import MetricPoint, TrainingJob
+
+
+class JobSerializer(serializers.ModelSerializer):
+    project = serializers.IntegerField(source="project_id", read_only=True)
+    base_model = serializers.IntegerField(source="base_model_id", read_only=True)
+    dataset_version = serializers.IntegerField(source="dataset_version_id", read_only=True)
+    adapter = serializers.IntegerField(source="adapter_id", read_only=True)
+    parent = serializers.IntegerField(source="parent_id", read_only=True)
+    created_by = serializers.CharField(source="created_by.username", default=None, read_only=True)
+    queue_position = serializers.SerializerMethodField()
+
+    class Meta:
+        model = TrainingJob
+        fields = ["id", "project", "name", "method", "state", "queue_position", "cancel_requested", "base_model",
+                  "dataset_version", "train_split", "eval_split", "config", "current_step", "total_steps",
+                  "checkpoint_step", "tokens_trained", "runs", "info", "metrics", "error", "traceback", "log_tail",
+                  "adapter", "parent", "created_by", "created_at", "started_at", "finished_at"]
+
+    def get_queue_position(self, job: TrainingJob) -> int | None:
+        return selectors.queue_position(job)
+
+
+class JobLaunchSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=120)
+    base_model = serializers.IntegerField(min_value=1)
+    dataset_version = serializers.IntegerField(min_value=1)
+    train_split = serializers.CharField(max_length=16, required=False, allow_blank=True, default="")
+    eval_split = serializers.CharField(max_length=16, required=False, allow_blank=True, default="")
+    config = serializers.DictField(required=False, default=dict,
+                                   help_text="workers.training.TrainConfig fields; omitted ones take their defaults")
+
+
+class JobCopySerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=120, required=False, allow_blank=True, default="")
+    dataset_version = serializers.IntegerField(min_value=1, required=False)
+    train_split = serializers.CharField(max_length=16, required=False, allow_blank=True)
+    eval_split = serializers.CharField(max_length=16, required=False, allow_blank=True)
+    config = serializers.DictField(required=False, default=dict, help_text="overrides of the original's config")
+
+
+class MetricPointSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = MetricPoint
+        fields = ["kind", "step", "values", "recorded_at"]
+
+
+class MetricsQuerySerializer(serializers.Serializer):
+    kind = serializers.ChoiceField(choices=["", *MetricPoint.Kind.values], required=False, default="")
+    after_step = serializers.IntegerField(min_value=0, required=False, default=None)

@@ -1,0 +1,268 @@
+"""Launching, cancelling, resuming and copying fine-tune jobs (writes; every one asks the policy first).
+
+A launch checks everything it can before a GPU is involved, each refusal naming its field:
+the model and dataset version must be the project's and ready, the config must be valid
+(workers.training.TrainConfig), its sequence length within the model's context, its custom
+target modules present in the model, and the chosen split must hold rows usable for the
+chosen format. Quotas (active jobs per person and per project) are counted under a lock on
+the project row, so two concurrent launches cannot both slip under the cap.
+"""
+
+import hashlib
+import json
+import math
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from apps.core.errors import Conflict, DomainError, Invalid, NotFound
+from apps.core.jobs import enqueue
+from apps.datasets.models import Dataset, DatasetVersion
+from apps.projects import policy
+from apps.projects.audit import audit_record
+from apps.projects.models import Project
+from apps.registry.models import RegisteredModel
+from apps.training.models import TrainingJob
+
+
+class QuotaExceeded(DomainError):
+    """Too many active jobs: answered 429 with Retry-After."""
+
+    status = 429
+    retry_after_s = 60
+
+
+def job_launch(*, user, project: Project, name: str, base_model: int, dataset_version: int, train_split: str = "",
+               eval_split: str = "", config: dict | None = None, parent: TrainingJob | None = None, token=None,
+               ip_address: str | None = None, idempotency_key: str = "") -> tuple[TrainingJob, bool]:
+    """Check and queue a LoRA fine-tune on the `gpu` queue. Returns (job, created): a replay
+    with the same Idempotency-Key and the same request returns the first job, not a new one."""
+    policy.require(user, "job.launch", project, token)
+    request = {"name": name, "base_model": base_model, "dataset_version": dataset_version,
+               "train_split": train_split, "eval_split": eval_split, "config": config or {}}
+    request_hash = hashlib.sha256(json.dumps(request, sort_keys=True, default=str).encode()).hexdigest()
+    idempotency_key = (idempotency_key or "").strip()
+    if len(idempotency_key) > 200:
+        raise Invalid("The Idempotency-Key header is at most 200 characters.", field="Idempotency-Key")
+    if idempotency_key:
+        earlier = TrainingJob.objects.filter(created_by=user, idempotency_key=idempotency_key).first()
+        if earlier is not None:
+            if earlier.request_hash != request_hash:
+                raise Conflict("This Idempotency-Key was used for a different request.")
+            return earlier, False
+
+    name, model, version, train_config, train_split, eval_split = _checked_inputs(
+        user, project, token, name=name, base_model=base_model, dataset_version=dataset_version,
+        train_split=train_split, eval_split=eval_split, config=config)
+    with transaction.atomic():
+        Project.objects.select_for_update().filter(pk=project.pk).first()  # serialises launches per project
+        _check_quota(user, project)
+        job = TrainingJob.objects.create(
+            project=project, name=name, base_model=model, dataset_version=version, train_split=train_split,
+            eval_split=eval_split, config=train_config.as_dict(), parent=parent, created_by=user,
+            idempotency_key=idempotency_key, request_hash=request_hash)
+        audit_record(actor=user, action="job.launch", project=project, target=job, ip_address=ip_address,
+                     after={"name": name, "base_model": model.pk, "dataset_version": version.pk,
+                            "content_hash": version.content_hash, "train_split": train_split,
+                            "eval_split": eval_split, "parent": parent.pk if parent else None})
+        transaction.on_commit(lambda: _enqueue(job.pk))
+    return job, True
+
+
+def job_estimate(*, user, project: Project, name: str, base_model: int, dataset_version: int, train_split: str = "",
+                 eval_split: str = "", config: dict | None = None, token=None) -> dict:
+    """What a launch with these inputs would train and need: examples, optimizer steps, memory
+    (from the model's metadata) and time (from the measured speed of the last job on this model)."""
+    from apps.registry.services import model_memory_estimate
+    from apps.training import selectors
+
+    policy.require(user, "job.launch", project, token)
+    _, model, version, train_config, train_split, _ = _checked_inputs(
+        user, project, token, name=name, base_model=base_model, dataset_version=dataset_version,
+        train_split=train_split, eval_split=eval_split, config=config)
+    examples = usable_rows(version, train_split, train_config.format).count()
+    per_step = train_config.batch_size * train_config.grad_accum
+    steps = train_config.max_steps or math.ceil(examples * train_config.epochs / per_step)
+    # "auto" means bf16 on a capable GPU and fp32 on CPU; the web tier cannot know which worker
+    # takes the job, so both are shown.
+    precisions = ["bf16", "fp32"] if train_config.precision == "auto" else [train_config.precision]
+    memory = {precision: model_memory_estimate(model=model, precision=precision, batch_size=train_config.batch_size,
+                                               seq_len=train_config.max_seq_len, lora_rank=train_config.lora_r,
+                                               mode="lora") for precision in precisions}
+    measured = selectors.seconds_per_example(model.pk)
+    trained_examples = min(examples * train_config.epochs, steps * per_step)
+    return {"examples": examples, "optimizer_steps": steps, "memory": memory,
+            "time_s": round(measured[0] * trained_examples, 1) if measured else None,
+            "time_basis_job": measured[1] if measured else None}
+
+
+def _checked_inputs(user, project: Project, token, *, name, base_model, dataset_version, train_split, eval_split,
+                    config):
+    name = " ".join((name or "").split())
+    if not name or len(name) > 120:
+        raise Invalid("A job needs a name of at most 120 characters.", field="name")
+    model = _launchable_model(user, project, base_model, token)
+    version = _launchable_version(user, project, dataset_version, token)
+    train_config = _checked_config(config or {}, model)
+    train_split, eval_split = _checked_splits(version, train_split, eval_split, train_config.format)
+    if not train_config.sample_prompts:
+        train_config.sample_prompts = _sample_prompts(version, eval_split or train_split, train_config.format)
+    return name, model, version, train_config, train_split, eval_split
+
+
+SAMPLE_PROMPTS = 3
+
+
+def _sample_prompts(version: DatasetVersion, split: str, fmt: str) -> list[str]:
+    """The fixed prompts generated at every eval, so people see the model change: by default the
+    first few of the evaluation split (else the training split)."""
+    prompts = []
+    for row in usable_rows(version, split, fmt).order_by("position")[:SAMPLE_PROMPTS]:
+        if fmt == "chat":
+            turns = row.messages if isinstance(row.messages, list) else []
+            text = next((t.get("content") for t in turns if isinstance(t, dict) and t.get("role") == "user"), None)
+        else:
+            text = row.prompt
+        if isinstance(text, str) and text.strip():
+            prompts.append(text[:2000])
+    return prompts
+
+
+def _launchable_model(user, project: Project, model_id, token) -> RegisteredModel:
+    try:
+        model = policy.get_object(user, RegisteredModel, model_id, "model.view", token, project_id=project.pk)
+    except NotFound:
+        raise Invalid("No such model in this project.", field="base_model") from None
+    if model.kind != RegisteredModel.Kind.BASE:
+        raise Invalid("Fine-tune a base model; an adapter cannot be the base of another.", field="base_model")
+    if model.status != RegisteredModel.Status.READY:
+        raise Invalid(f"The model “{model.name}” is {model.status}, not ready.", field="base_model")
+    return model
+
+
+def _launchable_version(user, project: Project, version_id, token) -> DatasetVersion:
+    try:
+        version = DatasetVersion.objects.select_related("dataset").get(
+            pk=int(version_id), dataset__project=project, dataset__deleted_at__isnull=True,
+            status=DatasetVersion.Status.READY)
+        policy.get_object(user, Dataset, version.dataset_id, "dataset.view", token, project_id=project.pk)
+    except (DatasetVersion.DoesNotExist, NotFound, ValueError, TypeError, OverflowError):
+        raise Invalid("No such dataset version in this project.", field="dataset_version") from None
+    return version
+
+
+def _checked_config(config: dict, model: RegisteredModel):
+    from workers.training import ConfigError, TrainConfig, target_module_names
+
+    if not isinstance(config, dict):
+        raise Invalid("The config is an object of training settings.", field="config")
+    try:
+        train_config = TrainConfig.from_dict(config)
+        train_config.validate()
+    except ConfigError as exc:
+        raise Invalid(str(exc), field=f"config.{exc.field}") from None  # "batch_size: must be at least 1."
+    context = model.info.get("context_length")
+    if context and train_config.max_seq_len > context:
+        raise Invalid(f"max_seq_len {train_config.max_seq_len} is beyond the model's context of {context} tokens.",
+                      field="config.max_seq_len")
+    if isinstance(train_config.target_modules, list):
+        known = target_module_names(model.weights_path)
+        unknown = sorted(set(train_config.target_modules) - known)
+        if unknown:
+            raise Invalid(f"The model has no module called {', '.join(unknown)}; it has {', '.join(sorted(known))}.",
+                          field="config.target_modules")
+    return train_config
+
+
+def _checked_splits(version: DatasetVersion, train_split: str, eval_split: str, fmt: str) -> tuple[str, str]:
+    train_split, eval_split = (train_split or "").strip(), (eval_split or "").strip()
+    splits = set(version.rows.exclude(split="").values_list("split", flat=True).distinct())
+    for field, split in (("train_split", train_split), ("eval_split", eval_split)):
+        if split and split not in splits:
+            known = ", ".join(sorted(splits)) or "none: split the version first"
+            raise Invalid(f"Version {version.number} has no “{split}” split (its splits: {known}).", field=field)
+    if train_split and train_split == eval_split:
+        raise Invalid("Evaluate on a split other than the training split.", field="eval_split")
+    if not usable_rows(version, train_split, fmt).exists():
+        what = "a prompt and a response" if fmt == "prompt_response" else "chat messages"
+        where = f"the “{train_split}” split of version {version.number}" if train_split else f"version {version.number}"
+        raise Invalid(f"No row of {where} has {what}, which the {fmt} format needs.", field="dataset_version")
+    return train_split, eval_split
+
+
+def usable_rows(version: DatasetVersion, split: str, fmt: str):
+    rows = version.rows.all()
+    if split:
+        rows = rows.filter(split=split)
+    if fmt == "chat":
+        return rows.filter(messages__isnull=False)
+    return rows.exclude(Q(prompt__isnull=True) | Q(prompt="") | Q(response__isnull=True) | Q(response=""))
+
+
+def _check_quota(user, project: Project) -> None:
+    active = TrainingJob.objects.filter(state__in=TrainingJob.ACTIVE)
+    if active.filter(created_by=user).count() >= settings.TRAINING_MAX_ACTIVE_JOBS_PER_USER:
+        raise QuotaExceeded(f"You already have {settings.TRAINING_MAX_ACTIVE_JOBS_PER_USER} jobs queued or running; "
+                            "wait for one to end or cancel one.")
+    if active.filter(project=project).count() >= settings.TRAINING_MAX_ACTIVE_JOBS_PER_PROJECT:
+        raise QuotaExceeded(f"This project already has {settings.TRAINING_MAX_ACTIVE_JOBS_PER_PROJECT} jobs queued "
+                            "or running; wait for one to end or cancel one.")
+
+
+def _enqueue(job_id: int) -> None:
+    from workers.tasks import train_task
+
+    enqueue(train_task, job_id, queue="gpu", on_failure=lambda reason: TrainingJob.objects.filter(
+        pk=job_id).update(state=TrainingJob.State.FAILED, finished_at=timezone.now(), error=reason))
+
+
+def job_cancel(*, user, job: TrainingJob, token=None, ip_address: str | None = None) -> TrainingJob:
+    """A queued job ends at once; a running one stops before its next optimizer step and keeps
+    its last checkpoint (the worker marks it cancelled)."""
+    policy.require(user, "job.cancel", job, token)
+    with transaction.atomic():
+        job = TrainingJob.objects.select_for_update().get(pk=job.pk)
+        if job.state == TrainingJob.State.QUEUED:
+            job.state, job.finished_at = TrainingJob.State.CANCELLED, timezone.now()
+        elif job.state != TrainingJob.State.RUNNING:
+            raise Conflict(f"This job already {job.state}.")
+        job.cancel_requested = True
+        job.save(update_fields=["state", "finished_at", "cancel_requested"])
+        audit_record(actor=user, action="job.cancel", project=job.project, target=job, ip_address=ip_address)
+    from apps.training import events
+
+    events.job_state(job)
+    return job
+
+
+def job_resume(*, user, job: TrainingJob, token=None, ip_address: str | None = None) -> TrainingJob:
+    """Queue a failed or cancelled job again; it continues from its last checkpoint."""
+    policy.require(user, "job.launch", job, token)
+    with transaction.atomic():
+        Project.objects.select_for_update().filter(pk=job.project_id).first()
+        job = TrainingJob.objects.select_for_update().get(pk=job.pk)
+        if job.state not in (TrainingJob.State.FAILED, TrainingJob.State.CANCELLED):
+            raise Conflict(f"Only a failed or cancelled job resumes; this one is {job.state}.")
+        _check_quota(user, job.project)
+        job.state, job.cancel_requested, job.error, job.traceback = TrainingJob.State.QUEUED, False, "", ""
+        job.finished_at, job.runs = None, 0
+        job.save(update_fields=["state", "cancel_requested", "error", "traceback", "finished_at", "runs"])
+        audit_record(actor=user, action="job.resume", project=job.project, target=job, ip_address=ip_address,
+                     after={"from_step": job.checkpoint_step})
+        transaction.on_commit(lambda: _enqueue(job.pk))
+    return job
+
+
+def job_copy(*, user, job: TrainingJob, name: str = "", config: dict | None = None, token=None,
+             ip_address: str | None = None, **inputs) -> TrainingJob:
+    """A new job from this one's inputs and config ("reproduce"), with any of them changed
+    ("edited copy"): `config` entries override the original's."""
+    policy.require(user, "job.view", job, token)
+    launch = {"base_model": job.base_model_id, "dataset_version": job.dataset_version_id,
+              "train_split": job.train_split, "eval_split": job.eval_split, **inputs}
+    copy, _ = job_launch(user=user, project=job.project, name=name or f"{job.name} (copy)"[:120],
+                         config={**job.config, **(config or {})}, parent=job, token=token, ip_address=ip_address,
+                         **launch)
+    return copy

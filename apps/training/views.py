@@ -1,0 +1,110 @@
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_http_methods, require_POST
+
+from apps.core.errors import Conflict, Invalid, NotFound
+from apps.core.http import client_ip
+from apps.datasets.models import Dataset, DatasetVersion
+from apps.projects import policy
+from apps.registry.models import RegisteredModel
+from apps.training import events, selectors, services
+from apps.training.forms import LaunchForm
+from apps.training.models import TrainingJob
+
+
+@login_required
+def all_jobs(request: HttpRequest) -> HttpResponse:
+    """Jobs across my projects (through a role with job.view)."""
+    request.nav_section = "jobs"
+    jobs = (TrainingJob.objects.filter(project_id__in=policy.project_ids_with(request.user, "job.view"))
+            .select_related("project", "base_model", "dataset_version__dataset", "created_by")[:200])
+    return render(request, "training/all.html", {"jobs": jobs})
+
+
+@login_required
+def job_list(request: HttpRequest, project_id: int) -> HttpResponse:
+    project = policy.get_project(request.user, project_id, "job.view")
+    request.nav_section = "jobs"
+    jobs = (TrainingJob.objects.filter(project=project)
+            .select_related("base_model", "dataset_version__dataset", "created_by")[:200])
+    return render(request, "training/list.html", {
+        "project": project, "perms": policy.project_permissions(request.user, project), "tab": "jobs", "jobs": jobs})
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def job_launch(request: HttpRequest, project_id: int) -> HttpResponse:
+    """The launch form. "Estimate" checks everything and shows memory, steps and time; "Launch"
+    queues the job. `?from=<job>` prefills an edited copy of an earlier job."""
+    from workers.training import TrainConfig
+
+    project = policy.get_project(request.user, project_id, "job.launch")
+    models = policy.visible_in_project(request.user, RegisteredModel, project, "model.view").filter(
+        kind=RegisteredModel.Kind.BASE, status=RegisteredModel.Status.READY).order_by("name")
+    datasets = policy.visible_in_project(request.user, Dataset, project, "dataset.view")
+    versions = (DatasetVersion.objects.filter(dataset__in=datasets, status=DatasetVersion.Status.READY)
+                .select_related("dataset").order_by("dataset__name", "-number"))
+    source = None
+    if request.GET.get("from"):
+        source = policy.get_object(request.user, TrainingJob, request.GET["from"], "job.view", project_id=project.pk)
+        initial = LaunchForm.initial_from(source.config, name=f"{source.name} (copy)"[:120],
+                                          base_model=source.base_model_id, dataset_version=source.dataset_version_id,
+                                          train_split=source.train_split, eval_split=source.eval_split)
+    else:
+        initial = LaunchForm.initial_from(TrainConfig().as_dict(), train_split="train", eval_split="validation")
+    form = LaunchForm(request.POST or None, initial=initial, models=models, versions=versions)
+    estimate = None
+    if request.method == "POST" and form.is_valid():
+        arguments = form.launch_arguments()
+        try:
+            if request.POST.get("action") == "estimate":
+                estimate = services.job_estimate(user=request.user, project=project, **arguments)
+            else:
+                job, _ = services.job_launch(user=request.user, project=project, ip_address=client_ip(request),
+                                             parent=source, **arguments)
+                messages.success(request, f"Job “{job.name}” queued.")
+                return redirect("training:detail", project_id=project.pk, job_id=job.pk)
+        except (Invalid, Conflict, services.QuotaExceeded) as exc:
+            form.add_error(form.field_for(exc.field), exc.message)
+    request.nav_section = "jobs"
+    return render(request, "training/launch.html", {
+        "project": project, "perms": policy.project_permissions(request.user, project), "tab": "jobs", "form": form,
+        "estimate": estimate, "source": source}, status=400 if form.errors else 200)
+
+
+@login_required
+def job_detail(request: HttpRequest, project_id: int, job_id: int) -> HttpResponse:
+    job = policy.get_object(request.user, TrainingJob, job_id, "job.view", project_id=project_id)
+    request.nav_section = "jobs"
+    perms = policy.permissions_on(request.user, job)
+    eval_points = list(selectors.job_points(job, kind="eval"))
+    return render(request, "training/detail.html", {
+        "project": job.project, "perms": perms, "tab": "jobs", "job": job, "state": events.state_payload(job),
+        "queue_position": selectors.queue_position(job), "config": sorted(job.config.items()),
+        "latest_samples": eval_points[-1].values.get("samples", []) if eval_points else [],
+        "samples_step": eval_points[-1].step if eval_points else None})
+
+
+@login_required
+@require_POST
+def job_action(request: HttpRequest, project_id: int, job_id: int, action: str) -> HttpResponse:
+    if action not in ("cancel", "resume", "reproduce"):
+        raise NotFound()
+    job = policy.get_object(request.user, TrainingJob, job_id, "job.view", project_id=project_id)
+    ip = client_ip(request)
+    try:
+        if action == "cancel":
+            services.job_cancel(user=request.user, job=job, ip_address=ip)
+            messages.success(request, "Cancel requested: the job stops before its next step.")
+        elif action == "resume":
+            services.job_resume(user=request.user, job=job, ip_address=ip)
+            messages.success(request, "Job queued again; it resumes from its last checkpoint.")
+        elif action == "reproduce":
+            copy = services.job_copy(user=request.user, job=job, name=f"{job.name} (reproduce)"[:120], ip_address=ip)
+            messages.success(request, f"Job “{copy.name}” queued with the same inputs and config.")
+            return redirect("training:detail", project_id=project_id, job_id=copy.pk)
+    except (Invalid, Conflict, services.QuotaExceeded) as exc:
+        messages.error(request, exc.message)
+    return redirect("training:detail", project_id=project_id, job_id=job.pk)

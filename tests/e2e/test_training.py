@@ -1,0 +1,61 @@
+"""A scientist launches a LoRA fine-tune from the form and watches it succeed, live."""
+
+import pytest
+from playwright.sync_api import expect
+
+from apps.training.models import TrainingJob
+from tests.conftest import browser_login
+from tests.training.conftest import qa_version, tiny_model  # noqa: F401 (fixtures)
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+
+def fill_fast_config(page):
+    for label, value in (("Max steps", "30"), ("Batch size", "4"), ("Max sequence length", "32"),
+                         ("Learning rate", "0.01"), ("LoRA rank", "4"), ("LoRA alpha", "8"), ("LoRA dropout", "0"),
+                         ("Evaluate every N steps", "10"), ("Checkpoint every N steps", "10")):
+        page.get_by_label(label, exact=True).fill(value)
+
+
+def test_scientist_launches_a_job_from_the_form_and_sees_it_succeed(page, scientist, project, tiny_model, qa_version,
+                                                                   celery_worker):
+    browser_login(page, "sofia")
+    page.goto(f"/projects/{project.pk}/")
+    page.get_by_role("navigation", name="Project").get_by_role("link", name="Jobs").click()
+    expect(page.get_by_test_id("jobs")).to_contain_text("No jobs yet")
+    page.get_by_role("link", name="New fine-tune").click()
+
+    page.get_by_label("Name", exact=True).fill("First <b>run</b>")
+    page.get_by_label("Base model").select_option(label=tiny_model.name)
+    page.get_by_label("Dataset version").select_option(label="QA v1 (30 rows)")
+    fill_fast_config(page)
+    page.get_by_role("button", name="Estimate").click()
+    estimate = page.get_by_test_id("estimate")
+    expect(estimate.get_by_role("row", name="Training examples")).to_contain_text("24")
+    expect(estimate.get_by_role("row", name="Optimizer steps")).to_contain_text("30")
+    expect(estimate.get_by_role("row", name="Memory (fp32)")).to_contain_text("KB")
+
+    page.get_by_label("Batch size").fill("0")
+    page.get_by_role("button", name="Launch").click()
+    expect(page.locator("#id_batch_size_error")).to_contain_text("batch_size")
+    assert not TrainingJob.objects.exists()
+
+    page.get_by_label("Batch size").fill("4")
+    page.get_by_role("button", name="Launch").click()
+    job = page.get_by_test_id("job")
+    expect(job.get_by_role("heading")).to_contain_text("First <b>run</b>")  # shown as text, not markup
+    expect(page.get_by_test_id("job-state")).to_have_text("succeeded", timeout=120_000)
+    expect(page.get_by_test_id("adapter")).to_contain_text("First <b>run</b> (job")
+    expect(page.get_by_test_id("samples")).to_contain_text("what is the capital of france ?")
+    expect(page.get_by_test_id("log")).to_contain_text("started")
+    # The loss chart drew the train and eval lines from the backlog.
+    expect(page.locator("#chart-loss .scatterlayer .trace")).to_have_count(2)
+    expect(page.get_by_test_id("run-info")).to_contain_text("tokens_trained")
+
+
+def test_a_viewer_sees_jobs_but_cannot_launch(page, viewer, project):
+    browser_login(page, viewer.username)
+    response = page.goto(f"/projects/{project.pk}/jobs/new/")
+    assert response.status == 403
+    page.goto(f"/projects/{project.pk}/jobs/")
+    expect(page.get_by_role("link", name="New fine-tune")).to_have_count(0)

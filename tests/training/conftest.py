@@ -1,0 +1,73 @@
+"""A tiny registered model and a small split dataset version, for fine-tune jobs."""
+
+import uuid
+
+import pytest
+from django.conf import settings
+
+from apps.datasets.models import Dataset, DatasetRow, DatasetVersion
+
+# Only words of the tiny model's vocabulary (tests/workers/test_models.py WORDS).
+QA = [
+    ("what is the capital of france ?", "paris"),
+    ("what is paris ?", "the capital of france"),
+    ("what is the capital of paris ?", "france"),
+    ("paris is the capital of what ?", "france"),
+    ("is paris the capital of france ?", "paris is the capital of france"),
+    ("what of france ?", "paris"),
+]
+
+
+def save_trainable_tiny_model(directory) -> None:
+    """A 2-layer Llama over the word-level tokenizer of tests/workers/test_models.py. Its weights
+    are initialised wider than transformers' default (std 0.3, not 0.02): with the default, the
+    frozen output layer of so small a model cannot make any token likely, and a LoRA could not
+    lower the loss much whatever it learned."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from tests.workers.test_models import save_tiny_tokenizer
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                         bos_token_id=2, eos_token_id=3, pad_token_id=1, initializer_range=0.3)
+    LlamaForCausalLM(config).save_pretrained(directory)
+    save_tiny_tokenizer(directory)
+
+
+@pytest.fixture
+def tiny_model(project, owner):
+    """The tiny Llama with a word-level tokenizer, registered READY in `project`."""
+    from apps.registry.services import model_register
+
+    directory = settings.MODEL_ROOTS[0] / f"tiny-{uuid.uuid4().hex[:8]}"
+    directory.mkdir(parents=True)
+    save_trainable_tiny_model(directory)
+    return model_register(user=owner, project=project, name=f"Tiny {directory.name}", path=str(directory))
+
+
+def make_version(project, owner, *, rows=QA * 4, eval_rows=QA, name="QA") -> DatasetVersion:
+    dataset = Dataset.objects.create(project=project, name=name, created_by=owner)
+    version = DatasetVersion.objects.create(dataset=dataset, number=1, status="ready", author=owner,
+                                            row_count=len(rows) + len(eval_rows), content_hash="c" * 64)
+    DatasetRow.objects.bulk_create(
+        [DatasetRow(version=version, position=i, row_hash=f"{i:064d}", prompt=p, response=r, split="train",
+                    metadata={}) for i, (p, r) in enumerate(rows)]
+        + [DatasetRow(version=version, position=len(rows) + i, row_hash=f"{len(rows) + i:064d}", prompt=p,
+                      response=r, split="validation", metadata={}) for i, (p, r) in enumerate(eval_rows)])
+    return version
+
+
+@pytest.fixture
+def qa_version(project, owner):
+    return make_version(project, owner)
+
+
+FAST = {"max_steps": 30, "batch_size": 4, "max_seq_len": 32, "learning_rate": 1e-2, "eval_every": 10,
+        "checkpoint_every": 10, "lora_r": 4, "lora_alpha": 8, "lora_dropout": 0.0, "sample_max_new_tokens": 4}
+
+
+def launch_body(model, version, **config) -> dict:
+    return {"name": "QA run", "base_model": model.pk, "dataset_version": version.pk, "train_split": "train",
+            "eval_split": "validation", "config": {**FAST, **config}}

@@ -1,0 +1,140 @@
+"""Fine-tune jobs run by a real Celery worker process on the tiny model: success with an
+adapter and lineage, cancel and resume, a worker killed mid-job, a failure with its traceback."""
+
+import io
+import os
+import signal
+import zipfile
+
+import pytest
+
+from apps.registry.models import RegisteredModel
+from apps.training.models import MetricPoint, TrainingJob
+from tests.conftest import wait_for
+from tests.training.conftest import launch_body
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+
+def launch(client, project, body) -> dict:
+    response = client.post(f"/api/projects/{project.pk}/jobs/", body, content_type="application/json")
+    assert response.status_code == 201, response.content
+    return response.json()
+
+
+def ended(client, job_id, timeout=180) -> dict:
+    def check():
+        job = client.get(f"/api/jobs/{job_id}/").json()
+        return job if job["state"] in ("succeeded", "failed", "cancelled") else None
+    return wait_for(check, timeout=timeout, interval=0.2, what=f"job {job_id} to end")
+
+
+def train_steps(job_id) -> list[int]:
+    return list(MetricPoint.objects.filter(job_id=job_id, kind="train").order_by("step")
+                .values_list("step", flat=True))
+
+
+def test_a_job_trains_its_loss_falls_and_its_adapter_is_registered_with_lineage(client, scientist, project,
+                                                                                tiny_model, qa_version,
+                                                                                celery_worker, tmp_path):
+    client.force_login(scientist)
+    job = ended(client, launch(client, project, launch_body(tiny_model, qa_version))["id"])
+    assert job["state"] == "succeeded", (job["error"], job["traceback"])
+    assert job["current_step"] == job["total_steps"] == 30
+    assert train_steps(job["id"]) == list(range(1, 31))
+    losses = [p["values"]["loss"] for p in client.get(f"/api/jobs/{job['id']}/metrics/?kind=train").json()]
+    assert sum(losses[-5:]) / 5 < 0.5 * sum(losses[:5]) / 5
+    evals = client.get(f"/api/jobs/{job['id']}/metrics/?kind=eval").json()
+    assert [p["step"] for p in evals] == [10, 20, 30]
+    assert evals[-1]["values"]["eval_loss"] < evals[0]["values"]["eval_loss"]
+    assert evals[-1]["values"]["samples"][0]["prompt"] == "what is the capital of france ?"
+    assert job["tokens_trained"] > 0 and job["metrics"]["eval_loss"] == pytest.approx(
+        evals[-1]["values"]["eval_loss"])
+
+    adapter = RegisteredModel.objects.get(pk=job["adapter"])
+    assert adapter.kind == "adapter" and adapter.base_model_id == tiny_model.pk
+    assert adapter.lineage["content_hash"] == qa_version.content_hash
+    assert adapter.lineage["job"] == job["id"] and adapter.lineage["config"]["lora_r"] == 4
+
+    # The download is a PEFT directory that PeftModel.from_pretrained loads unchanged.
+    download = client.get(f"/api/models/{adapter.pk}/download/")
+    assert download.status_code == 200 and download["Content-Type"] == "application/zip"
+    with zipfile.ZipFile(io.BytesIO(b"".join(download.streaming_content))) as archive:
+        archive.extractall(tmp_path)
+    (folder,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(tiny_model.weights_path)
+    peft_model = PeftModel.from_pretrained(base, folder)
+    assert peft_model.peft_config["default"].r == 4
+
+
+def test_a_cancelled_job_stops_within_a_step_keeps_its_checkpoint_and_resumes_to_the_end(
+        client, scientist, project, tiny_model, qa_version, celery_worker):
+    client.force_login(scientist)
+    job_id = launch(client, project, launch_body(tiny_model, qa_version, max_steps=150, eval_every=None,
+                                                 checkpoint_every=20))["id"]
+    wait_for(lambda: TrainingJob.objects.get(pk=job_id).current_step >= 5, timeout=120, interval=0.02,
+             what="5 steps")
+    assert client.post(f"/api/jobs/{job_id}/cancel/").json()["cancel_requested"]
+    step_at_cancel = TrainingJob.objects.get(pk=job_id).current_step
+    job = ended(client, job_id)
+    assert job["state"] == "cancelled"
+    assert job["current_step"] <= step_at_cancel + 1
+    assert job["current_step"] < 150
+    assert job["checkpoint_step"] == job["current_step"]  # a checkpoint at the step it stopped
+    stopped_at = job["current_step"]
+
+    resumed = client.post(f"/api/jobs/{job_id}/resume/")
+    assert resumed.status_code == 200 and resumed.json()["state"] == "queued"
+    job = ended(client, job_id)
+    assert job["state"] == "succeeded", job["error"]
+    assert job["info"]["resumed_from_step"] == stopped_at
+    assert train_steps(job_id) == list(range(1, 151))
+
+
+def test_a_worker_killed_mid_job_is_replaced_and_the_job_resumes_from_its_checkpoint(
+        client, scientist, project, tiny_model, qa_version, celery_worker):
+    client.force_login(scientist)
+    job_id = launch(client, project, launch_body(tiny_model, qa_version, max_steps=200, eval_every=None,
+                                                 checkpoint_every=25))["id"]
+    job = wait_for(lambda: (j := TrainingJob.objects.get(pk=job_id)).checkpoint_step and j.current_step > 30 and j,
+                   timeout=120, interval=0.02, what="a checkpoint and a few more steps")
+    os.kill(job.worker_pid, signal.SIGKILL)  # the pool process running the task, mid-job
+    killed_at, checkpoint = job.current_step, job.checkpoint_step
+
+    job = ended(client, job_id, timeout=240)
+    assert job["state"] == "succeeded", (job["error"], job["traceback"])
+    assert job["runs"] == 2
+    assert job["info"]["resumed_from_step"] >= checkpoint
+    assert job["info"]["resumed_from_step"] < killed_at < 200
+    # Every step exactly once: the ones the dead worker reported after its checkpoint were replaced.
+    assert train_steps(job_id) == list(range(1, 201))
+
+
+def test_a_failure_keeps_the_traceback_and_a_plain_summary(client, scientist, project, tiny_model, qa_version,
+                                                           celery_worker):
+    import shutil
+
+    client.force_login(scientist)
+    shutil.rmtree(tiny_model.weights_path)  # the weights vanished between launch and run
+    job = ended(client, launch(client, project, launch_body(tiny_model, qa_version))["id"])
+    assert job["state"] == "failed"
+    assert job["error"] and "\n" not in job["error"]
+    assert "Traceback" in job["traceback"]
+    assert job["adapter"] is None
+
+
+def test_a_redelivered_message_for_an_ended_job_does_nothing(client, scientist, project, tiny_model, qa_version,
+                                                             celery_worker):
+    from workers.tasks import train_task
+
+    client.force_login(scientist)
+    job = ended(client, launch(client, project, launch_body(tiny_model, qa_version, max_steps=5))["id"])
+    assert job["state"] == "succeeded"
+    train_task.apply_async(args=[job["id"]], queue="gpu")
+    probe = launch(client, project, launch_body(tiny_model, qa_version, max_steps=2))  # queued behind it
+    assert ended(client, probe["id"])["state"] == "succeeded"
+    after = TrainingJob.objects.get(pk=job["id"])
+    assert after.runs == 1 and RegisteredModel.objects.filter(lineage__job=job["id"]).count() == 1

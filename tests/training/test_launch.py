@@ -1,0 +1,156 @@
+"""Launching a fine-tune: every check before a GPU is involved, each refusal naming its field,
+with no job row left behind. No worker here: on_commit never fires inside these tests."""
+
+import pytest
+
+from apps.projects.models import AuditEvent
+from apps.training.models import TrainingJob
+from tests.training.conftest import launch_body, make_version
+
+pytestmark = pytest.mark.django_db
+
+
+def post(client, project, body, **headers):
+    return client.post(f"/api/projects/{project.pk}/jobs/", body, content_type="application/json", **headers)
+
+
+def test_a_scientist_launches_a_job_that_pins_its_inputs_and_resolved_config(client, scientist, project, tiny_model,
+                                                                            qa_version):
+    client.force_login(scientist)
+    response = post(client, project, launch_body(tiny_model, qa_version, batch_size=2))
+    assert response.status_code == 201, response.content
+    job = response.json()
+    assert job["state"] == "queued" and job["queue_position"] == 1
+    assert job["base_model"] == tiny_model.pk and job["dataset_version"] == qa_version.pk
+    assert job["config"]["batch_size"] == 2 and job["config"]["lr_scheduler"] == "cosine"  # defaults resolved
+    # The fixed sample prompts default to the first prompts of the evaluation split.
+    assert job["config"]["sample_prompts"][0] == "what is the capital of france ?"
+    event = AuditEvent.objects.get(action="job.launch")
+    assert event.after["content_hash"] == qa_version.content_hash
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"batch_size": 0}, "config.batch_size"),
+    ({"learning_rate": -1e-4}, "config.learning_rate"),
+    ({"learning_rate": "fast"}, "config.learning_rate"),
+    ({"lora_dropout": 1.5}, "config.lora_dropout"),
+    ({"max_seq_len": 100_000}, "config.max_seq_len"),  # beyond the tiny model's 256-token context
+    ({"target_modules": ["q_proj", "attn_everything"]}, "config.target_modules"),
+    ({"lr_scheduler": "exotic"}, "config.lr_scheduler"),
+    ({"surprise": 1}, "config.surprise"),
+    ({"format": "chat"}, "dataset_version"),  # no row has chat messages
+])
+def test_a_bad_config_is_refused_naming_the_field_and_no_job_is_made(client, scientist, project, tiny_model,
+                                                                     qa_version, change, field):
+    client.force_login(scientist)
+    response = post(client, project, launch_body(tiny_model, qa_version, **change))
+    assert response.status_code == 400, response.content
+    assert response.json()["field"] == field, response.json()
+    assert not TrainingJob.objects.exists()
+    assert not AuditEvent.objects.filter(action="job.launch").exists()
+
+
+def test_the_unknown_module_error_lists_the_modules_the_model_has(client, scientist, project, tiny_model,
+                                                                   qa_version):
+    client.force_login(scientist)
+    body = post(client, project, launch_body(tiny_model, qa_version, target_modules=["attn_everything"])).json()
+    assert "attn_everything" in body["detail"] and "q_proj" in body["detail"]
+
+
+def test_inputs_of_another_project_are_refused_as_unknown(client, scientist, project, other_project, outsider,
+                                                          tiny_model, qa_version):
+    from tests.training.conftest import make_version as other_version
+
+    foreign_version = other_version(other_project, outsider, name="Theirs")
+    client.force_login(scientist)
+    response = post(client, project, {**launch_body(tiny_model, qa_version), "dataset_version": foreign_version.pk})
+    assert response.status_code == 400 and response.json()["field"] == "dataset_version"
+    assert "Theirs" not in response.content.decode()
+    tiny_model.project = other_project
+    tiny_model.save()
+    response = post(client, project, launch_body(tiny_model, qa_version))
+    assert response.status_code == 400 and response.json()["field"] == "base_model"
+    assert not TrainingJob.objects.exists()
+
+
+def test_splits_must_exist_and_differ(client, scientist, project, tiny_model, qa_version):
+    client.force_login(scientist)
+    body = post(client, project, {**launch_body(tiny_model, qa_version), "train_split": "holdout"}).json()
+    assert body["field"] == "train_split" and "train, validation" in body["detail"]
+    body = post(client, project, {**launch_body(tiny_model, qa_version), "eval_split": "train"}).json()
+    assert body["field"] == "eval_split"
+    assert not TrainingJob.objects.exists()
+
+
+def test_a_model_still_converting_cannot_be_fine_tuned(client, scientist, project, tiny_model, qa_version):
+    tiny_model.status = "converting"
+    tiny_model.save()
+    client.force_login(scientist)
+    response = post(client, project, launch_body(tiny_model, qa_version))
+    assert response.status_code == 400 and response.json()["field"] == "base_model"
+
+
+@pytest.mark.parametrize("persona, status", [("annotator", 403), ("viewer", 403), ("outsider", 404)])
+def test_people_without_job_launch_cannot_launch(request, client, project, tiny_model, qa_version, persona, status):
+    client.force_login(request.getfixturevalue(persona))
+    response = post(client, project, launch_body(tiny_model, qa_version))
+    assert response.status_code == status
+    assert not TrainingJob.objects.exists()
+
+
+def test_an_idempotency_key_replay_returns_the_first_job_and_a_changed_body_conflicts(client, scientist, project,
+                                                                                       tiny_model, qa_version):
+    client.force_login(scientist)
+    body = launch_body(tiny_model, qa_version)
+    first = post(client, project, body, HTTP_IDEMPOTENCY_KEY="launch-1")
+    again = post(client, project, body, HTTP_IDEMPOTENCY_KEY="launch-1")
+    assert first.status_code == again.status_code == 201
+    assert first.json()["id"] == again.json()["id"]
+    changed = post(client, project, {**body, "name": "Other"}, HTTP_IDEMPOTENCY_KEY="launch-1")
+    assert changed.status_code == 409
+    assert TrainingJob.objects.count() == 1
+
+
+def test_the_active_job_quota_answers_429_with_retry_after(client, settings, scientist, project, tiny_model,
+                                                           qa_version):
+    settings.TRAINING_MAX_ACTIVE_JOBS_PER_USER = 1
+    client.force_login(scientist)
+    assert post(client, project, launch_body(tiny_model, qa_version)).status_code == 201
+    refused = post(client, project, launch_body(tiny_model, qa_version))
+    assert refused.status_code == 429 and int(refused["Retry-After"]) > 0
+    assert "1 jobs queued or running" in refused.json()["detail"]
+    assert TrainingJob.objects.count() == 1
+
+
+def test_the_estimate_counts_examples_and_steps_and_estimates_memory_without_launching(client, scientist, project,
+                                                                                       tiny_model, qa_version):
+    client.force_login(scientist)
+    response = client.post(f"/api/projects/{project.pk}/jobs/estimate/",
+                           launch_body(tiny_model, qa_version, max_steps=None, epochs=2, batch_size=4),
+                           content_type="application/json")
+    assert response.status_code == 200, response.content
+    estimate = response.json()
+    assert estimate["examples"] == 24 and estimate["optimizer_steps"] == 12  # 24 rows x 2 epochs / 4
+    assert set(estimate["memory"]) == {"bf16", "fp32"}
+    assert estimate["memory"]["fp32"]["total_bytes"] > estimate["memory"]["bf16"]["total_bytes"] > 0
+    assert estimate["time_s"] is None  # nothing measured on this model yet
+    assert not TrainingJob.objects.exists()
+
+
+def test_a_queued_job_cancels_at_once_and_an_ended_one_cannot_be_cancelled(client, scientist, project, tiny_model,
+                                                                          qa_version):
+    client.force_login(scientist)
+    job = post(client, project, launch_body(tiny_model, qa_version)).json()
+    cancelled = client.post(f"/api/jobs/{job['id']}/cancel/")
+    assert cancelled.status_code == 200 and cancelled.json()["state"] == "cancelled"
+    assert client.post(f"/api/jobs/{job['id']}/cancel/").status_code == 409
+
+
+def test_another_projects_job_is_not_found(client, outsider, scientist, project, tiny_model, qa_version):
+    client.force_login(scientist)
+    job = post(client, project, launch_body(tiny_model, qa_version)).json()
+    client.force_login(outsider)
+    for method, url in (("get", f"/api/jobs/{job['id']}/"), ("get", f"/api/jobs/{job['id']}/metrics/"),
+                        ("post", f"/api/jobs/{job['id']}/cancel/"), ("post", f"/api/jobs/{job['id']}/copy/")):
+        assert getattr(client, method)(url).status_code == 404
+    assert TrainingJob.objects.get(pk=job["id"]).state == "queued"

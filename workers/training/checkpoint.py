@@ -1,0 +1,167 @@
+"""Checkpoints: output_dir/checkpoints/step-<N>/, written atomically, the last KEEP kept.
+
+A checkpoint holds everything a resumed run needs to continue exactly where it stopped:
+
+    adapter/            the LoRA adapter (PEFT save_pretrained: adapter_config.json, adapter_model.safetensors)
+    optimizer.pt        AdamW state          } torch.save; read back with torch.load(weights_only=True):
+    scheduler.pt        LR scheduler state   } only tensors and plain containers, never arbitrary objects
+    rng.pt              python / torch / cuda RNG states
+    trainer_state.json  TrainerState (step, epoch, position in the epoch, counters)
+    COMPLETE            written last: a directory without it is ignored
+
+It is written into a temporary directory beside the final one, every file fsynced, then renamed
+into place, so a worker killed mid-write leaves either the previous checkpoints or a temporary
+directory that is ignored (and removed by the next run). These files are written by the server
+and read only from the job's own output directory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import random
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+KEEP = 2
+COMPLETE = "COMPLETE"
+STATE_FILE = "trainer_state.json"
+_PREFIX = "step-"
+_TEMP_PREFIX = ".tmp-"
+
+
+@dataclass
+class TrainerState:
+    """Where the run is. `batch_in_epoch` counts the optimizer steps already taken in `epoch`."""
+
+    step: int = 0
+    epoch: int = 0
+    batch_in_epoch: int = 0
+    tokens_seen: int = 0                   # non-padding tokens trained on
+    train_loss: float | None = None        # smoothed (EMA) training loss
+    eval_loss: float | None = None         # the latest evaluation's
+    best_eval_loss: float | None = None
+    evals_without_improvement: int = 0     # the early-stopping patience counter
+    last_eval_step: int | None = None
+    stopped_early: bool = False
+    elapsed_s: float = 0.0                 # training time over all runs of the job
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TrainerState:
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def latest_checkpoint(checkpoints_dir: Path) -> Path | None:
+    """The complete checkpoint with the highest step, or None."""
+    complete = _complete(checkpoints_dir)
+    return complete[-1][1] if complete else None
+
+
+def save_checkpoint(checkpoints_dir: Path, *, model: Any, optimizer: Any, scheduler: Any,
+                    state: TrainerState) -> Path:
+    """Write checkpoints_dir/step-<state.step> atomically and prune to the last KEEP. Returns its path.
+    An existing complete checkpoint of the same step is kept as it is."""
+    import torch
+
+    final = checkpoints_dir / f"{_PREFIX}{state.step}"
+    if (final / COMPLETE).exists():
+        return final
+    checkpoints_dir.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f"{_TEMP_PREFIX}{_PREFIX}{state.step}-", dir=checkpoints_dir))
+    try:
+        model.save_pretrained(work / "adapter")
+        torch.save(optimizer.state_dict(), work / "optimizer.pt")
+        torch.save(scheduler.state_dict(), work / "scheduler.pt")
+        torch.save(_rng_state(), work / "rng.pt")
+        (work / STATE_FILE).write_text(json.dumps(dataclasses.asdict(state), indent=2))
+        (work / COMPLETE).write_text("")
+        _fsync_tree(work)
+        if final.exists():  # an incomplete directory of this step, from a crash during an older rename
+            shutil.rmtree(final)
+        os.rename(work, final)
+        _fsync_dir(checkpoints_dir)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    for _, old in _complete(checkpoints_dir)[:-KEEP]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def load_checkpoint(path: Path, *, model: Any, optimizer: Any, scheduler: Any, device: Any) -> TrainerState:
+    """Restore the adapter weights, optimizer, scheduler and RNG states from a checkpoint written by
+    save_checkpoint, and return its TrainerState."""
+    import torch
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    weights = load_file(path / "adapter" / "adapter_model.safetensors", device=str(device))
+    result = set_peft_model_state_dict(model, weights)
+    if getattr(result, "unexpected_keys", None):
+        raise ValueError(f"The checkpoint {path.name} does not fit this model's adapter.")
+    optimizer.load_state_dict(torch.load(path / "optimizer.pt", map_location=device, weights_only=True))
+    scheduler.load_state_dict(torch.load(path / "scheduler.pt", weights_only=True))
+    _set_rng_state(torch.load(path / "rng.pt", weights_only=True))
+    return TrainerState.from_dict(json.loads((path / STATE_FILE).read_text()))
+
+
+def remove_incomplete(checkpoints_dir: Path) -> None:
+    """Delete temporary directories left by a run killed while writing a checkpoint, and step
+    directories without COMPLETE. One job owns its output directory, so no other writer can be
+    using them."""
+    if checkpoints_dir.is_dir():
+        for entry in checkpoints_dir.iterdir():
+            if entry.is_dir() and (entry.name.startswith(_TEMP_PREFIX)
+                                   or (entry.name.startswith(_PREFIX) and not (entry / COMPLETE).is_file())):
+                shutil.rmtree(entry, ignore_errors=True)
+
+
+def _complete(checkpoints_dir: Path) -> list[tuple[int, Path]]:
+    if not checkpoints_dir.is_dir():
+        return []
+    found = []
+    for entry in checkpoints_dir.iterdir():
+        number = entry.name[len(_PREFIX):]
+        if entry.name.startswith(_PREFIX) and number.isdigit() and (entry / COMPLETE).is_file():
+            found.append((int(number), entry))
+    return sorted(found)
+
+
+def _rng_state() -> dict[str, Any]:
+    import torch
+
+    state: dict[str, Any] = {"python": random.getstate(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    import torch
+
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _fsync_tree(directory: Path) -> None:
+    for current, _, files in os.walk(directory):
+        for name in files:
+            with open(Path(current, name), "rb") as fh:
+                os.fsync(fh.fileno())
+        _fsync_dir(Path(current))
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,454 @@
+"""train(): one LoRA fine-tune, top to bottom — setup → fit → validate → save.
+
+    setup     load the base model through the safe loader, add LoRA, tokenize and batch the rows,
+              build AdamW + scheduler, resume from the latest complete checkpoint if there is one
+    fit       optimizer steps; each is grad_accum micro-batches whose loss is the mean over all
+              trained tokens of the step; clip at 1.0; checkpoint every checkpoint_every steps
+    validate  mean token loss over the eval rows, greedy samples, early stopping
+    save      the final checkpoint and output_dir/adapter (PEFT directory + workbench_train_config.json)
+
+The caller (a Celery task) sees progress through TrainCallbacks and stops the run through
+`should_stop`; nothing here knows about Django, Celery or a database.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import random
+import shutil
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from workers.models import load_for_inference
+
+from .checkpoint import TrainerState, latest_checkpoint, load_checkpoint, remove_incomplete, save_checkpoint
+from .config import ConfigError, TrainConfig
+from .data import IGNORE, DataStats, Row, collate, epoch_batches, make_rows, prompt_token_ids, tokenize_rows
+from .lora import add_lora
+
+CONFIG_FILE = "workbench_train_config.json"
+MAX_GRAD_NORM = 1.0
+LOSS_SMOOTHING = 0.1      # weight of the newest step in the smoothed train_loss (an EMA over ~10 steps)
+
+
+class TrainCallbacks:
+    """What the engine tells its caller, and how the caller stops it. Every method is a no-op here;
+    the Celery task subclasses this and turns the calls into database rows and channel messages."""
+
+    def on_start(self, *, total_steps: int, resumed_from_step: int, info: dict) -> None:
+        """Once, before the first step. info: device, dtype, trainable_params, total_params, examples,
+        eval_examples, tokens_per_epoch, rows_per_epoch, steps_per_epoch, skipped_rows, truncated_examples."""
+
+    def on_step(self, point: dict) -> None:
+        """After every optimizer step: step, epoch (fractional), loss, lr, grad_norm (before clipping),
+        tokens_per_s (non-padding), tokens_seen, memory_mb (CUDA: peak allocated in the step; CPU: process
+        RSS), elapsed_s (seconds spent in optimizer steps, summed over every run of the job)."""
+
+    def on_eval(self, point: dict, samples: list[dict]) -> None:
+        """After every evaluation: point {step, eval_loss, perplexity} (None without eval rows);
+        samples [{prompt, output}] for config.sample_prompts."""
+
+    def on_checkpoint(self, *, step: int, path: str) -> None:
+        """After a checkpoint directory is complete."""
+
+    def should_stop(self) -> bool:
+        """Asked before every optimizer step; True cancels the run (see TrainCancelled)."""
+        return False
+
+    def log(self, message: str) -> None:
+        """A human-readable progress line."""
+
+
+class TrainCancelled(Exception):
+    """should_stop() returned True. The run stopped after `step` optimizer steps, with a checkpoint at
+    that step (none at step 0), so train() with the same output_dir resumes from there."""
+
+    def __init__(self, step: int) -> None:
+        super().__init__(f"Training was cancelled at step {step}.")
+        self.step = step
+
+
+@dataclass
+class TrainResult:
+    final_step: int
+    adapter_dir: Path        # output_dir / "adapter": PEFT adapter + workbench_train_config.json
+    metrics: dict            # train_loss, eval_loss, best_eval_loss, tokens_trained, steps, stopped_early
+    resumed_from_step: int
+
+
+def train(config: TrainConfig, *, model_dir: Path, output_dir: Path, train_rows: Sequence[dict],
+          eval_rows: Sequence[dict], callbacks: TrainCallbacks | None = None) -> TrainResult:
+    """Fine-tune a LoRA adapter on `model_dir` (a safetensors directory) and save it to output_dir/adapter.
+
+    If output_dir/checkpoints holds a complete checkpoint, the run resumes from the latest one and
+    continues exactly as the uninterrupted run would have (same batches, same RNG, same final step).
+    Raises ConfigError for a bad config (or target modules the model lacks), TrainingDataError when
+    no training row (or, if eval rows are given, no eval row) is usable, ModelSafetyError /
+    ModelFormatError for a model directory the safe loader refuses, TrainCancelled when
+    callbacks.should_stop() says so, FloatingPointError when the loss becomes NaN or infinite
+    (nothing is stepped with it; the last checkpoint is intact).
+    """
+    config.validate()
+    callbacks = callbacks or TrainCallbacks()
+    run = _setup(config, Path(model_dir), Path(output_dir), train_rows, eval_rows, callbacks)
+    resumed_from = run.state.step
+    callbacks.on_start(total_steps=run.total_steps, resumed_from_step=resumed_from, info=run.info)
+    _fit(run)
+    if run.state.last_eval_step != run.state.step:
+        _validate(run)
+    _checkpoint(run)
+    adapter_dir = _save_adapter(run)
+    state = run.state
+    metrics = {"train_loss": state.train_loss, "eval_loss": state.eval_loss, "best_eval_loss": state.best_eval_loss,
+               "tokens_trained": state.tokens_seen, "steps": state.step, "stopped_early": state.stopped_early}
+    callbacks.log(f"Finished at step {state.step}: adapter saved to {adapter_dir}.")
+    return TrainResult(final_step=state.step, adapter_dir=adapter_dir, metrics=metrics, resumed_from_step=resumed_from)
+
+
+# --- setup ---------------------------------------------------------------------------------------
+
+@dataclass
+class _Run:
+    config: TrainConfig
+    output_dir: Path
+    callbacks: TrainCallbacks
+    model: Any
+    tokenizer: Any
+    device: Any
+    autocast: Any                  # a callable returning the autocast context (a no-op in fp32)
+    optimizer: Any
+    scheduler: Any
+    train_rows: list[Row]
+    eval_rows: list[Row]
+    steps_per_epoch: int
+    total_steps: int
+    state: TrainerState
+    info: dict = field(default_factory=dict)
+    checkpointed_step: int | None = None   # the step of the newest checkpoint on disk
+
+    @property
+    def checkpoints_dir(self) -> Path:
+        return self.output_dir / "checkpoints"
+
+
+def _setup(config: TrainConfig, model_dir: Path, output_dir: Path, train_rows: Sequence[dict],
+           eval_rows: Sequence[dict], callbacks: TrainCallbacks) -> _Run:
+    import torch
+    from transformers import get_scheduler
+
+    _check_packing_support(config)
+    _seed_everything(config.seed)
+    device = _resolve_device(config.device)
+    precision = _resolve_precision(config.precision, device)
+    started = time.perf_counter()
+    # The one safe loader: safetensors only, no remote code, no network. It hands the model back in
+    # eval mode and the tokenizer padding left (for generation); training flips both where needed.
+    model, tokenizer = load_for_inference(model_dir, device=str(device), dtype=precision)
+    if config.gradient_checkpointing:
+        # Non-reentrant checkpointing works with frozen inputs (no enable_input_require_grads needed).
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model = add_lora(model, config)
+    model.train()
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    callbacks.log(f"Loaded {model_dir.name} on {device} ({precision}) in {time.perf_counter() - started:.1f} s.")
+
+    examples, stats = tokenize_rows(train_rows, tokenizer, config)
+    _log_stats(callbacks, stats, "training")
+    train_packed = make_rows(examples, config, shuffle_seed=config.seed)
+    eval_packed: list[Row] = []
+    eval_stats = DataStats()
+    if len(eval_rows):
+        eval_examples, eval_stats = tokenize_rows(eval_rows, tokenizer, config, what="eval rows")
+        _log_stats(callbacks, eval_stats, "eval")
+        eval_packed = make_rows(eval_examples, config, shuffle_seed=None)
+
+    micro_batches = math.ceil(len(train_packed) / config.batch_size)
+    steps_per_epoch = math.ceil(micro_batches / config.grad_accum)
+    total_steps = config.max_steps or config.epochs * steps_per_epoch
+
+    optimizer = torch.optim.AdamW(trainable, lr=config.learning_rate, weight_decay=config.weight_decay)
+    # "constant" is constant_with_warmup: with warmup_steps=0 it is plain constant.
+    scheduler = get_scheduler("constant_with_warmup" if config.lr_scheduler == "constant" else config.lr_scheduler,
+                              optimizer, num_warmup_steps=config.warmup_steps, num_training_steps=total_steps)
+
+    def autocast() -> Any:
+        if precision != "bf16":
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+
+    run = _Run(config=config, output_dir=output_dir, callbacks=callbacks, model=model, tokenizer=tokenizer,
+               device=device, autocast=autocast, optimizer=optimizer, scheduler=scheduler,
+               train_rows=train_packed, eval_rows=eval_packed, steps_per_epoch=steps_per_epoch,
+               total_steps=total_steps, state=TrainerState())
+    remove_incomplete(run.checkpoints_dir)
+    latest = latest_checkpoint(run.checkpoints_dir)
+    if latest is not None:
+        run.state = load_checkpoint(latest, model=model, optimizer=optimizer, scheduler=scheduler, device=device)
+        run.checkpointed_step = run.state.step
+        callbacks.log(f"Resumed from {latest.name}.")
+    run.info = {
+        "device": str(device), "dtype": "bfloat16" if precision == "bf16" else "float32",
+        "trainable_params": sum(p.numel() for p in trainable),
+        "total_params": sum(p.numel() for p in model.parameters()),
+        "examples": stats.used, "eval_examples": eval_stats.used, "tokens_per_epoch": stats.tokens,
+        "rows_per_epoch": len(train_packed), "steps_per_epoch": steps_per_epoch,
+        "skipped_rows": stats.skipped, "truncated_examples": stats.truncated,
+    }
+    return run
+
+
+def _check_packing_support(config: TrainConfig) -> None:
+    """Packing relies on transformers deriving a block-diagonal mask from position_ids (masking_utils'
+    packed-sequence detection; checked on 5.24 by the tests). Without it packed examples would attend
+    to each other: refuse rather than train on a leaking mask."""
+    if not config.packing:
+        return
+    try:
+        from transformers.masking_utils import find_packed_sequence_indices  # noqa: F401
+    except ImportError:
+        raise ConfigError("packing", "this transformers version cannot keep packed examples apart; "
+                                     "upgrade transformers or turn packing off.") from None
+
+
+def _seed_everything(seed: int) -> None:
+    import torch
+
+    random.seed(seed)
+    torch.manual_seed(seed)  # seeds every CUDA device too
+
+
+def _resolve_device(device: str) -> Any:
+    import torch
+
+    if device != "auto":
+        return torch.device(device)  # availability is checked by the loader
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def _resolve_precision(precision: str, device: Any) -> str:
+    import torch
+
+    if precision != "auto":
+        return precision
+    return "bf16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "fp32"
+
+
+def _log_stats(callbacks: TrainCallbacks, stats: DataStats, what: str) -> None:
+    callbacks.log(f"{stats.used} {what} examples, {stats.tokens} tokens.")
+    if stats.skipped:
+        callbacks.log(f"{stats.skipped} {what} rows skipped ({'; '.join(stats.reasons)}).")
+    if stats.truncated:
+        callbacks.log(f"{stats.truncated} {what} examples truncated to max_seq_len.")
+    if stats.unmasked:
+        callbacks.log(f"{stats.unmasked} {what} examples are trained on every token: the chat template does not "
+                      "render earlier turns the same way once later turns exist, so the assistant turns could not "
+                      "be located.")
+
+
+# --- fit -----------------------------------------------------------------------------------------
+
+def _fit(run: _Run) -> None:
+    """Optimizer steps until total_steps (or early stopping), resuming at run.state's position."""
+    config, state, callbacks = run.config, run.state, run.callbacks
+    while state.step < run.total_steps and not state.stopped_early:
+        batches = epoch_batches(run.train_rows, config, epoch=state.epoch)
+        steps = [batches[i:i + config.grad_accum] for i in range(0, len(batches), config.grad_accum)]
+        for step_batches in steps[state.batch_in_epoch:]:
+            if state.step >= run.total_steps or state.stopped_early:
+                break
+            if callbacks.should_stop():
+                if state.step > 0:
+                    _checkpoint(run)
+                callbacks.log(f"Cancelled at step {state.step}.")
+                raise TrainCancelled(state.step)
+            point = _train_step(run, step_batches)
+            callbacks.on_step(point)
+            if config.eval_every and state.step % config.eval_every == 0 and state.step < run.total_steps:
+                _validate(run)
+            if state.step % config.checkpoint_every == 0:
+                _checkpoint(run)
+        if state.batch_in_epoch >= len(steps):
+            state.epoch += 1
+            state.batch_in_epoch = 0
+
+
+def _train_step(run: _Run, micro_batches: list[list[Row]]) -> dict:
+    """One optimizer step over `micro_batches`; returns the on_step point."""
+    import torch
+
+    model, state = run.model, run.state
+    started = time.perf_counter()
+    if run.device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(run.device)
+    # The loss is the mean over every trained token of the step, not a mean of per-micro-batch means:
+    # each micro-batch's summed loss is divided by the step's token count, so grad_accum k x batch b
+    # gives the gradient of one batch of k*b.
+    trained = sum(sum(int(t != IGNORE) for row in batch for t in row.targets) for batch in micro_batches)
+    tokens = sum(len(row.input_ids) for batch in micro_batches for row in batch)
+    loss_sum = 0.0
+    for batch in micro_batches:
+        loss = _summed_loss(run, batch)
+        (loss / trained).backward()
+        loss_sum += loss.item()
+    if not math.isfinite(loss_sum):
+        # Stop before the optimizer writes NaNs into the adapter: the last checkpoint stays good.
+        raise FloatingPointError(f"The training loss became {loss_sum} at step {state.step + 1}; "
+                                 "try a lower learning_rate.")
+    parameters = [p for p in model.parameters() if p.requires_grad]
+    grad_norm = torch.nn.utils.clip_grad_norm_(parameters, MAX_GRAD_NORM).item()
+    lr = run.scheduler.get_last_lr()[0]
+    run.optimizer.step()
+    run.scheduler.step()
+    run.optimizer.zero_grad(set_to_none=True)
+
+    seconds = time.perf_counter() - started
+    loss = loss_sum / trained
+    state.step += 1
+    state.batch_in_epoch += 1
+    state.tokens_seen += tokens
+    state.elapsed_s += seconds
+    # Bias-corrected EMA (as Adam's moments): the stored value is the corrected one, so un-correct it
+    # first. Unlike a plain EMA seeded with the first loss, a short run is not dominated by step 1.
+    decay = 1 - LOSS_SMOOTHING
+    previous = (state.train_loss or 0.0) * (1 - decay ** (state.step - 1))
+    state.train_loss = (decay * previous + LOSS_SMOOTHING * loss) / (1 - decay ** state.step)
+    return {"step": state.step, "epoch": state.epoch + state.batch_in_epoch / run.steps_per_epoch, "loss": loss,
+            "lr": lr, "grad_norm": grad_norm, "tokens_per_s": tokens / seconds if seconds > 0 else 0.0,
+            "tokens_seen": state.tokens_seen, "memory_mb": _memory_mb(run.device), "elapsed_s": state.elapsed_s}
+
+
+def _summed_loss(run: _Run, batch: list[Row]) -> Any:
+    """Summed cross-entropy over the trained tokens of one micro-batch (a scalar tensor with grad)."""
+    import torch
+
+    pad_id = run.tokenizer.pad_token_id if run.tokenizer.pad_token_id is not None else 0
+    tensors = {k: v.to(run.device) for k, v in collate(batch, pad_id, packed=run.config.packing).items()}
+    targets = tensors.pop("targets")
+    with run.autocast():
+        # use_cache=False: with a KV cache transformers ignores the packing in position_ids.
+        logits = run.model(**tensors, use_cache=False).logits
+    return torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), targets.flatten(),
+                                             ignore_index=IGNORE, reduction="sum")
+
+
+def _memory_mb(device: Any) -> float:
+    import torch
+
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    if device.type == "mps":
+        return torch.mps.current_allocated_memory() / 2**20
+    try:  # the process's resident memory: the model, the activations and everything else
+        with open("/proc/self/statm") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, ValueError, IndexError):
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # peak, KiB on Linux
+
+
+# --- validate ------------------------------------------------------------------------------------
+
+def _validate(run: _Run) -> None:
+    """Eval loss over the eval rows, greedy samples, early-stopping bookkeeping; reports on_eval."""
+    import torch
+
+    config, state = run.config, run.state
+    if not run.eval_rows and not config.sample_prompts:
+        return
+    run.model.eval()
+    eval_loss = None
+    with torch.no_grad():
+        if run.eval_rows:
+            total, count = 0.0, 0
+            for batch in epoch_batches(run.eval_rows, config, epoch=None):
+                total += _summed_loss(run, batch).item()
+                count += sum(int(t != IGNORE) for row in batch for t in row.targets)
+            eval_loss = total / count
+        samples = [{"prompt": prompt, "output": _generate(run, prompt)} for prompt in config.sample_prompts]
+    run.model.train()
+
+    state.last_eval_step = state.step
+    if eval_loss is not None:
+        state.eval_loss = eval_loss
+        if state.best_eval_loss is None or eval_loss < state.best_eval_loss:
+            state.best_eval_loss = eval_loss
+            state.evals_without_improvement = 0
+        else:
+            state.evals_without_improvement += 1
+            if config.early_stopping_patience and state.evals_without_improvement >= config.early_stopping_patience:
+                state.stopped_early = True
+                run.callbacks.log(f"Early stopping at step {state.step}: eval loss has not improved for "
+                                  f"{state.evals_without_improvement} evaluations.")
+    # None rather than inf when exp overflows: points are stored as JSON, which has no infinity.
+    perplexity = math.exp(eval_loss) if eval_loss is not None and eval_loss < 700 else None
+    run.callbacks.on_eval({"step": state.step, "eval_loss": eval_loss, "perplexity": perplexity}, samples)
+    if eval_loss is not None:
+        run.callbacks.log(f"Step {state.step}: eval loss {eval_loss:.4f}.")
+
+
+def _generate(run: _Run, prompt: str) -> str:
+    """Greedy continuation of `prompt`, rendered like the training prompts, up to eos or
+    sample_max_new_tokens."""
+    import torch
+    from transformers import GenerationConfig
+
+    tokenizer = run.tokenizer
+    ids = prompt_token_ids(prompt, tokenizer, run.config)
+    input_ids = torch.tensor([ids], device=run.device)
+    eos = run.model.generation_config.eos_token_id
+    eos = [eos] if isinstance(eos, int) else list(eos or [])
+    if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in eos:
+        eos.append(tokenizer.eos_token_id)
+    # A fresh GenerationConfig: the checkpoint's sampling defaults (temperature, top_p) do not apply.
+    generation = GenerationConfig(max_new_tokens=run.config.sample_max_new_tokens, do_sample=False,
+                                  eos_token_id=eos or None, pad_token_id=tokenizer.pad_token_id)
+    with run.autocast():
+        output = run.model.generate(input_ids=input_ids, attention_mask=torch.ones_like(input_ids),
+                                    generation_config=generation)
+    return tokenizer.decode(output[0, len(ids):], skip_special_tokens=True)
+
+
+# --- save ----------------------------------------------------------------------------------------
+
+def _checkpoint(run: _Run) -> None:
+    # At step 0 nothing is trained yet: resuming from no checkpoint is the same run.
+    if run.state.step == 0 or run.checkpointed_step == run.state.step:
+        return
+    path = save_checkpoint(run.checkpoints_dir, model=run.model, optimizer=run.optimizer, scheduler=run.scheduler,
+                           state=run.state)
+    run.checkpointed_step = run.state.step
+    run.callbacks.on_checkpoint(step=run.state.step, path=str(path))
+
+
+def _save_adapter(run: _Run) -> Path:
+    """Write output_dir/adapter (PEFT save_pretrained + workbench_train_config.json), replacing an older
+    one only once the new one is complete."""
+    target = run.output_dir / "adapter"
+    run.output_dir.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=".adapter.tmp-", dir=run.output_dir))
+    try:
+        run.model.save_pretrained(work)
+        (work / CONFIG_FILE).write_text(json.dumps(run.config.as_dict(), indent=2))
+        if target.exists():
+            old = Path(tempfile.mkdtemp(prefix=".adapter.old-", dir=run.output_dir))
+            os.rename(target, old / "adapter")
+            os.rename(work, target)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(work, target)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    return target
