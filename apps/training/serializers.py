@@ -17,7 +17,7 @@ class JobSerializer(serializers.ModelSerializer):
         model = TrainingJob
         fields = ["id", "project", "name", "method", "state", "queue_position", "cancel_requested", "base_model",
                   "dataset_version", "train_split", "eval_split", "config", "current_step", "total_steps",
-                  "checkpoint_step", "tokens_trained", "runs", "info", "metrics", "error", "traceback", "log_tail",
+                  "checkpoint_step", "tokens_trained", "runs", "worker", "heartbeat_at", "info", "metrics", "error", "traceback", "log_tail",
                   "adapter", "parent", "created_by", "created_at", "started_at", "finished_at"]
 
     def get_queue_position(self, job: TrainingJob) -> int | None:

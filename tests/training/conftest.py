@@ -71,3 +71,16 @@ FAST = {"max_steps": 30, "batch_size": 4, "max_seq_len": 32, "learning_rate": 1e
 def launch_body(model, version, **config) -> dict:
     return {"name": "QA run", "base_model": model.pk, "dataset_version": version.pk, "train_split": "train",
             "eval_split": "validation", "config": {**FAST, **config}}
+
+
+def make_job(project, owner, *, state="running", **fields):
+    """A job row on a placeholder model, for tests of what surrounds a run (sockets, pages)."""
+    from apps.registry.models import RegisteredModel
+    from apps.training.models import TrainingJob
+
+    version = make_version(project, owner, name=f"Data {uuid.uuid4().hex[:6]}")
+    model = RegisteredModel.objects.create(project=project, name=f"Base {uuid.uuid4().hex[:6]}", format="hf_dir",
+                                           source_path="/nonexistent", weights_path="/nonexistent", status="ready",
+                                           info={})
+    return TrainingJob.objects.create(project=project, name="Run", base_model=model, dataset_version=version,
+                                      config={"format": "prompt_response"}, state=state, created_by=owner, **fields)

@@ -138,3 +138,47 @@ def test_a_redelivered_message_for_an_ended_job_does_nothing(client, scientist, 
     assert ended(client, probe["id"])["state"] == "succeeded"
     after = TrainingJob.objects.get(pk=job["id"])
     assert after.runs == 1 and RegisteredModel.objects.filter(lineage__job=job["id"]).count() == 1
+
+
+def orphaned_job(project, owner, model, version, *, runs: int) -> TrainingJob:
+    """A job left RUNNING by a worker machine that vanished: a stale heartbeat and no message
+    left to redeliver (the broker holds it unacknowledged for hours)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from tests.training.conftest import FAST
+    from workers.training import TrainConfig
+
+    return TrainingJob.objects.create(
+        project=project, name="Orphan", base_model=model, dataset_version=version, train_split="train",
+        config=TrainConfig.from_dict({**FAST, "max_steps": 12}).as_dict(), state="running", runs=runs,
+        worker="gone@elsewhere", worker_pid=999999, heartbeat_at=timezone.now() - timedelta(hours=1),
+        created_by=owner)
+
+
+def test_the_reaper_resends_a_job_whose_worker_vanished_and_a_worker_takes_it_over(client, scientist, owner,
+                                                                                   project, tiny_model, qa_version,
+                                                                                   celery_worker):
+    from apps.training.runner import reap_stale_jobs
+
+    job = orphaned_job(project, owner, tiny_model, qa_version, runs=1)
+    assert reap_stale_jobs() == 1
+    client.force_login(scientist)
+    ended_job = ended(client, job.pk)
+    assert ended_job["state"] == "succeeded", ended_job["error"]
+    assert ended_job["runs"] == 2 and ended_job["worker"] != "gone@elsewhere"
+    assert train_steps(job.pk) == list(range(1, 13))
+
+
+def test_a_job_that_lost_its_worker_too_often_fails_instead_of_looping(client, scientist, owner, project, tiny_model,
+                                                                       qa_version, celery_worker, settings):
+    from apps.training.runner import reap_stale_jobs
+
+    job = orphaned_job(project, owner, tiny_model, qa_version, runs=settings.TRAINING_MAX_RUNS)
+    assert reap_stale_jobs() == 1
+    client.force_login(scientist)
+    ended_job = ended(client, job.pk)
+    assert ended_job["state"] == "failed"
+    assert f"lost {settings.TRAINING_MAX_RUNS} times" in ended_job["error"]
+    assert not MetricPoint.objects.filter(job=job).exists()
