@@ -34,3 +34,47 @@ def seconds_per_example(base_model_id: int) -> tuple[float, int] | None:
     epochs = job.config.get("epochs", 1)
     seconds = (job.finished_at - job.started_at).total_seconds()
     return seconds / (examples * epochs), job.pk
+
+
+COMPARE_METRICS = {  # metric -> (point kind, label)
+    "loss": ("train", "train loss"), "eval_loss": ("eval", "eval loss"), "perplexity": ("eval", "perplexity"),
+    "lr": ("train", "learning rate"), "grad_norm": ("train", "grad norm"), "tokens_per_s": ("train", "tokens/s"),
+    "memory_mb": ("train", "memory (MB)"),
+}
+COMPARE_AXES = {"step": "step", "tokens": "tokens seen", "time": "training time (s)"}
+MAX_COMPARED_JOBS = 10
+
+
+def compare_series(jobs: list[TrainingJob], *, metric: str, x_axis: str) -> list[dict]:
+    """One series per job for an overlay chart: x by step, tokens seen or training time. Eval
+    points take x from the train point of the same step (they carry only the step)."""
+    kind, _ = COMPARE_METRICS[metric]
+    series = []
+    for job in jobs:
+        train = {p.step: p.values for p in job.points.filter(kind="train").order_by("step")}
+        points = train if kind == "train" else {p.step: p.values for p in job.points.filter(kind=kind)}
+        xs, ys = [], []
+        for step in sorted(points):
+            value = points[step].get(metric)
+            if value is None:
+                continue
+            at = train.get(step, {})
+            x = step if x_axis == "step" else at.get("tokens_seen" if x_axis == "tokens" else "elapsed_s")
+            if x is not None:
+                xs.append(x)
+                ys.append(value)
+        series.append({"job": job.pk, "name": f"{job.name} (#{job.pk})", "x": xs, "y": ys})
+    return series
+
+
+def config_table(jobs: list[TrainingJob]) -> list[dict]:
+    """Inputs and config of each job side by side; `differs` marks the rows where they disagree."""
+    def settings_of(job: TrainingJob) -> dict:
+        return {"base model": job.base_model.name, "dataset version": str(job.dataset_version),
+                "train split": job.train_split or "all rows", "eval split": job.eval_split or "none",
+                **{key: job.config.get(key) for key in sorted(job.config)}}
+
+    columns = [settings_of(job) for job in jobs]
+    keys = list(dict.fromkeys(key for column in columns for key in column))
+    return [{"key": key, "values": [column.get(key) for column in columns],
+             "differs": len({repr(column.get(key)) for column in columns}) > 1} for key in keys]

@@ -7,6 +7,7 @@ urlpatterns = [
     path("jobs/", views.all_jobs, name="all"),
     path("projects/<int:project_id>/jobs/", views.job_list, name="list"),
     path("projects/<int:project_id>/jobs/new/", views.job_launch, name="launch"),
+    path("projects/<int:project_id>/jobs/compare/", views.job_compare, name="compare"),
     path("projects/<int:project_id>/jobs/<int:job_id>/", views.job_detail, name="detail"),
     path("projects/<int:project_id>/jobs/<int:job_id>/<str:action>/", views.job_action, name="action"),
 ]

@@ -34,6 +34,27 @@ def job_list(request: HttpRequest, project_id: int) -> HttpResponse:
 
 
 @login_required
+def job_compare(request: HttpRequest, project_id: int) -> HttpResponse:
+    """Overlay runs of a project on one chart, their configs side by side, differences marked."""
+    project = policy.get_project(request.user, project_id, "job.view")
+    ids = [part for part in request.GET.getlist("jobs") if part.strip()][:selectors.MAX_COMPARED_JOBS]
+    jobs = [policy.get_object(request.user, TrainingJob, pk, "job.view", project_id=project.pk) for pk in ids]
+    metric = request.GET.get("metric", "loss")
+    x_axis = request.GET.get("x", "step")
+    if metric not in selectors.COMPARE_METRICS:
+        metric = "loss"
+    if x_axis not in selectors.COMPARE_AXES:
+        x_axis = "step"
+    request.nav_section = "jobs"
+    return render(request, "training/compare.html", {
+        "project": project, "perms": policy.project_permissions(request.user, project), "tab": "jobs", "jobs": jobs,
+        "metric": metric, "x_axis": x_axis, "metrics": selectors.COMPARE_METRICS, "axes": selectors.COMPARE_AXES,
+        "chart": {"series": selectors.compare_series(jobs, metric=metric, x_axis=x_axis),
+                  "x_title": selectors.COMPARE_AXES[x_axis], "y_title": selectors.COMPARE_METRICS[metric][1]},
+        "config_rows": selectors.config_table(jobs) if jobs else []})
+
+
+@login_required
 @require_http_methods(["GET", "POST"])
 def job_launch(request: HttpRequest, project_id: int) -> HttpResponse:
     """The launch form. "Estimate" checks everything and shows memory, steps and time; "Launch"

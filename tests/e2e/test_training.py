@@ -59,3 +59,32 @@ def test_a_viewer_sees_jobs_but_cannot_launch(page, viewer, project):
     assert response.status == 403
     page.goto(f"/projects/{project.pk}/jobs/")
     expect(page.get_by_role("link", name="New fine-tune")).to_have_count(0)
+
+
+def test_scientist_overlays_two_runs_and_sees_where_their_configs_differ(page, scientist, owner, project):
+    from apps.training.models import MetricPoint
+    from tests.training.conftest import make_job
+
+    runs = []
+    for name, lr, slope in (("Slow lr", 1e-4, 0.1), ("Fast lr", 1e-3, 0.3)):
+        job = make_job(project, owner, state="succeeded", config={"learning_rate": lr, "lora_r": 8})
+        job.name = name
+        job.save()
+        MetricPoint.objects.bulk_create([
+            MetricPoint(job=job, kind="train", step=s, values={"step": s, "loss": 3 - slope * s, "tokens_seen": 100 * s,
+                                                               "elapsed_s": s / 2}) for s in range(1, 6)])
+        runs.append(job)
+
+    browser_login(page, "sofia")
+    page.goto(f"/projects/{project.pk}/jobs/")
+    page.get_by_label("Compare Slow lr").check()
+    page.get_by_label("Compare Fast lr").check()
+    page.get_by_role("button", name="Compare selected").click()
+    expect(page.locator("#chart-compare .scatterlayer .trace")).to_have_count(2)
+    expect(page.locator("#chart-compare")).to_contain_text("step")
+    table = page.get_by_test_id("config-diff")
+    expect(table.get_by_role("row", name="learning_rate")).to_have_attribute("data-differs", "true")
+    expect(table.get_by_role("row", name="lora_r")).not_to_have_attribute("data-differs", "true")
+    page.get_by_label("X axis").select_option("tokens")
+    page.get_by_role("button", name="Show").click()
+    expect(page.locator("#chart-compare")).to_contain_text("tokens seen")

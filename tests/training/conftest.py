@@ -73,7 +73,7 @@ def launch_body(model, version, **config) -> dict:
             "eval_split": "validation", "config": {**FAST, **config}}
 
 
-def make_job(project, owner, *, state="running", **fields):
+def make_job(project, owner, *, state="running", config=None, **fields):
     """A job row on a placeholder model, for tests of what surrounds a run (sockets, pages)."""
     from apps.registry.models import RegisteredModel
     from apps.training.models import TrainingJob
@@ -83,4 +83,5 @@ def make_job(project, owner, *, state="running", **fields):
                                            source_path="/nonexistent", weights_path="/nonexistent", status="ready",
                                            info={})
     return TrainingJob.objects.create(project=project, name="Run", base_model=model, dataset_version=version,
-                                      config={"format": "prompt_response"}, state=state, created_by=owner, **fields)
+                                      config=config or {"format": "prompt_response"}, state=state, created_by=owner,
+                                      **fields)
