@@ -165,9 +165,7 @@ def clear_cache():
         client.delete(*keys)
 
 
-@pytest.fixture(scope="session")
-def celery_worker(django_db_setup, django_db_blocker, redis_service):
-    """A real Celery worker process consuming `default` and `gpu`, on the test database."""
+def _start_worker(*, queues: str, pool: str, concurrency: int, name: str):
     import subprocess
     import sys
 
@@ -183,10 +181,10 @@ def celery_worker(django_db_setup, django_db_blocker, redis_service):
     # Jobs whose worker is killed are taken over within seconds, not the production minute and a half.
     env.setdefault("TRAINING_HEARTBEAT_S", "0.5")
     env.setdefault("TRAINING_HEARTBEAT_STALE_S", "3")
-    hostname = f"test-worker-{os.getpid()}@%h"
+    hostname = f"{name}-{os.getpid()}@%h"
     process = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "workbench", "--quiet", "worker", "-Q", "default,gpu",
-         "--concurrency", "1", "--pool", "prefork", "--hostname", hostname, "--loglevel", "WARNING",
+        [sys.executable, "-m", "celery", "-A", "workbench", "--quiet", "worker", "-Q", queues,
+         "--concurrency", str(concurrency), "--pool", pool, "--hostname", hostname, "--loglevel", "WARNING",
          "--without-mingle", "--without-gossip"],
         env=env, cwd=settings.BASE_DIR, start_new_session=True)
     from workbench.celery import app
@@ -195,13 +193,34 @@ def celery_worker(django_db_setup, django_db_blocker, redis_service):
     while not app.control.ping(timeout=1, destination=[hostname.replace("%h", socket.gethostname())]):
         if process.poll() is not None or time.monotonic() > deadline:
             process.kill()
-            raise RuntimeError("the test Celery worker did not start")
-    yield process
+            raise RuntimeError(f"the test Celery worker {name} did not start")
+    return process
+
+
+def _stop_worker(process) -> None:
+    import subprocess
+
     process.terminate()
     try:
         process.wait(20)
     except subprocess.TimeoutExpired:
         process.kill()
+
+
+@pytest.fixture(scope="session")
+def celery_worker(django_db_setup, django_db_blocker, redis_service):
+    """A real Celery worker process consuming `default` and `gpu`, on the test database."""
+    process = _start_worker(queues="default,gpu", pool="prefork", concurrency=1, name="test-worker")
+    yield process
+    _stop_worker(process)
+
+
+@pytest.fixture(scope="session")
+def inference_worker(django_db_setup, django_db_blocker, redis_service):
+    """A real `inference` worker as production runs it: threads sharing one model cache and batcher."""
+    process = _start_worker(queues="inference", pool="threads", concurrency=4, name="test-inference")
+    yield process
+    _stop_worker(process)
 
 
 def wait_for(predicate, timeout: float = 30, interval: float = 0.1, what: str = "condition"):

@@ -1,4 +1,5 @@
-"""The Celery app. Web processes enqueue on `default`; training workers consume `gpu`."""
+"""The Celery app. Web processes enqueue on `default`; training workers consume `gpu`;
+generation runs on `inference` (workers with `--pool threads`, sharing one model cache)."""
 
 import os
 
@@ -9,6 +10,6 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "workbench.settings")
 
 app = Celery("workbench")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.conf.task_queues = (Queue("default"), Queue("gpu"))
+app.conf.task_queues = (Queue("default"), Queue("gpu"), Queue("inference"))
 app.autodiscover_tasks()
 app.autodiscover_tasks(["workers"])

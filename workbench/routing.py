@@ -2,6 +2,7 @@
 
 from apps.datasets.routing import websocket_urlpatterns as dataset_ws
 from apps.projects.routing import websocket_urlpatterns as project_ws
+from apps.serving.routing import websocket_urlpatterns as serving_ws
 from apps.training.routing import websocket_urlpatterns as training_ws
 
-websocket_urlpatterns = [*project_ws, *dataset_ws, *training_ws]
+websocket_urlpatterns = [*project_ws, *dataset_ws, *training_ws, *serving_ws]

@@ -11,6 +11,7 @@ import os
 import secrets
 from datetime import timedelta
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
@@ -88,12 +89,16 @@ INSTALLED_APPS = [
     "apps.datasets",
     "apps.registry",
     "apps.training",
+    "apps.serving",
+    "apps.monitoring",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "apps.core.middleware.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    # Times and counts each request by route pattern; after WhiteNoise so static files are not counted.
+    "apps.monitoring.middleware.RequestMetricsMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -167,7 +172,12 @@ else:
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [_channels_host], "prefix": "workbench:ws"},
+        # A generation streams one message per token: room for a few thousand before a slow
+        # reader makes the layer drop messages (the default of 100 is reached in seconds).
+        # redis-py 8 reads with a 5 s socket timeout by default, the same as the layer's blocking
+        # pop: a read could time out just as the server answered, killing the consumer. Longer here.
+        "CONFIG": {"hosts": [{"address": _channels_host, "socket_timeout": 30}], "prefix": "workbench:ws",
+                   "capacity": 5000},
     }
 }
 CACHES = {
@@ -203,9 +213,36 @@ TRAINING_HEARTBEAT_STALE_S = env_float("TRAINING_HEARTBEAT_STALE_S", 90.0)
 TRAINING_MAX_RUNS = env_int("TRAINING_MAX_RUNS", 3)
 TRAINING_MAX_ACTIVE_JOBS_PER_USER = env_int("TRAINING_MAX_ACTIVE_JOBS_PER_USER", 4)
 TRAINING_MAX_ACTIVE_JOBS_PER_PROJECT = env_int("TRAINING_MAX_ACTIVE_JOBS_PER_PROJECT", 8)
+# --- Serving (playground, OpenAI-compatible API) -----------------------------------------
+# Generations run in `inference` workers (`--pool threads`): one model cache per process.
+INFERENCE_MEMORY_BUDGET_BYTES = env_int("INFERENCE_MEMORY_BUDGET_BYTES", 8 * 2**30)
+INFERENCE_MAX_BATCH_SIZE = env_int("INFERENCE_MAX_BATCH_SIZE", 32)
+# Requests arriving within this window are generated in one batch; 20 ms costs a first token
+# little and lets concurrent callers share a forward pass.
+INFERENCE_MAX_WAIT_MS = env_float("INFERENCE_MAX_WAIT_MS", 20.0)
+INFERENCE_TIMEOUT_S = env_float("INFERENCE_TIMEOUT_S", 300.0)
+
 # Workers with `-B` (the embedded default) look for jobs whose worker vanished this often.
-CELERY_BEAT_SCHEDULE = {"training-reap-stale": {"task": "training.reap_stale", "schedule": 60.0,
-                                                "options": {"queue": "default"}}}
+CELERY_BEAT_SCHEDULE = {
+    "training-reap-stale": {"task": "training.reap_stale", "schedule": 60.0, "options": {"queue": "default"}},
+    "monitoring-evaluate-alerts": {"task": "monitoring.evaluate_alerts", "schedule": 60.0,
+                                   "options": {"queue": "default", "expires": 60}},
+}
+
+# --- Monitoring -------------------------------------------------------------------------
+# Bearer token for Prometheus scrapes of /metrics; unset: only site staff sessions may read it.
+METRICS_TOKEN = env_str("METRICS_TOKEN")
+if METRICS_TOKEN is not None and len(METRICS_TOKEN) < 32:
+    raise ImproperlyConfigured("METRICS_TOKEN must be at least 32 characters "
+                               "(python -c 'import secrets; print(secrets.token_urlsafe(32))')")
+# Where alerts are POSTed as JSON (set by the operator, never by users); unset: shown on the page only.
+ALERT_WEBHOOK_URL = env_str("ALERT_WEBHOOK_URL")
+if ALERT_WEBHOOK_URL is not None and urlsplit(ALERT_WEBHOOK_URL).scheme not in {"http", "https"}:
+    raise ImproperlyConfigured("ALERT_WEBHOOK_URL must be an http:// or https:// URL")
+ALERT_JOB_FAILED_WINDOW_MIN = env_int("ALERT_JOB_FAILED_WINDOW_MIN", 60)  # a failed job alerts for this long
+ALERT_QUEUE_WAIT_MIN = env_int("ALERT_QUEUE_WAIT_MIN", 15)  # the oldest queued fine-tune may wait this long
+ALERT_HTTP_ERROR_RATE = env_float("ALERT_HTTP_ERROR_RATE", 0.05)  # share of 5xx answers over the last ~5 min
+ALERT_HTTP_MIN_REQUESTS = env_int("ALERT_HTTP_MIN_REQUESTS", 20)  # judged from this many requests on
 
 # --- Files ------------------------------------------------------------------------------
 STATIC_URL = "/static/"

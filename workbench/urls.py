@@ -24,7 +24,11 @@ urlpatterns = [
     path("", include("apps.datasets.urls")),
     path("", include("apps.registry.urls")),
     path("", include("apps.training.urls")),
+    path("", include("apps.serving.urls")),
+    path("", include("apps.monitoring.urls")),
     path("api/", include(api_patterns)),
+    # OpenAI-compatible: the paths its clients expect (base_url = <server>/v1).
+    path("v1/", include("apps.serving.urls_openai")),
     path("admin/", admin.site.urls),
 ]
 

@@ -38,3 +38,10 @@ def reap_stale_jobs_task() -> None:
     from apps.training.runner import reap_stale_jobs
 
     reap_stale_jobs()
+
+
+@shared_task(name="serving.generate")
+def generate_task(generation_id: int) -> None:
+    from apps.serving.runner import run_generation
+
+    run_generation(generation_id)

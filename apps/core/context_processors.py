@@ -9,7 +9,6 @@ SECTIONS = [
     ("jobs", "Jobs", "training:all"),
     ("models", "Models", "registry:all"),
     ("compare", "Compare", None),
-    ("monitoring", "Monitoring", None),
 ]
 
 
@@ -22,6 +21,9 @@ def navigation(request):
         for key, label, route in SECTIONS
     ]
     if request.user.is_staff:
+        # Operator data across projects: only site staff see (and may open) Monitoring.
+        sections.append({"key": "monitoring", "label": "Monitoring", "url": reverse("monitoring:overview"),
+                         "active": current == "monitoring"})
         sections.append({"key": "admin", "label": "Admin", "url": reverse("accounts:users"),
                          "active": current == "accounts" and request.path.startswith("/accounts/users")})
     return {"nav_sections": sections}

@@ -69,7 +69,7 @@ def test_embedded_default_generates_a_secret_once_and_keeps_it_private(tmp_path)
 
 def test_embedded_default_uses_sqlite_and_a_unix_socket_redis(tmp_path):
     code = ("from django.conf import settings; print(settings.DATABASES['default']['ENGINE']); "
-            "print(settings.CELERY_BROKER_URL); print(settings.CHANNEL_LAYERS['default']['CONFIG']['hosts'][0])")
+            "print(settings.CELERY_BROKER_URL); print(settings.CHANNEL_LAYERS['default']['CONFIG']['hosts'][0]['address'])")
     result = run_django({"WORKBENCH_DATA_DIR": str(tmp_path)}, code)
     engine, broker, channels_host = result.stdout.split()
     assert engine == "django.db.backends.sqlite3"

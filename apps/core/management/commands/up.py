@@ -66,6 +66,10 @@ class Command(BaseCommand):
                                        "--hostname", f"workbench-{port}@%h", "--loglevel", "WARNING",
                                        # Embedded beat: the periodic reaper of jobs whose worker vanished.
                                        "--beat", "--schedule", str(settings.DATA_DIR / "celerybeat-schedule")])
+                # Generation: threads of one process share its model cache and batch together.
+                self._spawn("inference", [python, "-m", "celery", "-A", "workbench", "--quiet", "worker",
+                                          "-Q", "inference", "--pool", "threads", "--concurrency", "8",
+                                          "--hostname", f"workbench-inference-{port}@%h", "--loglevel", "WARNING"])
             base_url = f"http://{host}:{port}"
             self._wait_ready(base_url)
             self.stdout.write(self.style.SUCCESS(

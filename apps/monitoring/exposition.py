@@ -1,0 +1,55 @@
+"""The Prometheus exposition behind /metrics: this process's request histogram (plus the
+client library's process metrics), and figures read from the database and the broker at
+scrape time, so they are as fresh as the scrape and need no bookkeeping in between."""
+
+from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+
+from apps.datasets.models import ImportJob
+from apps.monitoring import broker, selectors
+from apps.training.models import TrainingJob
+
+
+class ScrapeTimeCollector:
+    def collect(self):
+        training = GaugeMetricFamily("workbench_training_jobs", "Fine-tune jobs by state.", labels=["state"])
+        for state, count in selectors.job_counts(TrainingJob).items():
+            training.add_metric([state], count)
+        yield training
+
+        imports = GaugeMetricFamily("workbench_import_jobs", "Dataset import jobs by state.", labels=["state"])
+        for state, count in selectors.job_counts(ImportJob).items():
+            imports.add_metric([state], count)
+        yield imports
+
+        # A gauge, not a counter: deleting a project deletes its jobs, and the sum goes down.
+        yield GaugeMetricFamily("workbench_training_tokens_trained",
+                                "Tokens trained, summed over every fine-tune job in the database.",
+                                value=selectors.tokens_trained())
+
+        alerts = GaugeMetricFamily("workbench_open_alerts", "Open monitoring alerts by rule.", labels=["rule"])
+        for rule, count in selectors.open_alert_counts().items():
+            alerts.add_metric([rule], count)
+        yield alerts
+
+        inspection = broker.inspect_workers()
+        yield GaugeMetricFamily("workbench_broker_up", "1 when the Celery broker answered this scrape.",
+                                value=int(inspection.reachable))
+        if inspection.reachable:  # absent rather than a false 0 when nobody could be asked
+            yield GaugeMetricFamily("workbench_celery_workers_online", "Celery workers that answered a ping.",
+                                    value=len(inspection.workers))
+            depths = selectors.queue_depths()
+            if depths.reachable:
+                waiting = GaugeMetricFamily("workbench_celery_queue_messages",
+                                            "Messages waiting in a Celery queue.", labels=["queue"])
+                for queue, count in depths.waiting.items():
+                    waiting.add_metric([queue], count)
+                yield waiting
+
+
+def exposition() -> bytes:
+    """The text format. With prometheus_client's multiprocess mode this would collect REGISTRY's
+    part through multiprocess.MultiProcessCollector instead (see http_metrics)."""
+    scrape = CollectorRegistry(auto_describe=False)  # describing would query everything at registration
+    scrape.register(ScrapeTimeCollector())
+    return generate_latest(REGISTRY) + generate_latest(scrape)

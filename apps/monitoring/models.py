@@ -1,0 +1,37 @@
+from django.db import models
+
+
+class Alert(models.Model):
+    """One condition an operator should look at, from first seen until it stopped holding.
+
+    Rules are evaluated again and again (the monitoring page, a periodic task); while a rule
+    keeps firing for a subject its one open alert is refreshed, not duplicated.
+    """
+
+    class Rule(models.TextChoices):
+        JOB_FAILED = "job_failed", "Job failed"
+        WORKER_LOST = "worker_lost", "Worker lost"
+        QUEUE_WAIT = "queue_wait", "Queue wait"
+        HTTP_ERROR_RATE = "http_error_rate", "HTTP error rate"
+
+    rule = models.CharField(max_length=32, choices=Rule.choices)
+    subject = models.CharField(max_length=200)  # what it is about: "training-job:12", "queue:gpu", "http"
+    message = models.TextField()  # the latest evaluation's wording
+    first_seen = models.DateTimeField()
+    last_seen = models.DateTimeField()
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    notified_at = models.DateTimeField(null=True, blank=True)  # when the webhook took it
+
+    class Meta:
+        ordering = ["-first_seen", "-id"]
+        default_permissions = ()
+        constraints = [models.UniqueConstraint(fields=["rule", "subject"], condition=models.Q(resolved_at__isnull=True),
+                                               name="one_open_alert_per_rule_and_subject")]
+        indexes = [models.Index(fields=["resolved_at", "first_seen"])]
+
+    def __str__(self) -> str:
+        return f"{self.rule} {self.subject}"
+
+    @property
+    def is_open(self) -> bool:
+        return self.resolved_at is None

@@ -1,0 +1,10 @@
+from celery import shared_task
+
+
+@shared_task(name="monitoring.evaluate_alerts")
+def evaluate_alerts_task() -> None:
+    """Periodic (CELERY_BEAT_SCHEDULE): evaluate the alert rules, then notify the webhook."""
+    from apps.monitoring.services import alerts_evaluate, alerts_notify
+
+    alerts_evaluate()
+    alerts_notify()

@@ -1,0 +1,16 @@
+"""A generation's stream, published to `generation.<id>`: text deltas, then done or error."""
+
+from apps.projects.events import send
+
+
+def generation_group(generation_id: int) -> str:
+    return f"generation.{generation_id}"
+
+
+def delta(generation_id: int, text: str) -> None:
+    send(generation_group(generation_id), {"type": "generation.delta", "id": generation_id, "text": text})
+
+
+def finished(generation) -> None:
+    kind = "generation.done" if generation.state == "succeeded" else "generation.error"
+    send(generation_group(generation.pk), {"type": kind, "id": generation.pk, "result": generation.result()})

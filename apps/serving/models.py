@@ -1,0 +1,47 @@
+from django.conf import settings
+from django.db import models
+
+
+class Generation(models.Model):
+    """One generation request (a playground turn or an OpenAI-compatible API call), run by a
+    worker on the `inference` queue; the row keeps the request, the output and its timings."""
+
+    class State(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        SUCCEEDED = "succeeded"
+        FAILED = "failed"
+
+    class Source(models.TextChoices):
+        PLAYGROUND = "playground"
+        API = "api"
+
+    project = models.ForeignKey("projects.Project", on_delete=models.CASCADE, related_name="generations")
+    model = models.ForeignKey("registry.RegisteredModel", on_delete=models.CASCADE, related_name="generations")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    source = models.CharField(max_length=16, choices=Source.choices)
+    messages = models.JSONField(null=True, blank=True)  # chat: [{role, content}]
+    prompt = models.TextField(null=True, blank=True)  # completion
+    params = models.JSONField(default=dict)  # workers.inference.SamplingParams fields
+    state = models.CharField(max_length=16, choices=State.choices, default=State.QUEUED)
+    output = models.TextField(blank=True)
+    finish_reason = models.CharField(max_length=16, blank=True)
+    prompt_tokens = models.PositiveIntegerField(default=0)
+    completion_tokens = models.PositiveIntegerField(default=0)
+    time_to_first_token_s = models.FloatField(null=True, blank=True)  # measured in the worker
+    total_s = models.FloatField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    error_field = models.CharField(max_length=64, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["project", "created_at"])]
+
+    def result(self) -> dict:
+        return {"id": self.pk, "state": self.state, "text": self.output, "finish_reason": self.finish_reason,
+                "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
+                "time_to_first_token_s": self.time_to_first_token_s, "total_s": self.total_s,
+                "tokens_per_s": round(self.completion_tokens / self.total_s, 1) if self.total_s else None,
+                "error": self.error, "field": self.error_field}

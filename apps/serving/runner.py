@@ -1,0 +1,76 @@
+"""Runs generations inside an `inference` worker: one model cache and one micro-batcher per
+worker process, shared by its task threads (the worker runs with `--pool threads`), so
+concurrent requests for the same model are generated together in one batch."""
+
+import logging
+import threading
+from pathlib import Path
+
+from django.conf import settings
+from django.utils import timezone
+
+from apps.registry.models import RegisteredModel
+from apps.serving import events
+from apps.serving.models import Generation
+
+logger = logging.getLogger(__name__)
+
+_engine_lock = threading.Lock()
+_batcher = None
+
+
+def batcher():
+    global _batcher
+    with _engine_lock:
+        if _batcher is None:
+            from workers.inference import Batcher, ModelCache
+
+            cache = ModelCache(memory_budget_bytes=settings.INFERENCE_MEMORY_BUDGET_BYTES)
+            _batcher = Batcher(cache, max_batch_size=settings.INFERENCE_MAX_BATCH_SIZE,
+                               max_wait_ms=settings.INFERENCE_MAX_WAIT_MS)
+        return _batcher
+
+
+def model_paths(model: RegisteredModel) -> tuple[Path, Path | None]:
+    """(base weights directory, adapter directory or None)."""
+    if model.kind == RegisteredModel.Kind.ADAPTER:
+        return Path(model.base_model.weights_path), Path(model.weights_path)
+    return Path(model.weights_path), None
+
+
+def run_generation(generation_id: int) -> None:
+    from workers.inference import InferenceInputError, SamplingParams
+
+    claimed = Generation.objects.filter(pk=generation_id, state=Generation.State.QUEUED).update(
+        state=Generation.State.RUNNING)
+    if not claimed:
+        return  # already run (a redelivered message) or gone
+    generation = Generation.objects.select_related("model__base_model").get(pk=generation_id)
+    params = dict(generation.params)
+    if "stop" in params:
+        params["stop"] = tuple(params["stop"])
+    base, adapter = model_paths(generation.model)
+    try:
+        future = batcher().submit(f"model-{generation.model.base_model_id or generation.model_id}", base,
+                                  generation.prompt, SamplingParams(**params),
+                                  on_token=lambda text: events.delta(generation_id, text),
+                                  messages=generation.messages, adapter_path=adapter)
+        result = future.result(timeout=settings.INFERENCE_TIMEOUT_S)
+    except InferenceInputError as exc:
+        _end(generation, error=str(exc), field=exc.field)
+        return
+    except Exception as exc:  # a model that cannot load, a timeout: the caller sees why
+        logger.exception("generation %s failed", generation_id)
+        _end(generation, error=f"{type(exc).__name__}: {exc}"[:2000])
+        return
+    generation.output, generation.finish_reason = result.text, result.finish_reason
+    generation.prompt_tokens, generation.completion_tokens = result.prompt_tokens, result.completion_tokens
+    generation.time_to_first_token_s, generation.total_s = result.time_to_first_token_s, result.total_s
+    _end(generation)
+
+
+def _end(generation: Generation, *, error: str = "", field: str = "") -> None:
+    generation.state = Generation.State.FAILED if error else Generation.State.SUCCEEDED
+    generation.error, generation.error_field, generation.finished_at = error, field, timezone.now()
+    generation.save()
+    events.finished(generation)

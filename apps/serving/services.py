@@ -1,0 +1,93 @@
+"""Creating generation requests: the model must be the project's and ready, the sampling
+values sane, the messages well formed; everything a worker would refuse anyway is refused
+here first, naming the field. Prompt length against the context is checked by the worker
+(it needs the tokenizer), which reports it the same way."""
+
+from django.db import transaction
+from django.utils import timezone
+
+from apps.core.errors import Invalid, NotFound
+from apps.core.jobs import enqueue
+from apps.projects import policy
+from apps.projects.models import Project
+from apps.registry.models import RegisteredModel
+from apps.serving.models import Generation
+
+PARAM_FIELDS = ("max_new_tokens", "temperature", "top_p", "top_k", "stop", "seed")
+
+
+def servable_model(user, project: Project, ref, token=None) -> RegisteredModel:
+    """A ready model or adapter of the project, by id or (case-insensitive) name."""
+    models = policy.visible_in_project(user, RegisteredModel, project, "model.view", token).filter(
+        status=RegisteredModel.Status.READY)
+    model = None
+    if isinstance(ref, int) or (isinstance(ref, str) and ref.isdigit()):
+        model = models.filter(pk=int(ref)).first()
+    if model is None and isinstance(ref, str):
+        model = models.filter(name__iexact=ref.strip()).first()
+    if model is None:
+        raise NotFound(f"No ready model called {str(ref)[:120]!r} in this project.")
+    return model
+
+
+def sampling_params(values: dict):
+    """SamplingParams from request values, each refusal naming its field."""
+    from workers.inference import InferenceInputError, SamplingParams
+
+    unknown = set(values) - set(PARAM_FIELDS)
+    if unknown:
+        raise Invalid(f"Unknown sampling parameter {sorted(unknown)[0]}.", field=sorted(unknown)[0])
+    values = {k: v for k, v in values.items() if v is not None}
+    if isinstance(values.get("stop"), str):
+        values["stop"] = (values["stop"],)
+    elif isinstance(values.get("stop"), list):
+        values["stop"] = tuple(values["stop"])
+    try:
+        params = SamplingParams(**values)
+        params.validate()
+    except InferenceInputError as exc:
+        raise Invalid(str(exc), field=exc.field) from None
+    except TypeError as exc:
+        raise Invalid(f"A sampling parameter has the wrong type: {exc}", field="params") from None
+    return params
+
+
+def generation_create(*, user, project: Project, model_ref, source: str, messages=None, prompt=None,
+                      params: dict | None = None, token=None) -> Generation:
+    """Check and record one generation; `generation_enqueue` sends it to a worker."""
+    from workers.inference import InferenceInputError
+    from workers.inference.prompts import validate_messages
+
+    policy.require(user, "model.generate", project, token)
+    model = servable_model(user, project, model_ref, token)
+    if (messages is None) == (prompt is None):
+        raise Invalid("Send either chat messages or a prompt.", field="messages")
+    if messages is not None:
+        try:
+            validate_messages(messages)
+        except InferenceInputError as exc:
+            raise Invalid(str(exc), field=exc.field) from None
+    elif not isinstance(prompt, str) or not prompt:
+        raise Invalid("The prompt is a non-empty string.", field="prompt")
+    sampling = sampling_params(params or {})
+    return Generation.objects.create(project=project, model=model, user=user, source=source, messages=messages,
+                                     prompt=prompt, params=_as_json(sampling))
+
+
+def _as_json(params) -> dict:
+    return {field: list(value) if isinstance(value, tuple) else value
+            for field in PARAM_FIELDS if (value := getattr(params, field)) is not None}
+
+
+def generation_enqueue(generation_id: int) -> None:
+    from workers.tasks import generate_task
+
+    def fail(reason: str) -> None:
+        generation = Generation.objects.get(pk=generation_id)
+        generation.state, generation.error, generation.finished_at = Generation.State.FAILED, reason, timezone.now()
+        generation.save(update_fields=["state", "error", "finished_at"])
+        from apps.serving import events
+
+        transaction.on_commit(lambda: events.finished(generation))
+
+    enqueue(generate_task, generation_id, queue="inference", on_failure=fail)

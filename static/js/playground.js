@@ -1,0 +1,93 @@
+// The playground: a chat whose answers stream over the project's playground websocket.
+// Time to first token is measured here, from sending to the first text; tokens/s comes
+// from the worker. Reconnects with backoff; one answer at a time.
+(function () {
+  "use strict";
+  var box = document.querySelector("[data-testid=playground]");
+  if (!box || !window.WebSocket) return;
+  var field = function (name) { return box.querySelector("[data-field=" + name + "]"); };
+  var log = box.querySelector("[data-testid=chat-log]");
+  var input = document.getElementById("chat-input");
+  var messages = [];
+  var socket = null, delay = 1000, pending = null, current = null, sentAt = 0, firstTokenAt = 0;
+
+  function bubble(role, text) {
+    var item = document.createElement("div");
+    item.className = "chat-turn chat-" + role;
+    item.dataset.role = role;
+    var who = document.createElement("strong");
+    who.textContent = role === "user" ? "You" : "Model";
+    var body = document.createElement("div");
+    body.className = "chat-text";
+    body.textContent = text;  // text, never markup
+    item.append(who, body);
+    log.append(item);
+    return body;
+  }
+
+  function params() {
+    var value = function (id) { return document.getElementById(id).value.trim(); };
+    var result = { temperature: parseFloat(value("pg-temperature") || "0"),
+                   max_new_tokens: parseInt(value("pg-max-tokens") || "128", 10),
+                   top_p: parseFloat(value("pg-top-p") || "1") };
+    if (value("pg-seed")) result.seed = parseInt(value("pg-seed"), 10);
+    if (value("pg-stop")) result.stop = [value("pg-stop")];
+    return result;
+  }
+
+  function connect() {
+    socket = new WebSocket((location.protocol === "https:" ? "wss://" : "ws://") + location.host + box.dataset.socket);
+    socket.onopen = function () { delay = 1000; if (pending) { socket.send(pending); pending = null; } };
+    socket.onmessage = function (message) {
+      var data = JSON.parse(message.data);
+      if (data.type === "started") {
+        current = bubble("assistant", "");
+      } else if (data.type === "delta" && current) {
+        if (!firstTokenAt) firstTokenAt = performance.now();
+        current.textContent += data.text;
+      } else if (data.type === "done") {
+        messages.push({ role: "assistant", content: current.textContent });
+        var r = data.result;
+        field("stats").textContent = "first token " + Math.round(firstTokenAt - sentAt) + " ms · " +
+          (r.tokens_per_s || 0) + " tokens/s · " + r.completion_tokens + " tokens (" + r.finish_reason + ")";
+        current = null;
+      } else if (data.type === "error") {
+        field("error").textContent = data.detail || (data.result && data.result.error) || "The model failed.";
+        if (current) { current.parentNode.remove(); current = null; }
+        messages.pop();
+        log.lastChild && log.lastChild.dataset.role === "user" && log.lastChild.remove();
+      }
+    };
+    socket.onclose = function (closed) {
+      if (closed.code === 4401 || closed.code === 4403 || closed.code === 4404) {
+        field("error").textContent = "You no longer have access to this playground.";
+        return;
+      }
+      setTimeout(connect, delay);
+      delay = Math.min(delay * 2, 30000);
+    };
+  }
+
+  field("chat-form").addEventListener("submit", function (event) {
+    event.preventDefault();
+    var text = input.value.trim();
+    if (!text || current) return;
+    field("error").textContent = "";
+    var system = document.getElementById("pg-system").value.trim();
+    messages.push({ role: "user", content: text });
+    bubble("user", text);
+    input.value = "";
+    var turns = system ? [{ role: "system", content: system }].concat(messages) : messages.slice();
+    var payload = JSON.stringify({ type: "generate", model: document.getElementById("pg-model").value,
+                                   messages: turns, params: params() });
+    sentAt = performance.now();
+    firstTokenAt = 0;
+    if (socket && socket.readyState === WebSocket.OPEN) socket.send(payload); else pending = payload;
+  });
+  field("clear").addEventListener("click", function () {
+    messages = [];
+    log.replaceChildren();
+    field("stats").textContent = "";
+  });
+  connect();
+})();
