@@ -10,6 +10,8 @@ import socket
 import threading
 import time
 
+from pathlib import Path
+
 import pytest
 from django.conf import settings
 
@@ -221,6 +223,18 @@ def inference_worker(django_db_setup, django_db_blocker, redis_service):
     process = _start_worker(queues="inference", pool="threads", concurrency=4, name="test-inference")
     yield process
     _stop_worker(process)
+
+
+@pytest.fixture(scope="session")
+def demo_model_dir(tmp_path_factory) -> Path:
+    """The demo model converted once per session into a safetensors directory."""
+    from workers.models import DemoModelMissing, convert_gguf_to_safetensors, demo_model_gguf
+
+    try:
+        gguf = demo_model_gguf()
+    except DemoModelMissing as exc:
+        pytest.fail(f"the demo model is part of the set-up: {exc}")
+    return convert_gguf_to_safetensors(gguf, tmp_path_factory.mktemp("demo") / "smollm2-135m-instruct")
 
 
 def wait_for(predicate, timeout: float = 30, interval: float = 0.1, what: str = "condition"):

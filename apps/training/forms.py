@@ -41,6 +41,8 @@ class LaunchForm(forms.Form):
     weight_decay = forms.FloatField(label="Weight decay")
     eval_every = forms.IntegerField(required=False, label="Evaluate every N steps",
                                     help_text="Empty: only at the end.")
+    eval_at_start = forms.BooleanField(required=False, label="Evaluate the base model first",
+                                       help_text="Step 0 on the charts and the base model's samples.")
     early_stopping_patience = forms.IntegerField(label="Early-stopping patience", help_text="Evaluations without "
                                                  "improvement before stopping; 0 is off.")
     checkpoint_every = forms.IntegerField(label="Checkpoint every N steps")
@@ -51,8 +53,8 @@ class LaunchForm(forms.Form):
 
     CONFIG_FIELDS = ["format", "prompt_template", "loss_on", "lora_r", "lora_alpha", "lora_dropout", "learning_rate",
                      "lr_scheduler", "warmup_steps", "epochs", "max_steps", "batch_size", "grad_accum", "max_seq_len",
-                     "packing", "weight_decay", "eval_every", "early_stopping_patience", "checkpoint_every", "seed",
-                     "precision", "gradient_checkpointing"]
+                     "packing", "weight_decay", "eval_every", "eval_at_start", "early_stopping_patience",
+                     "checkpoint_every", "seed", "precision", "gradient_checkpointing"]
 
     FIELDSETS = [
         ("Inputs", ["name", "base_model", "dataset_version", "train_split", "eval_split"]),
@@ -60,7 +62,7 @@ class LaunchForm(forms.Form):
         ("LoRA", ["lora_r", "lora_alpha", "lora_dropout", "target_preset", "target_custom"]),
         ("Optimisation", ["learning_rate", "lr_scheduler", "warmup_steps", "epochs", "max_steps", "batch_size",
                           "grad_accum", "weight_decay", "precision", "gradient_checkpointing"]),
-        ("Evaluation and checkpoints", ["eval_every", "early_stopping_patience", "checkpoint_every", "seed"]),
+        ("Evaluation and checkpoints", ["eval_every", "eval_at_start", "early_stopping_patience", "checkpoint_every", "seed"]),
     ]
 
     def fieldsets(self) -> list[tuple[str, list]]:

@@ -319,7 +319,7 @@ def test_eval_samples_and_early_stopping(model_dir, tmp_path):
                  sample_prompts=["what is the capital of france ?"], sample_max_new_tokens=3)
     assert result.metrics["stopped_early"] and result.final_step < 40
     points = [point for point, _ in record.evals]
-    assert [p["step"] for p in points] == list(range(1, result.final_step + 1))
+    assert [p["step"] for p in points] == list(range(0, result.final_step + 1))  # step 0: the base model
     assert all(math.isclose(p["perplexity"], math.exp(p["eval_loss"])) for p in points)
     assert result.metrics["best_eval_loss"] == min(p["eval_loss"] for p in points)
     assert result.metrics["eval_loss"] == points[-1]["eval_loss"] > result.metrics["best_eval_loss"]
@@ -327,6 +327,15 @@ def test_eval_samples_and_early_stopping(model_dir, tmp_path):
     assert [s["prompt"] for s in samples] == ["what is the capital of france ?"]
     assert samples[0]["output"].split()[0] == "paris"  # greedy, after the generation prompt, stops at </s>
     assert any("Early stopping" in line for line in record.lines)
+
+
+def test_the_base_model_is_evaluated_at_step_0_unless_switched_off(model_dir, tmp_path):
+    eval_rows = [ROWS[0]]
+    on, off = Recorder(), Recorder()
+    run(model_dir, tmp_path / "on", on, eval_rows=eval_rows, max_steps=2)
+    run(model_dir, tmp_path / "off", off, eval_rows=eval_rows, max_steps=2, eval_at_start=False)
+    assert [point["step"] for point, _ in on.evals] == [0, 2]
+    assert [point["step"] for point, _ in off.evals] == [2]
 
 
 def test_cancel_writes_a_checkpoint_and_resume_matches_the_uninterrupted_run(model_dir, tmp_path):

@@ -55,6 +55,7 @@ class TrainConfig:
     weight_decay: float = 0.0              # AdamW decoupled weight decay on the LoRA weights
     # evaluation
     eval_every: int | None = None          # optimizer steps between evaluations; None = only at the end
+    eval_at_start: bool = True             # evaluate the base model before step 1: the baseline of loss and samples
     early_stopping_patience: int = 0       # evaluations without a better eval_loss before stopping; 0 = off
     sample_prompts: list[str] = field(default_factory=list)  # generated greedily at every evaluation
     sample_max_new_tokens: int = 48        # generation length cap for the sample prompts
@@ -95,6 +96,7 @@ class TrainConfig:
             raise ConfigError("weight_decay", "must be at least 0.")
         _integer(self, "eval_every", 1, optional=True)
         _integer(self, "early_stopping_patience", 0)
+        _boolean(self, "eval_at_start")
         if not isinstance(self.sample_prompts, list) or not all(isinstance(p, str) and p for p in self.sample_prompts):
             raise ConfigError("sample_prompts", "must be a list of non-empty strings.")
         _integer(self, "sample_max_new_tokens", 1)

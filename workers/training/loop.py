@@ -4,7 +4,7 @@
               build AdamW + scheduler, resume from the latest complete checkpoint if there is one
     fit       optimizer steps; each is grad_accum micro-batches whose loss is the mean over all
               trained tokens of the step; clip at 1.0; checkpoint every checkpoint_every steps
-    validate  mean token loss over the eval rows, greedy samples, early stopping
+    validate  mean token loss over the eval rows, greedy samples, early stopping (also at step 0, the base)
     save      the final checkpoint and output_dir/adapter (PEFT directory + workbench_train_config.json)
 
 The caller (a Celery task) sees progress through TrainCallbacks and stops the run through
@@ -100,6 +100,8 @@ def train(config: TrainConfig, *, model_dir: Path, output_dir: Path, train_rows:
     run = _setup(config, Path(model_dir), Path(output_dir), train_rows, eval_rows, callbacks)
     resumed_from = run.state.step
     callbacks.on_start(total_steps=run.total_steps, resumed_from_step=resumed_from, info=run.info)
+    if config.eval_at_start and resumed_from == 0:
+        _validate(run)  # step 0: what the base model does, the baseline the charts start from
     _fit(run)
     if run.state.last_eval_step != run.state.step:
         _validate(run)
