@@ -26,7 +26,7 @@ def test_scientist_launches_a_job_from_the_form_and_sees_it_succeed(page, scient
     page.get_by_role("link", name="New fine-tune").click()
 
     page.get_by_label("Name", exact=True).fill("First <b>run</b>")
-    page.get_by_label("Base model").select_option(label=tiny_model.name)
+    page.get_by_label("Base model", exact=True).select_option(label=tiny_model.name)
     page.get_by_label("Dataset version").select_option(label="QA v1 (30 rows)")
     fill_fast_config(page)
     page.get_by_role("button", name="Estimate").click()
@@ -51,6 +51,8 @@ def test_scientist_launches_a_job_from_the_form_and_sees_it_succeed(page, scient
     # The loss chart drew the train and eval lines from the backlog.
     expect(page.locator("#chart-loss .scatterlayer .trace")).to_have_count(2)
     expect(page.get_by_test_id("run-info")).to_contain_text("tokens_trained")
+    page.get_by_role("link", name="try it in the playground").click()
+    expect(page.get_by_label("Model")).to_have_value(str(TrainingJob.objects.get().adapter_id))
 
 
 def test_a_viewer_sees_jobs_but_cannot_launch(page, viewer, project):
