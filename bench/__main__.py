@@ -9,6 +9,7 @@ BENCHMARKS = {
     "policy_scale": "bench.policy_scale",
     "import_jsonl": "bench.import_jsonl",
     "browse_scale": "bench.browse_scale",
+    "generate_batched": "bench.generate_batched",
 }
 
 
