@@ -51,8 +51,9 @@ def test_scientist_launches_a_job_from_the_form_and_sees_it_succeed(page, scient
     # The loss chart drew the train and eval lines from the backlog.
     expect(page.locator("#chart-loss .scatterlayer .trace")).to_have_count(2)
     expect(page.get_by_test_id("run-info")).to_contain_text("tokens_trained")
-    page.get_by_role("link", name="try it in the playground").click()
-    expect(page.get_by_label("Model")).to_have_value(str(TrainingJob.objects.get().adapter_id))
+    adapter = TrainingJob.objects.get().adapter_id
+    expect(page.get_by_role("link", name="try it in the playground")).to_have_attribute(
+        "href", f"/projects/{project.pk}/playground/?model={adapter}")
 
 
 def test_a_viewer_sees_jobs_but_cannot_launch(page, viewer, project):

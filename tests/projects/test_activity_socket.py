@@ -38,7 +38,15 @@ def socket_for(project, headers) -> WebsocketCommunicator:
 
 
 def run(scenario) -> None:
-    async_to_sync(scenario)()
+    """Run a socket scenario on a channel layer of its own: the live server of the browser tests
+    runs consumers on another event loop, and a layer lets only one loop at a time receive."""
+    from channels.layers import DEFAULT_CHANNEL_LAYER, channel_layers
+
+    channel_layers.backends.pop(DEFAULT_CHANNEL_LAYER, None)
+    try:
+        async_to_sync(scenario)()
+    finally:
+        channel_layers.backends.pop(DEFAULT_CHANNEL_LAYER, None)
 
 
 async def connected_socket(project, headers) -> WebsocketCommunicator:
