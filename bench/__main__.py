@@ -10,6 +10,7 @@ BENCHMARKS = {
     "import_jsonl": "bench.import_jsonl",
     "browse_scale": "bench.browse_scale",
     "generate_batched": "bench.generate_batched",
+    "train_lora": "bench.train_lora",
 }
 
 
