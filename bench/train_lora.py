@@ -325,8 +325,15 @@ def child_baseline(model_dir: Path, scratch: Path, gate: Gate, profile: bool = F
     import torch
     import transformers
     from peft import LoraConfig, get_peft_model
-    from transformers import (AutoModelForCausalLM, AutoTokenizer, DataCollatorForSeq2Seq, PrinterCallback,
-                              Trainer, TrainerCallback, TrainingArguments)
+    from transformers import (
+        AutoModelForCausalLM,
+        AutoTokenizer,
+        DataCollatorForSeq2Seq,
+        PrinterCallback,
+        Trainer,
+        TrainerCallback,
+        TrainingArguments,
+    )
 
     info = setup_torch()
     train_rows, eval_rows = datasets()

@@ -9,13 +9,15 @@ import os
 import socket
 import threading
 import time
-
 from pathlib import Path
 
 import pytest
 from django.conf import settings
 
 from tests.factories import MembershipFactory, ProjectFactory, UserFactory
+
+# Shared fixtures of fine-tune jobs (a tiny registered model, a split QA version), used beyond tests/training.
+from tests.training.fixtures import qa_version, tiny_model  # noqa: F401
 from workbench.embedded import EmbeddedRedis
 
 CHROMIUM = "/usr/bin/chromium"

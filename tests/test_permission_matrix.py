@@ -114,21 +114,11 @@ def _arrange_derive_job(world: World) -> dict:
 
 
 def _arrange_job(state: str):
-    """A job of world.project on a registered model and a one-row version, in `state`."""
+    """A job of world.project (on a placeholder model and a prompt/response version) in `state`."""
     def arrange(world: World) -> dict:
-        from apps.registry.models import RegisteredModel
-        from apps.training.models import TrainingJob
+        from tests.training.fixtures import make_job
 
-        version = DatasetVersion.objects.create(dataset=world.dataset, number=1, status="ready", row_count=1,
-                                                content_hash="0" * 64, author=world.owner)
-        DatasetRow.objects.create(version=version, position=0, row_hash="0" * 64, prompt="hello", response="hi",
-                                  metadata={})
-        model = RegisteredModel.objects.create(project=world.project, name="Base", format="hf_dir",
-                                               source_path="/nonexistent", weights_path="/nonexistent",
-                                               status="ready", info={})
-        job = TrainingJob.objects.create(project=world.project, name="Run", base_model=model, dataset_version=version,
-                                         config={"format": "prompt_response"}, state=state, created_by=world.owner)
-        return {"job_id": job.pk}
+        return {"job_id": make_job(world.project, world.owner, state=state).pk}
     return arrange
 
 

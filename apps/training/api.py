@@ -9,8 +9,13 @@ from apps.core.http import client_ip
 from apps.projects import policy
 from apps.training import selectors, services
 from apps.training.models import TrainingJob
-from apps.training.serializers import (JobCopySerializer, JobLaunchSerializer, JobSerializer, MetricPointSerializer,
-                                       MetricsQuerySerializer)
+from apps.training.serializers import (
+    JobCopySerializer,
+    JobLaunchSerializer,
+    JobSerializer,
+    MetricPointSerializer,
+    MetricsQuerySerializer,
+)
 
 IDEMPOTENCY = OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER, required=False,
                                description="a replay with the same key and body returns the first job")

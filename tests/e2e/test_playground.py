@@ -5,7 +5,6 @@ from playwright.sync_api import expect
 
 from apps.serving.models import Generation
 from tests.conftest import browser_login
-from tests.training.conftest import tiny_model  # noqa: F401 (fixture)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

@@ -5,7 +5,6 @@ from playwright.sync_api import expect
 
 from apps.training.models import TrainingJob
 from tests.conftest import browser_login
-from tests.training.conftest import qa_version, tiny_model  # noqa: F401 (fixtures)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -66,7 +65,7 @@ def test_a_viewer_sees_jobs_but_cannot_launch(page, viewer, project):
 
 def test_scientist_overlays_two_runs_and_sees_where_their_configs_differ(page, scientist, owner, project):
     from apps.training.models import MetricPoint
-    from tests.training.conftest import make_job
+    from tests.training.fixtures import make_job
 
     runs = []
     for name, lr, slope in (("Slow lr", 1e-4, 0.1), ("Fast lr", 1e-3, 0.3)):

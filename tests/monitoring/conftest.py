@@ -6,7 +6,7 @@ from django.utils import timezone
 from apps.datasets.models import Dataset, DatasetVersion, DeriveJob, ImportJob
 from apps.monitoring import broker, http_metrics, redis_store
 from tests.factories import UserFactory
-from tests.training.conftest import make_job
+from tests.training.fixtures import make_job
 
 
 @pytest.fixture

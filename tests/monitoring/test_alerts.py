@@ -16,7 +16,7 @@ from django.utils import timezone
 from apps.monitoring import http_metrics, rules, services, webhook
 from apps.monitoring.models import Alert
 from tests.monitoring.conftest import failed_derive_job, failed_import_job, failed_training_job
-from tests.training.conftest import make_job
+from tests.training.fixtures import make_job
 
 pytestmark = pytest.mark.django_db
 

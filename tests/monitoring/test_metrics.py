@@ -8,7 +8,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from apps.monitoring import http_metrics
 from tests.monitoring.conftest import failed_training_job
-from tests.training.conftest import make_job
+from tests.training.fixtures import make_job
 
 pytestmark = pytest.mark.django_db
 

@@ -13,8 +13,9 @@ from apps.monitoring import broker, selectors, worker_report
 from apps.monitoring.models import Alert
 from tests.conftest import wait_for
 from tests.monitoring.conftest import failed_training_job
-from tests.training.conftest import make_job
+from tests.training.fixtures import make_job
 from workbench.celery import app as celery_app
+
 
 def worker_hostname() -> str:
     return f"test-worker-{os.getpid()}@{socket.gethostname()}"

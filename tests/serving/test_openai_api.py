@@ -11,7 +11,6 @@ from django.utils import timezone
 
 from apps.accounts import services as account_services
 from apps.serving.models import Generation
-from tests.training.conftest import tiny_model  # noqa: F401 (fixture)
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 

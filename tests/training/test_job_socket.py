@@ -11,7 +11,7 @@ from apps.projects import services
 from apps.projects.models import Membership
 from apps.training.models import MetricPoint
 from tests.projects.test_activity_socket import ALLOWED_ORIGIN, TIMEOUT_S, headers_for, next_close, run
-from tests.training.conftest import make_job
+from tests.training.fixtures import make_job
 from workbench.asgi import application
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -92,21 +92,9 @@ def test_a_resumed_step_replaces_its_point_instead_of_adding_one(viewer, job_wit
     assert points.count() == 1 and points.get().values["loss"] == 0.123
 
 
-def test_another_projects_job_closes_with_4404_and_sends_nothing(outsider, job_with_points):
-    headers = headers_for(outsider)
-
-    async def scenario():
-        socket = job_socket(job_with_points, headers)
-        assert (await socket.connect(timeout=TIMEOUT_S))[0]
-        close, before = await next_close(socket)
-        assert close["code"] == CLOSE_NOT_FOUND and before == []
-        await socket.disconnect()
-
-    run(scenario)
-
-
-def test_an_annotator_without_job_view_is_refused_like_an_outsider(annotator, job_with_points):
-    headers = headers_for(annotator)
+@pytest.mark.parametrize("persona", ["outsider", "annotator"])  # another project's; no job.view
+def test_people_who_may_not_see_the_job_are_closed_with_4404_and_sent_nothing(request, job_with_points, persona):
+    headers = headers_for(request.getfixturevalue(persona))
 
     async def scenario():
         socket = job_socket(job_with_points, headers)

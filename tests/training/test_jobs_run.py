@@ -11,7 +11,7 @@ import pytest
 from apps.registry.models import RegisteredModel
 from apps.training.models import MetricPoint, TrainingJob
 from tests.conftest import wait_for
-from tests.training.conftest import launch_body
+from tests.training.fixtures import launch_body
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -147,7 +147,7 @@ def orphaned_job(project, owner, model, version, *, runs: int) -> TrainingJob:
 
     from django.utils import timezone
 
-    from tests.training.conftest import FAST
+    from tests.training.fixtures import FAST
     from workers.training import TrainConfig
 
     return TrainingJob.objects.create(

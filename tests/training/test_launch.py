@@ -5,7 +5,7 @@ import pytest
 
 from apps.projects.models import AuditEvent
 from apps.training.models import TrainingJob
-from tests.training.conftest import launch_body, make_version
+from tests.training.fixtures import launch_body
 
 pytestmark = pytest.mark.django_db
 
@@ -59,7 +59,7 @@ def test_the_unknown_module_error_lists_the_modules_the_model_has(client, scient
 
 def test_inputs_of_another_project_are_refused_as_unknown(client, scientist, project, other_project, outsider,
                                                           tiny_model, qa_version):
-    from tests.training.conftest import make_version as other_version
+    from tests.training.fixtures import make_version as other_version
 
     foreign_version = other_version(other_project, outsider, name="Theirs")
     client.force_login(scientist)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from tests.training.conftest import make_job
+from tests.training.fixtures import make_job
 
 pytestmark = pytest.mark.django_db
 

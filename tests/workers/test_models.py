@@ -40,7 +40,7 @@ WORDS = ["what", "is", "the", "capital", "of", "france", "paris", "?", "<user>",
 # --- tiny models ----------------------------------------------------------------------------------
 
 def save_tiny_model(directory: Path, *, tie: bool = False, dtype: str | None = None, shard: str | None = None,
-                    tokenizer: bool = True) -> int:
+                    tokenizer: bool = True, initializer_range: float = 0.02) -> int:
     """A 2-layer Llama (hidden 32, vocab 64, grouped-query attention) saved with safetensors and a
     word-level tokenizer carrying CHAT_TEMPLATE. Returns sum(p.numel()) of the model."""
     import torch
@@ -49,7 +49,8 @@ def save_tiny_model(directory: Path, *, tie: bool = False, dtype: str | None = N
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                         tie_word_embeddings=tie, bos_token_id=2, eos_token_id=3, pad_token_id=1)
+                         tie_word_embeddings=tie, bos_token_id=2, eos_token_id=3, pad_token_id=1,
+                         initializer_range=initializer_range)
     model = LlamaForCausalLM(config)
     if dtype:
         model = model.to(getattr(torch, dtype))

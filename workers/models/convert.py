@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from workers.durable import fsync_directory, fsync_tree
+
 from .errors import ModelFormatError, ModelSafetyError
 from .gguf_file import inspect_gguf
 
@@ -62,7 +64,7 @@ def convert_gguf_to_safetensors(gguf_path: Path, out_dir: Path) -> Path:
 
         marker = {**source, "parameters": parameters, "gguf_parameters": info.parameters,
                   "quantization": info.quantization, "transformers": transformers.__version__}
-        _sync_files(work)  # the weights reach the disk before the marker says they are there
+        fsync_tree(work)  # the weights reach the disk before the marker says they are there
         _write_durably(work / MARKER, json.dumps(marker, indent=2))
         try:
             os.rename(work, out_dir)
@@ -70,7 +72,7 @@ def convert_gguf_to_safetensors(gguf_path: Path, out_dir: Path) -> Path:
             if out_dir.exists():  # another worker finished first
                 return _finished(out_dir, source)
             raise
-        _sync_directory(out_dir.parent)
+        fsync_directory(out_dir.parent)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return out_dir
@@ -140,21 +142,6 @@ def _remove_stale_temps(out_dir: Path) -> None:
                 shutil.rmtree(leftover, ignore_errors=True)
         except OSError:
             pass
-
-
-def _sync_files(directory: Path) -> None:
-    for path in directory.rglob("*"):
-        if path.is_file():
-            with path.open("rb") as fh:
-                os.fsync(fh.fileno())
-
-
-def _sync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _write_durably(path: Path, text: str) -> None:

@@ -16,8 +16,8 @@ transformers; train() does.
 from .checkpoint import TrainerState
 from .config import ConfigError, TrainConfig
 from .data import Example, TrainingDataError, build_examples
-from .lora import check_target_modules, target_module_names
 from .loop import TrainCallbacks, TrainCancelled, TrainResult, train
+from .lora import check_target_modules, target_module_names
 
 __all__ = [
     "ConfigError",

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from workers.durable import fsync_directory, fsync_tree
+
 KEEP = 2
 COMPLETE = "COMPLETE"
 STATE_FILE = "trainer_state.json"
@@ -80,11 +82,11 @@ def save_checkpoint(checkpoints_dir: Path, *, model: Any, optimizer: Any, schedu
         torch.save(_rng_state(), work / "rng.pt")
         (work / STATE_FILE).write_text(json.dumps(dataclasses.asdict(state), indent=2))
         (work / COMPLETE).write_text("")
-        _fsync_tree(work)
+        fsync_tree(work)
         if final.exists():  # an incomplete directory of this step, from a crash during an older rename
             shutil.rmtree(final)
         os.rename(work, final)
-        _fsync_dir(checkpoints_dir)
+        fsync_directory(checkpoints_dir)
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
@@ -151,17 +153,3 @@ def _set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def _fsync_tree(directory: Path) -> None:
-    for current, _, files in os.walk(directory):
-        for name in files:
-            with open(Path(current, name), "rb") as fh:
-                os.fsync(fh.fileno())
-        _fsync_dir(Path(current))
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -1,4 +1,5 @@
-"""A tiny registered model and a small split dataset version, for fine-tune jobs."""
+"""A tiny registered model and a small split dataset version, for fine-tune jobs and generation.
+The fixtures are exported to every test through tests/conftest.py."""
 
 import uuid
 
@@ -18,32 +19,17 @@ QA = [
 ]
 
 
-def save_trainable_tiny_model(directory) -> None:
-    """A 2-layer Llama over the word-level tokenizer of tests/workers/test_models.py. Its weights
-    are initialised wider than transformers' default (std 0.3, not 0.02): with the default, the
-    frozen output layer of so small a model cannot make any token likely, and a LoRA could not
-    lower the loss much whatever it learned."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    from tests.workers.test_models import save_tiny_tokenizer
-
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                         bos_token_id=2, eos_token_id=3, pad_token_id=1, initializer_range=0.3)
-    LlamaForCausalLM(config).save_pretrained(directory)
-    save_tiny_tokenizer(directory)
-
-
 @pytest.fixture
 def tiny_model(project, owner):
     """The tiny Llama with a word-level tokenizer, registered READY in `project`."""
     from apps.registry.services import model_register
+    from tests.workers.test_models import save_tiny_model
 
     directory = settings.MODEL_ROOTS[0] / f"tiny-{uuid.uuid4().hex[:8]}"
     directory.mkdir(parents=True)
-    save_trainable_tiny_model(directory)
+    # Initialised wider than transformers' default (0.02): with it, the frozen output layer of so
+    # small a model cannot make any token likely, and no LoRA could lower the loss much.
+    save_tiny_model(directory, initializer_range=0.3)
     return model_register(user=owner, project=project, name=f"Tiny {directory.name}", path=str(directory))
 
 
