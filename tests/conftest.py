@@ -17,6 +17,7 @@ from django.conf import settings
 from tests.factories import MembershipFactory, ProjectFactory, UserFactory
 
 # Shared fixtures of fine-tune jobs (a tiny registered model, a split QA version), used beyond tests/training.
+from tests.annotation.fixtures import review_version, second_annotator  # noqa: F401
 from tests.training.fixtures import qa_version, tiny_model  # noqa: F401
 from workbench.embedded import EmbeddedRedis
 

@@ -91,6 +91,7 @@ INSTALLED_APPS = [
     "apps.training",
     "apps.serving",
     "apps.monitoring",
+    "apps.annotation",
 ]
 
 MIDDLEWARE = [
@@ -326,7 +327,6 @@ REST_FRAMEWORK = {
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Workbench API",
-    "DESCRIPTION": "Projects, datasets, annotation, fine-tuning and comparison.",
     "VERSION": "0.1.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "SWAGGER_UI_DIST": "SIDECAR",

@@ -11,6 +11,7 @@ def exception_handler(exc, context):
         body = {"detail": exc.message}
         if exc.field:
             body["field"] = exc.field
+        body.update(getattr(exc, "extra", None) or {})
         if isinstance(exc, PermissionDenied):
             body["missing_permission"] = exc.permission
         response = Response(body, status=exc.status)

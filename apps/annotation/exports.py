@@ -1,0 +1,177 @@
+"""Campaign exports.
+
+- resolved: each example with its resolved answer as a new version of a dataset (a worker job);
+  a single_label field becomes the row's label, a text field that edits the response becomes
+  the response (the original is kept as metadata `original_response`), every other field is
+  metadata `annotation.<field>`;
+- preferences: DPO-style rows (prompt, chosen, rejected) from a preference or ranking field;
+- raw: every annotation with annotator and times, streamed as JSONL or CSV (no job: it is a
+  read of the database, streamed in chunks).
+"""
+
+
+import json
+import logging
+import traceback
+
+from django.db import transaction
+from django.http import StreamingHttpResponse
+from django.utils import timezone
+
+from apps.annotation.models import Annotation, AnnotationExport, Campaign, Item
+from apps.annotation.quality import answers_by_item, resolve
+from apps.annotation.schema import candidate_keys, row_value
+from apps.core.exports import csv_lines
+from apps.datasets.models import Dataset
+from apps.datasets.writer import write_version
+
+logger = logging.getLogger(__name__)
+MODES = ("majority", "adjudicated", "accepted")
+KINDS = ("resolved", "preferences")
+
+
+def run_export(export_id: int) -> None:
+    claimed = AnnotationExport.objects.filter(pk=export_id, state=AnnotationExport.State.QUEUED).update(
+        state=AnnotationExport.State.RUNNING)
+    if not claimed:
+        return  # already done (a redelivered message) or gone
+    export = AnnotationExport.objects.select_related("campaign__schema", "campaign__dataset_version__dataset",
+                                                     "dataset", "created_by").get(pk=export_id)
+    try:
+        records, roles, kept = _records(export)
+        if not records:
+            raise ValueError("no example passes the export's conditions")
+        with transaction.atomic():
+            dataset = export.dataset
+            if dataset is None:
+                dataset = Dataset.objects.create(project=export.campaign.project, name=export.new_dataset_name,
+                                                 created_by=export.created_by)
+            parent = (export.campaign.dataset_version if dataset.pk == export.campaign.dataset_version.dataset_id
+                      else dataset.versions.filter(status="ready").order_by("-number").first())
+            version = write_version(
+                dataset=dataset, records=records, roles=roles, author=export.created_by, parent=parent,
+                message=export.message or f"Annotations of “{export.campaign.name}” ({export.kind}, {export.mode})",
+                source={"annotation_export": export.pk, "campaign": export.campaign_id, "kind": export.kind,
+                        "mode": export.mode, "min_agreement": export.min_agreement})
+        export.version, export.dataset, export.rows = version, dataset, kept
+        export.state = AnnotationExport.State.SUCCEEDED
+    except Exception as exc:  # the person sees why; write_version left nothing half-written
+        logger.exception("annotation export %s failed", export_id)
+        export.state = AnnotationExport.State.FAILED
+        export.error = str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}\n\n" \
+                                                                      f"{traceback.format_exc()}"
+    export.finished_at = timezone.now()
+    export.save()
+
+
+def _records(export: AnnotationExport) -> tuple[list[dict], dict, int]:
+    campaign = export.campaign
+    fields = campaign.schema.fields
+    grouped = answers_by_item(campaign)
+    source_roles = campaign.dataset_version.schema.get("roles", {})
+    records = []
+    items = Item.objects.filter(campaign=campaign).select_related("row").order_by("position")
+    for item in items.iterator(chunk_size=2000):
+        annotations = grouped.get(item.pk, [])
+        if export.kind == "preferences":
+            annotations = [a for a in annotations if a.review != Annotation.Review.REJECTED]
+        resolved, score = resolve(fields, item, annotations, export.mode)
+        if resolved is None or (export.min_agreement is not None and score < export.min_agreement):
+            continue
+        if export.kind == "preferences":
+            records.extend(_preference_rows(fields, item, resolved, annotations))
+        else:
+            records.append(_resolved_row(fields, item, resolved, score, len(annotations)))
+    if export.kind == "preferences":
+        return records, {"prompt": "prompt", "chosen": "response"}, len(records)
+    roles = {"id": "id", "prompt": "prompt", "response": "response", "messages": "messages", "label": "label",
+             "reference": "reference"}
+    if "id" not in source_roles.values():
+        roles.pop("id")
+    return records, roles, len(records)
+
+
+def _resolved_row(fields, item: Item, resolved: dict, score: float, annotators: int) -> dict:
+    row = item.row
+    record = {"id": row.ext_id, "prompt": row.prompt, "response": row.response, "messages": row.messages,
+              "label": row.label, "reference": row.reference, **row.metadata}
+    single_labels = [f for f in fields if f["type"] == "single_label"]
+    for field in fields:
+        name = field["name"]
+        if name not in resolved:
+            continue
+        if len(single_labels) == 1 and field is single_labels[0]:
+            record["label"] = resolved[name]
+        elif field["type"] == "text" and field.get("prefill") in ("response", "suggestion"):
+            record["original_response"] = row.response
+            record["response"] = resolved[name]
+        else:
+            record[f"annotation.{name}"] = resolved[name]
+    record["annotation.agreement"] = round(score, 4)
+    record["annotation.annotators"] = annotators
+    return {key: value for key, value in record.items() if value is not None}
+
+
+def _preference_rows(fields, item: Item, resolved: dict, annotations) -> list[dict]:
+    rows = []
+    prompt = item.row.prompt if item.row.prompt is not None else json.dumps(item.row.messages, ensure_ascii=False)
+    for field in fields:
+        if field["type"] not in ("preference", "ranking") or field["name"] not in resolved:
+            continue
+        keys = candidate_keys(len(field["candidates"]))
+        texts = {key: row_value(_row(item), path) for key, path in zip(keys, field["candidates"], strict=True)}
+        answer = resolved[field["name"]]
+        if field["type"] == "preference":
+            if answer not in keys:
+                continue  # a tie or both bad teaches no preference
+            pairs = [(answer, other) for other in keys if other != answer]
+        else:
+            pairs = [(answer[0], other) for other in answer[1:]]
+        for chosen, rejected in pairs:
+            if not texts[chosen] or not texts[rejected]:
+                continue
+            rows.append({"id": f"{item.row.ext_id or item.row.position}:{field['name']}:{chosen}>{rejected}",
+                         "prompt": prompt, "chosen": texts[chosen], "rejected": texts[rejected],
+                         "field": field["name"], "chosen_candidate": field["candidates"][keys.index(chosen)],
+                         "rejected_candidate": field["candidates"][keys.index(rejected)],
+                         "annotators": sorted({a.annotator.username for a in annotations})})
+    return rows
+
+
+def _row(item: Item) -> dict:
+    row = item.row
+    return {"prompt": row.prompt, "response": row.response, "reference": row.reference, "metadata": row.metadata}
+
+
+RAW_COLUMNS = ["annotation_id", "item_id", "example_id", "position", "annotator", "skipped", "values", "comment",
+               "suggestion", "time_spent_ms", "review", "review_comment", "reviewed_values", "reviewed_by",
+               "schema_version", "created_at", "updated_at"]
+
+
+def _raw_records(campaign: Campaign):
+    annotations = (Annotation.objects.filter(item__campaign=campaign)
+                   .select_related("annotator", "item__row", "reviewed_by", "schema").order_by("item__position", "id"))
+    for a in annotations.iterator(chunk_size=2000):
+        yield {"annotation_id": a.pk, "item_id": a.item_id, "example_id": a.item.row.ext_id,
+               "position": a.item.position, "annotator": a.annotator.username, "skipped": a.skipped,
+               "values": a.values, "comment": a.comment, "suggestion": a.suggestion, "time_spent_ms": a.time_spent_ms,
+               "review": a.review, "review_comment": a.review_comment, "reviewed_values": a.reviewed_values,
+               "reviewed_by": a.reviewed_by.username if a.reviewed_by else None, "schema_version": a.schema.version,
+               "created_at": a.created_at.isoformat(), "updated_at": a.updated_at.isoformat()}
+
+
+def raw_export_response(campaign: Campaign, export_format: str) -> StreamingHttpResponse:
+    if export_format == "jsonl":
+        body = (json.dumps(record, ensure_ascii=False) + "\n" for record in _raw_records(campaign))
+        content_type = "application/x-ndjson"
+    else:
+        def cells(record):
+            return [json.dumps(v, ensure_ascii=False) if isinstance(v, (list, dict)) else v
+                    for v in (record[c] for c in RAW_COLUMNS)]
+
+        body = csv_lines(RAW_COLUMNS, (cells(r) for r in _raw_records(campaign)))
+        content_type = "text/csv; charset=utf-8"
+    response = StreamingHttpResponse(body, content_type=content_type)
+    name = "".join(c if c.isalnum() or c in "-_" else "_" for c in campaign.name)[:80]
+    response["Content-Disposition"] = f'attachment; filename="{name}-annotations.{export_format}"'
+    return response

@@ -1,0 +1,142 @@
+"""A campaign's numbers: agreement per field, per-annotator throughput and quality, the
+disagreements queue, and the resolved answer of each example (used by the exporter)."""
+
+
+import statistics
+from collections import defaultdict
+
+from apps.annotation import agreement
+from apps.annotation.models import Annotation, Campaign, Item
+from apps.annotation.schema import agreement_kind
+
+
+def hashable(value):
+    if isinstance(value, list):
+        return tuple(hashable(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((k, hashable(v)) for k, v in value.items()))
+    return value
+
+
+def answers_by_item(campaign: Campaign):
+    """{item id: [annotation, ...]} of submitted (not skipped) answers, oldest first."""
+    grouped = defaultdict(list)
+    for annotation in (Annotation.objects.filter(item__campaign=campaign, skipped=False)
+                       .select_related("annotator").order_by("created_at", "id")):
+        grouped[annotation.item_id].append(annotation)
+    return grouped
+
+
+def field_units(fields: list[dict], grouped) -> dict[str, dict]:
+    """{field name: {item id: {annotator: value}}} for the fields agreement is measured on."""
+    units = {f["name"]: {} for f in fields if agreement_kind(f)}
+    for item_id, annotations in grouped.items():
+        for annotation in annotations:
+            for name in units:
+                if name in annotation.values:
+                    units[name].setdefault(item_id, {})[annotation.annotator.username] = hashable(
+                        annotation.values[name])
+    return units
+
+
+def campaign_quality(campaign: Campaign) -> dict:
+    fields = campaign.schema.fields
+    grouped = answers_by_item(campaign)
+    units = field_units(fields, grouped)
+    gold = {item.pk: item.gold_values for item in Item.objects.filter(campaign=campaign, is_gold=True)}
+    per_field = []
+    consensus_rates: dict = defaultdict(list)
+    gold_scores: dict = defaultdict(lambda: {"correct": 0, "items": 0})
+    for field in fields:
+        kind = agreement_kind(field)
+        if kind is None:
+            continue
+        field_units_ = units[field["name"]]
+        domain = list(range(field["min"], field["max"] + 1)) if field["type"] == "rating" else None
+        pairs = agreement.pairwise_cohen(field_units_)
+        per_field.append({
+            "field": field["name"], "type": field["type"], "level": kind,
+            "items_with_2_plus": sum(1 for a in field_units_.values() if len(a) >= 2),
+            "fleiss_kappa": agreement.fleiss_kappa(field_units_) if kind == "nominal" else None,
+            "krippendorff_alpha": agreement.krippendorff_alpha(field_units_, kind, domain),
+            "cohen_kappa": [{"annotators": list(pair), **value} for pair, value in pairs.items()],
+            "disagreements": len(agreement.disagreements(field_units_)),
+        })
+        for annotator, score in agreement.agreement_with_consensus(field_units_).items():
+            consensus_rates[annotator].append(score["rate"])
+        field_gold = {item: hashable(values[field["name"]]) for item, values in gold.items()
+                      if values and field["name"] in values}
+        for annotator, score in agreement.gold_accuracy(field_units_, field_gold).items():
+            gold_scores[annotator]["correct"] += score["correct"]
+            gold_scores[annotator]["items"] += score["items"]
+    annotators: dict = defaultdict(lambda: {"annotations": 0, "times_ms": [], "first": None, "last": None})
+    for annotations in grouped.values():
+        for annotation in annotations:
+            entry = annotators[annotation.annotator.username]
+            entry["annotations"] += 1
+            if annotation.time_spent_ms is not None:
+                entry["times_ms"].append(annotation.time_spent_ms)
+            entry["first"] = min(filter(None, [entry["first"], annotation.created_at]))
+            entry["last"] = max(filter(None, [entry["last"], annotation.created_at]))
+    people = []
+    for username, entry in sorted(annotators.items()):
+        hours = (entry["last"] - entry["first"]).total_seconds() / 3600 if entry["annotations"] > 1 else None
+        rates = consensus_rates.get(username)
+        scored = gold_scores.get(username)
+        people.append({
+            "annotator": username, "annotations": entry["annotations"],
+            "median_time_s": statistics.median(entry["times_ms"]) / 1000 if entry["times_ms"] else None,
+            "per_hour": entry["annotations"] / hours if hours else None,
+            "consensus_agreement": sum(rates) / len(rates) if rates else None,
+            "gold_items": scored["items"] if scored else 0,
+            "gold_accuracy": scored["correct"] / scored["items"] if scored and scored["items"] else None,
+        })
+    return {"fields": per_field, "annotators": people}
+
+
+def disagreement_item_ids(campaign: Campaign) -> list[int]:
+    """Examples whose annotators disagree on any agreement field and that nobody adjudicated yet."""
+    units = field_units(campaign.schema.fields, answers_by_item(campaign))
+    adjudicated = set(Item.objects.filter(campaign=campaign, adjudicated_values__isnull=False)
+                      .values_list("pk", flat=True))
+    items = {item for field in units.values() for item in agreement.disagreements(field)}
+    return sorted(items - adjudicated)
+
+
+def resolve(fields: list[dict], item: Item, annotations: list[Annotation], mode: str) -> tuple[dict | None, float]:
+    """(the example's resolved answer or None when it has none under `mode`, its agreement).
+
+    Adjudication wins; then a reviewer's correction or acceptance; then, in "majority" mode, the
+    most common answer per field (text and spans: the earliest answer). Agreement is the lowest
+    share of annotators behind the majority over the agreement fields (1.0 with one annotator)."""
+    shares = []
+    for field in fields:
+        if agreement_kind(field):
+            answers = {a.annotator_id: hashable(a.values[field["name"]]) for a in annotations
+                       if field["name"] in a.values}
+            if answers:
+                shares.append(agreement.majority(answers)[1])
+    score = min(shares) if shares else 1.0
+    if item.adjudicated_values is not None:
+        return item.adjudicated_values, score
+    reviewed = [a for a in annotations if a.review in (Annotation.Review.ACCEPTED, Annotation.Review.CORRECTED)]
+    if reviewed:
+        chosen = reviewed[0]
+        return (chosen.reviewed_values if chosen.review == Annotation.Review.CORRECTED else chosen.values), score
+    if mode != "majority" or not annotations:
+        return None, score
+    usable = [a for a in annotations if a.review != Annotation.Review.REJECTED] or annotations
+    resolved = {}
+    for field in fields:
+        name = field["name"]
+        given = [a.values[name] for a in usable if name in a.values]
+        if not given:
+            continue
+        if agreement_kind(field):
+            winner, _ = agreement.majority({i: hashable(v) for i, v in enumerate(given)})
+            if winner is None:
+                return None, score  # a tie for first: needs adjudication
+            resolved[name] = next(v for v in given if hashable(v) == winner)
+        else:
+            resolved[name] = given[0]
+    return resolved, score

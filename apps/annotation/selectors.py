@@ -1,0 +1,61 @@
+"""What the API and pages show of items and annotations."""
+
+from __future__ import annotations
+
+from apps.annotation.models import Annotation, Campaign, Draft, Item, Lease
+from apps.annotation.rendering import render_markdown
+from apps.annotation.schema import candidate_keys, row_value
+from apps.annotation.services import annotation_payload, row_dict
+
+
+def example_payload(item: Item, fields: list[dict]) -> dict:
+    """The example as the annotator sees it: raw text (for spans and diffs) and safe HTML."""
+    row = item.row
+    data = row_dict(row)
+    data["html"] = {
+        "prompt": render_markdown(row.prompt) if row.prompt is not None else None,
+        "response": render_markdown(row.response) if row.response is not None else None,
+        "reference": render_markdown(row.reference) if row.reference is not None else None,
+        "messages": [{"role": m.get("role"), "html": render_markdown(m.get("content"))} for m in row.messages or []],
+    }
+    candidates = {}
+    for field in fields:
+        if field["type"] in ("preference", "ranking"):
+            texts = [row_value(data, path) for path in field["candidates"]]
+            candidates[field["name"]] = [
+                {"key": key, "text": text, "html": render_markdown(text) if isinstance(text, str) else None}
+                for key, text in zip(candidate_keys(len(texts)), texts, strict=True)]
+    data["candidates"] = candidates
+    return data
+
+
+def item_payload(item: Item, user) -> dict:
+    campaign = item.campaign
+    draft = Draft.objects.filter(item=item, annotator=user).first()
+    mine = Annotation.objects.filter(item=item, annotator=user).select_related("annotator", "schema").first()
+    lease = Lease.objects.filter(item=item, annotator=user).first()
+    return {
+        "id": item.pk, "position": item.position, "example": example_payload(item, campaign.schema.fields),
+        "suggestion": item.suggestion,
+        "draft": {"values": draft.values, "comment": draft.comment, "updated_at": draft.updated_at.isoformat()}
+        if draft else None,
+        "annotation": annotation_payload(mine) if mine else None,
+        "lease_expires_at": lease.expires_at.isoformat() if lease else None,
+    }
+
+
+def review_payload(item: Item) -> dict:
+    annotations = (Annotation.objects.filter(item=item, skipped=False).select_related("annotator", "schema")
+                   .order_by("created_at"))
+    return {
+        "id": item.pk, "position": item.position, "example": example_payload(item, item.campaign.schema.fields),
+        "is_gold": item.is_gold, "gold_values": item.gold_values, "suggestion": item.suggestion,
+        "adjudicated_values": item.adjudicated_values,
+        "adjudicated_by": item.adjudicated_by.username if item.adjudicated_by else None,
+        "annotations": [annotation_payload(a) for a in annotations],
+    }
+
+
+def my_annotations(campaign: Campaign, user, limit: int = 50):
+    return (Annotation.objects.filter(item__campaign=campaign, annotator=user)
+            .select_related("annotator", "schema").order_by("-created_at", "-id")[:limit])

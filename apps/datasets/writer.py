@@ -1,0 +1,67 @@
+"""Write a new dataset version from records made inside the product (annotation exports,
+comparison votes), through the same canonical rows, hashing and stats as an import.
+
+The version stays BUILDING until its last row is in; any error removes it and its rows, so
+nothing half-written is left behind. Call it from a worker task for anything large.
+"""
+
+from collections.abc import Iterable
+
+from django.db import transaction
+
+from apps.datasets.importer import BATCH_ROWS, SHORT_FIELDS, discard_version, next_version_number
+from apps.datasets.models import Dataset, DatasetRow, DatasetVersion
+from workers.ingest import ColumnMapping, IngestError, VersionHasher, canonical_row
+from workers.ingest.stats import VersionStats
+
+
+def write_version(*, dataset: Dataset, records: Iterable[dict], roles: dict[str, str], author=None,
+                  parent: DatasetVersion | None = None, message: str = "", source: dict | None = None,
+                  splits: Iterable[str] | None = None) -> DatasetVersion:
+    """A READY version of `dataset` holding `records` ({column: value} dicts), with `roles`
+    mapping columns to row roles as an import's column mapping does; every other column is
+    kept as metadata. `splits`, when given, is each record's split, in order.
+    Raises IngestError (naming the record, 1-based) for a record that breaks the row rules."""
+    mapping = ColumnMapping(roles=roles)
+    with transaction.atomic():
+        version = DatasetVersion.objects.create(
+            dataset=dataset, number=next_version_number(dataset), parent=parent, author=author, message=message,
+            source=source or {})
+    try:
+        _write_rows(version, records, mapping, splits)
+    except BaseException:
+        discard_version(version)
+        raise
+    return version
+
+
+def _write_rows(version: DatasetVersion, records: Iterable[dict], mapping: ColumnMapping, splits) -> None:
+    hasher, stats = VersionHasher(), VersionStats()
+    split_of = iter(splits) if splits is not None else None
+    metadata_keys: set[str] = set()
+    batch: list[DatasetRow] = []
+    position = 0
+    for number, record in enumerate(records, start=1):
+        row = canonical_row(record, mapping, number)
+        for field, limit in SHORT_FIELDS.items():
+            if row[field] is not None and len(row[field]) > limit:
+                raise IngestError(f"{field.replace('ext_', '')} is longer than {limit} characters", line=number)
+        metadata_keys.update(row["metadata"])
+        stats.add(position, row)
+        split = next(split_of, "") if split_of is not None else ""
+        batch.append(DatasetRow(version=version, position=position, row_hash=hasher.update(row), split=split or "",
+                                **row))
+        position += 1
+        if len(batch) >= BATCH_ROWS:
+            DatasetRow.objects.bulk_create(batch)
+            batch.clear()
+    if batch:
+        DatasetRow.objects.bulk_create(batch)
+    if position == 0:
+        raise IngestError("no rows to write")
+    version.row_count = position
+    version.content_hash = hasher.hexdigest()
+    version.schema = {"roles": dict(mapping.roles), "metadata_keys": sorted(metadata_keys)}
+    version.stats = stats.as_dict()
+    version.status = DatasetVersion.Status.READY
+    version.save(update_fields=["row_count", "content_hash", "schema", "stats", "status"])

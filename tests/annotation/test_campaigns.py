@@ -1,0 +1,352 @@
+"""Campaigns through the API: the queue, leases, idempotent submits, edits, review, quality."""
+
+import uuid
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.utils import timezone
+
+from apps.annotation.models import Annotation, Draft, Item, LabelSchema, Lease
+from apps.projects.models import AuditEvent
+from tests.annotation.fixtures import SCHEMA_FIELDS, answer, make_campaign, make_schema, next_item, submit
+
+pytestmark = pytest.mark.django_db
+User = get_user_model()
+
+
+def test_a_scientist_creates_a_campaign_over_a_split_sample_of_a_version(client, scientist, project, review_version):
+    client.force_login(scientist)
+    campaign = make_campaign(client, project, review_version, sample=4, seed=7, overlap=2,
+                             guidelines="# Rules\n<script>alert(1)</script>")
+    assert campaign["item_count"] == 4 and campaign["overlap"] == 2 and campaign["assignment"] == "all"
+    positions = list(Item.objects.filter(campaign_id=campaign["id"]).values_list("row__position", flat=True))
+    again = make_campaign(client, project, review_version, sample=4, seed=7)
+    assert positions == list(Item.objects.filter(campaign_id=again["id"]).values_list("row__position", flat=True))
+    labelled = make_campaign(client, project, review_version, label="negative")
+    assert labelled["item_count"] == 5
+    assert AuditEvent.objects.filter(action="campaign.create").count() == 3
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"overlap": 0}, "overlap"),
+    ({"overlap": 11}, "overlap"),
+    ({"lease_seconds": 5}, "lease_seconds"),
+    ({"dataset_version": 999999}, "dataset_version"),
+    ({"label": "no-such-label"}, "label"),
+    ({"assignees": ["nobody"]}, "assignees"),
+    ({"assignees": ["sofia", "victor"]}, "assignees"),  # victor is a viewer: may not annotate
+    ({"sample": 0}, "sample"),
+])
+def test_bad_campaign_settings_are_refused_naming_the_field(client, scientist, viewer, project, review_version,
+                                                            change, field):
+    client.force_login(scientist)
+    schema = make_schema(client, project)
+    body = {"name": "C", "dataset_version": review_version.pk, "schema": schema["id"], **change}
+    response = client.post(f"/api/projects/{project.pk}/campaigns/", body, content_type="application/json")
+    assert response.status_code == 400, response.content
+    assert response.json().get("field", next(iter(response.json()))) == field
+    assert not Item.objects.exists()
+
+
+@pytest.mark.parametrize("fields, where", [
+    ([], "fields"),
+    ([{"name": "Bad Name", "type": "single_label", "labels": ["a"]}], "fields[0].name"),
+    ([{"name": "x", "type": "slider"}], "fields[0].type"),
+    ([{"name": "x", "type": "single_label", "labels": []}], "fields[0].labels"),
+    ([{"name": "x", "type": "single_label", "labels": ["a", "a"]}], "fields[0].labels[1].value"),
+    ([{"name": "x", "type": "rating", "min": 5, "max": 1}], "fields[0].max"),
+    ([{"name": "x", "type": "preference", "candidates": ["response", "../../etc/passwd"]}], "fields[0].candidates"),
+    ([{"name": "x", "type": "single_label", "labels": [{"value": "a", "hotkey": "s"}]}], "fields[0].labels[0].hotkey"),
+    ([{"name": "x", "type": "single_label", "labels": ["a"]},
+      {"name": "x", "type": "rating"}], "fields[1].name"),
+])
+def test_a_bad_schema_is_refused_naming_where(client, scientist, project, fields, where):
+    client.force_login(scientist)
+    response = client.post(f"/api/projects/{project.pk}/label-schemas/", {"name": "S", "fields": fields},
+                           content_type="application/json")
+    assert response.status_code == 400, response.content
+    assert response.json()["field"] == where
+    assert not LabelSchema.objects.exists()
+
+
+def test_with_overlap_one_two_annotators_never_get_the_same_item(client, scientist, annotator, second_annotator,
+                                                                 project, review_version):
+    client.force_login(scientist)
+    campaign = make_campaign(client, project, review_version)
+    client.force_login(annotator)
+    first = next_item(client, campaign).json()
+    assert first["position"] == 0 and first["lease_expires_at"]
+    assert next_item(client, campaign).json()["id"] == first["id"]  # my live lease comes back to me
+    client.force_login(second_annotator)
+    second = next_item(client, campaign).json()
+    assert second["id"] != first["id"]
+    # The example is shown as safe HTML beside its raw text.
+    assert second["example"]["prompt"].startswith("Review 1")
+    assert second["example"]["candidates"]["better"][1]["text"] == "Noted (1)."
+
+
+def test_with_overlap_two_each_item_goes_to_two_different_annotators_fewest_done_first(
+        client, scientist, annotator, second_annotator, project, review_version):
+    client.force_login(scientist)
+    campaign = make_campaign(client, project, review_version, overlap=2)
+    client.force_login(annotator)
+    item = next_item(client, campaign).json()
+    assert submit(client, campaign, item["id"], answer()).status_code == 201
+    assert next_item(client, campaign).json()["position"] == 1  # never the one I did
+    client.force_login(second_annotator)
+    # Items 0 (one answer) and 1 (leased to anna: room for one more) both need a second
+    # annotator; the queue prefers the fewest completed, then the earliest.
+    assert next_item(client, campaign).json()["position"] == 1
+    second = next_item(client, campaign).json()
+    assert second["position"] == 1  # still my lease
+    assert submit(client, campaign, second["id"], answer()).status_code == 201
+    assert next_item(client, campaign).json()["position"] == 2  # no answers yet: before item 0, which has one
+    assert Item.objects.get(pk=item["id"]).completed == 1
+
+
+def test_a_retried_submit_never_duplicates(client, scientist, annotator, project, review_version):
+    client.force_login(scientist)
+    campaign = make_campaign(client, project, review_version)
+    client.force_login(annotator)
+    item = next_item(client, campaign).json()
+    client_id = uuid.uuid4()
+    first = submit(client, campaign, item["id"], answer(), client_id=client_id)
+    retry = submit(client, campaign, item["id"], answer(sentiment="negative"), client_id=client_id)
+    assert first.status_code == 201 and retry.status_code == 200
+    assert retry.json()["annotation"]["id"] == first.json()["annotation"]["id"]
+    assert retry.json()["annotation"]["values"]["sentiment"] == "positive"  # the first answer stands
+    assert Annotation.objects.count() == 1 and Item.objects.get(pk=item["id"]).completed == 1
+    assert not Lease.objects.exists()
+    # A second, different submission for the same item is an edit, not a new annotation.
+    again = submit(client, campaign, item["id"], answer())
+    assert again.status_code == 409 and "edit" in again.json()["detail"]
+
+
+@pytest.mark.parametrize("values, field", [
+    (answer(sentiment="ecstatic"), "values.sentiment"),
+    (answer(sentiment=None), "values.sentiment"),
+    (answer(helpfulness=6), "values.helpfulness"),
+    (answer(helpfulness="5"), "values.helpfulness"),
+    (answer(helpfulness=True), "values.helpfulness"),
+    (answer(better="C"), "values.better"),
+    (answer(ideal="x" * 2001), "values.ideal"),
+    (answer(topics=["billing", "refunds"]), "values.topics"),
+    (answer(pii=[{"start": 0, "end": 10_000, "label": "name"}]), "values.pii[0]"),
+    (answer(pii=[{"start": 3, "end": 5, "label": "phone"}]), "values.pii[0].label"),
+    (answer(mood="happy"), "values.mood"),
+    ("positive", "values"),
+])
+def test_a_bad_answer_is_refused_naming_the_field_and_nothing_is_stored(client, scientist, annotator, project,
+                                                                        review_version, values, field):
+    client.force_login(scientist)
+    campaign = make_campaign(client, project, review_version)
+    client.force_login(annotator)
+    item = next_item(client, campaign).json()
+    response = submit(client, campaign, item["id"], values)
+    assert response.status_code == 400, response.content
+    assert response.json()["field"] == field
+    assert not Annotation.objects.exists() and Item.objects.get(pk=item["id"]).completed == 0
+
+
+def test_html_in_an_answer_is_stored_as_text_and_prompts_are_rendered_without_raw_html(
+        client, scientist, annotator, project, review_version):
+    client.force_login(scientist)
+    campaign = make_campaign(client, project, review_version)
+    client.force_login(annotator)
+    item = next_item(client, campaign).json()
+    hostile = '<img src=x onerror="alert(1)"><script>alert(2)</script>=HYPERLINK("http://x")'
+    response = submit(client, campaign, item["id"], answer(ideal=hostile), comment=hostile)
+    assert response.status_code == 201
+    annotation = Annotation.objects.get()
+    assert annotation.values["ideal"] == hostile and annotation.comment == hostile
+    row = item["example"]
+    assert "<p>" in row["html"]["prompt"] and "<script" not in str(row["html"])
+
+
+def test_an_expired_lease_is_accepted_while_the_item_still_needs_answers(client, scientist, annotator,
+                                                                        second_annotator, project, review_version):
+    client.force_login(scientist)
+    campaign = make_campaign(client, project, review_version)
+    client.force_login(annotator)
+    item = next_item(client, campaign).json()
+    Lease.objects.update(expires_at=timezone.now() - timedelta(seconds=1))
+    assert submit(client, campaign, item["id"], answer()).status_code == 201
+
+
+def test_a_late_submit_for_an_item_done_by_someone_else_keeps_the_answer_as_a_draft(
+        client, scientist, annotator, second_annotator, project, review_version):
+    client.force_login(scientist)
+    campaign = make_campaign(client, project, review_version)
+    client.force_login(annotator)
+    item = next_item(client, campaign).json()
+    Lease.objects.update(expires_at=timezone.now() - timedelta(seconds=1))
+    client.force_login(second_annotator)
+    taken = next_item(client, campaign).json()
+    assert taken["id"] == item["id"]  # the expired lease freed it
+    assert submit(client, campaign, taken["id"], answer(sentiment="negative")).status_code == 201
+    client.force_login(annotator)
+    late = submit(client, campaign, item["id"], answer(ideal="my careful rewrite"))
+    assert late.status_code == 409 and "draft" in late.json()["detail"]
+    draft = Draft.objects.get(annotator=annotator)
+    assert draft.values["ideal"] == "my careful rewrite"  # nothing lost
+    assert client.get(f"/api/campaigns/{campaign['id']}/items/{item['id']}/").json()["draft"]["values"]["ideal"] \
+        == "my careful rewrite"
+
+
+def test_drafts_autosave_partial_answers_and_go_away_on_submit(client, scientist, annotator, project, review_version):
+    client.force_login(scientist)
+    campaign = make_campaign(client, project, review_version)
+    client.force_login(annotator)
+    item = next_item(client, campaign).json()
+    url = f"/api/campaigns/{campaign['id']}/items/{item['id']}/draft/"
+    assert client.put(url, {"values": {"sentiment": "neutral"}}, content_type="application/json").status_code == 200
+    bad = client.put(url, {"values": {"sentiment": "furious"}}, content_type="application/json")
+    assert bad.status_code == 400 and bad.json()["field"] == "values.sentiment"
+    assert next_item(client, campaign).json()["draft"]["values"] == {"sentiment": "neutral"}
+    submit(client, campaign, item["id"], answer())
+    assert not Draft.objects.exists()
+
+
+def test_skip_moves_on_and_going_back_lets_me_fix_an_answer_with_optimistic_concurrency(
+        client, scientist, annotator, second_annotator, project, review_version):
+    client.force_login(scientist)
+    campaign = make_campaign(client, project, review_version)
+    client.force_login(annotator)
+    first = next_item(client, campaign).json()
+    skip = client.post(f"/api/campaigns/{campaign['id']}/items/{first['id']}/skip/", {"client_id": str(uuid.uuid4())},
+                       content_type="application/json")
+    assert skip.status_code == 201
+    second = next_item(client, campaign).json()
+    assert second["position"] == 1
+    done = submit(client, campaign, second["id"], answer()).json()["annotation"]
+    mine = client.get(f"/api/campaigns/{campaign['id']}/mine/").json()
+    assert [a["item"] for a in mine] == [second["id"], first["id"]]  # newest first: Backspace goes here
+    url = f"/api/annotations/{done['id']}/"
+    fixed = client.patch(url, {"revision": 1, "values": answer(sentiment="neutral")}, content_type="application/json")
+    assert fixed.status_code == 200 and fixed.json()["revision"] == 2
+    stale = client.patch(url, {"revision": 1, "values": answer(sentiment="negative")}, content_type="application/json")
+    assert stale.status_code == 409
+    assert stale.json()["current"]["values"]["sentiment"] == "neutral" and stale.json()["current"]["revision"] == 2
+    # Nobody else edits my answer: another annotator may not even read it (no annotation.review),
+    # and a reviewer corrects through review, not by editing it.
+    for other, refusal in (("ben", 403), ("sofia", 404)):
+        client.force_login(User.objects.get(username=other))
+        assert client.patch(url, {"revision": 2, "values": answer()}, content_type="application/json").status_code \
+            == refusal
+    client.force_login(annotator)
+    # The skipped item can still be answered later, and then counts.
+    assert submit(client, campaign, first["id"], answer()).status_code == 201
+    assert Item.objects.get(pk=first["id"]).completed == 1
+    progress = client.get(f"/api/campaigns/{campaign['id']}/").json()["progress"]
+    assert progress["mine"] == 2 and progress["annotations"] == 2 and progress["items"] == 10
+
+
+def test_only_people_in_a_campaign_may_work_it(client, scientist, annotator, second_annotator, viewer, outsider,
+                                               project, review_version):
+    client.force_login(scientist)
+    campaign = make_campaign(client, project, review_version, assignees=["anna"])
+    client.force_login(second_annotator)  # an annotator of the project, not assigned
+    assert next_item(client, campaign).status_code == 404
+    assert client.get(f"/api/campaigns/{campaign['id']}/").status_code == 404
+    assert client.get(f"/api/projects/{project.pk}/campaigns/").json() == []
+    client.force_login(viewer)
+    assert next_item(client, campaign).status_code == 404
+    client.force_login(outsider)
+    assert next_item(client, campaign).status_code == 404
+    client.force_login(annotator)
+    item = next_item(client, campaign).json()
+    client.force_login(second_annotator)
+    assert submit(client, campaign, item["id"], answer()).status_code == 404
+    # Another campaign's item through this campaign's URL: 404.
+    client.force_login(scientist)
+    other = make_campaign(client, project, review_version)
+    other_item = Item.objects.filter(campaign_id=other["id"]).first()
+    client.force_login(annotator)
+    assert submit(client, campaign, other_item.pk, answer()).status_code == 404
+
+
+def test_review_adjudication_gold_and_quality_numbers(client, scientist, annotator, second_annotator, project,
+                                                      review_version):
+    client.force_login(scientist)
+    campaign = make_campaign(client, project, review_version, overlap=2, sample=3, seed=1)
+    items = list(Item.objects.filter(campaign_id=campaign["id"]).order_by("position"))
+    gold = client.put(f"/api/campaigns/{campaign['id']}/items/{items[0].pk}/gold/",
+                      {"values": answer(sentiment="negative")}, content_type="application/json")
+    assert gold.status_code == 200 and gold.json()["is_gold"]
+    # anna and ben agree on the 2nd and 3rd examples and disagree on the first.
+    for user, first_label in ((annotator, "positive"), (second_annotator, "negative")):
+        client.force_login(user)
+        for label in (first_label, "negative", "neutral"):
+            item = next_item(client, campaign).json()
+            assert submit(client, campaign, item["id"], answer(sentiment=label), time_spent_ms=1500).status_code == 201
+        assert next_item(client, campaign).status_code == 204
+    client.force_login(scientist)
+    queue = client.get(f"/api/campaigns/{campaign['id']}/review/?disagreements=1").json()["items"]
+    assert [i["id"] for i in queue] == [items[0].pk]
+    assert {a["annotator"] for a in queue[0]["annotations"]} == {"anna", "ben"}
+    quality = client.get(f"/api/campaigns/{campaign['id']}/quality/").json()
+    sentiment = next(f for f in quality["fields"] if f["field"] == "sentiment")
+    assert sentiment["disagreements"] == 1 and sentiment["items_with_2_plus"] == 3
+    # Cohen's kappa by hand: pairs (pos,neg),(neg,neg),(neu,neu): p_o = 2/3;
+    # anna pos,neg,neu / ben neg,neg,neu: p_e = (1*0 + 1*2 + 1*1)/9 = 1/3; kappa = (2/3-1/3)/(2/3) = 0.5
+    assert sentiment["cohen_kappa"][0]["kappa"] == pytest.approx(0.5)
+    people = {p["annotator"]: p for p in quality["annotators"]}
+    # Gold accuracy counts each field of the gold answer: anna missed the sentiment, not the other two.
+    assert people["ben"]["gold_accuracy"] == 1.0 and people["anna"]["gold_accuracy"] == pytest.approx(2 / 3)
+    assert people["anna"]["annotations"] == 3 and people["anna"]["median_time_s"] == 1.5
+    # The reviewer settles the disagreement; it leaves the queue.
+    settled = client.post(f"/api/campaigns/{campaign['id']}/items/{items[0].pk}/adjudicate/",
+                          {"values": answer(sentiment="negative")}, content_type="application/json")
+    assert settled.status_code == 200 and settled.json()["adjudicated_by"] == "sofia"
+    assert client.get(f"/api/campaigns/{campaign['id']}/review/?disagreements=1").json()["items"] == []
+    anna_answer = Annotation.objects.get(annotator=annotator, item=items[1])
+    rejected = client.post(f"/api/annotations/{anna_answer.pk}/review/", {"decision": "reject"},
+                           content_type="application/json")
+    assert rejected.status_code == 400 and rejected.json()["field"] == "comment"
+    accepted = client.post(f"/api/annotations/{anna_answer.pk}/review/", {"decision": "accept", "comment": "ok"},
+                           content_type="application/json")
+    assert accepted.status_code == 200 and accepted.json()["review"] == "accepted"
+    # Annotators cannot review or read others' answers.
+    client.force_login(second_annotator)
+    assert client.post(f"/api/annotations/{anna_answer.pk}/review/", {"decision": "accept"},
+                       content_type="application/json").status_code == 403
+    assert client.get(f"/api/annotations/{anna_answer.pk}/").status_code == 403
+    assert client.get(f"/api/campaigns/{campaign['id']}/quality/").status_code == 403
+
+
+def test_editing_a_schema_after_annotations_exist_makes_a_new_version(client, scientist, annotator, project,
+                                                                      review_version):
+    client.force_login(scientist)
+    schema = make_schema(client, project)
+    unchanged = client.patch(f"/api/label-schemas/{schema['id']}/", {"fields": SCHEMA_FIELDS[:2]},
+                             content_type="application/json")
+    assert unchanged.json()["version"] == 1  # nothing answered yet: edited in place
+    campaign = make_campaign(client, project, review_version, schema=schema)
+    client.force_login(annotator)
+    item = next_item(client, campaign).json()
+    submit(client, campaign, item["id"], {"sentiment": "positive", "helpfulness": 3})
+    client.force_login(scientist)
+    fields = [*SCHEMA_FIELDS[:2], {"name": "toxic", "type": "single_label", "labels": ["yes", "no"]}]
+    changed = client.patch(f"/api/label-schemas/{schema['id']}/", {"fields": fields}, content_type="application/json")
+    assert changed.status_code == 200 and changed.json()["version"] == 2 and changed.json()["parent"] == schema["id"]
+    assert client.get(f"/api/campaigns/{campaign['id']}/").json()["schema"]["version"] == 2
+    assert Annotation.objects.get().schema_id == schema["id"]  # the old answer keeps its version
+    stale = client.patch(f"/api/label-schemas/{schema['id']}/", {"fields": fields}, content_type="application/json")
+    assert stale.status_code == 409
+
+
+def test_the_raw_export_lists_every_annotation_with_formula_safe_csv(client, scientist, annotator, project,
+                                                                    review_version):
+    client.force_login(scientist)
+    campaign = make_campaign(client, project, review_version)
+    client.force_login(annotator)
+    item = next_item(client, campaign).json()
+    submit(client, campaign, item["id"], answer(), comment="=cmd|' /C calc'!A0", time_spent_ms=900)
+    assert client.get(f"/api/campaigns/{campaign['id']}/annotations/").status_code == 403  # annotators: no
+    client.force_login(scientist)
+    csv_text = b"".join(client.get(f"/api/campaigns/{campaign['id']}/annotations/?export_format=csv")
+                        .streaming_content).decode()
+    assert "'=cmd|" in csv_text and "anna" in csv_text and ",900," in csv_text
+    bad = client.get(f"/api/campaigns/{campaign['id']}/annotations/?export_format=xlsx")
+    assert bad.status_code == 400 and bad.json()["field"] == "export_format"
