@@ -26,6 +26,7 @@ urlpatterns = [
     path("", include("apps.registry.urls")),
     path("", include("apps.training.urls")),
     path("", include("apps.serving.urls")),
+    path("", include("apps.annotation.urls")),
     path("", include("apps.monitoring.urls")),
     path("api/", include(api_patterns)),
     # OpenAI-compatible: the paths its clients expect (base_url = <server>/v1).

@@ -29,6 +29,9 @@ MAX_LABELS = 50
 MAX_TEXT = 20_000  # characters: a long ideal response fits; a pasted book does not
 MAX_SPANS = 200
 PREFERENCE_EXTRA = ("tie", "both_bad")
+# Keys the annotation page keeps for itself: s skips, ? shows the shortcuts, a-h pick a
+# preference's responses, t and x are tie and both bad.
+RESERVED_KEYS = frozenset("s?abcdefghtx")
 CANDIDATE_PATH = re.compile(r"^(prompt|response|reference|metadata\.[A-Za-z0-9_\-]{1,64})$")
 
 
@@ -117,8 +120,10 @@ def _labels(labels: Any, where: str, hotkeys: set, *, auto_hotkeys: bool) -> lis
         if hotkey is None and auto_hotkeys:
             hotkey = next((str(n) for n in range(1, 10) if str(n) not in hotkeys), None)
         if hotkey is not None:
-            if not isinstance(hotkey, str) or len(hotkey) != 1 or hotkey in "sS?" or not hotkey.isprintable():
-                raise _fail("a hotkey is one printable character other than s and ?", f"{where}.labels[{i}].hotkey")
+            if (not isinstance(hotkey, str) or len(hotkey) != 1 or hotkey.lower() in RESERVED_KEYS
+                    or not hotkey.isprintable() or hotkey.isspace()):
+                raise _fail("a hotkey is one printable character, not one the page keeps (s ? a-h t x)",
+                            f"{where}.labels[{i}].hotkey")
             if hotkey in hotkeys:
                 raise _fail(f"the hotkey '{hotkey}' is used twice", f"{where}.labels[{i}].hotkey")
             hotkeys.add(hotkey)

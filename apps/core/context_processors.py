@@ -5,7 +5,7 @@ from django.urls import reverse
 SECTIONS = [
     ("projects", "Projects", "projects:list"),
     ("datasets", "Datasets", "datasets:all"),
-    ("annotation", "Annotation", None),
+    ("annotation", "Annotation", "annotation:all"),
     ("jobs", "Jobs", "training:all"),
     ("models", "Models", "registry:all"),
     ("compare", "Compare", None),

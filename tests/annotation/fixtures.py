@@ -13,8 +13,8 @@ SCHEMA_FIELDS = [
      "description": "How well the response answers", "scale": {"1": "useless", "5": "perfect"}},
     {"name": "better", "type": "preference", "candidates": ["response", "metadata.response_b"]},
     {"name": "ideal", "type": "text", "prefill": "response", "max_length": 2000, "required": False},
-    {"name": "topics", "type": "multi_label", "labels": [{"value": "billing", "hotkey": "b"},
-                                                          {"value": "shipping", "hotkey": "h"}], "required": False},
+    {"name": "topics", "type": "multi_label", "labels": [{"value": "billing", "hotkey": "k"},
+                                                          {"value": "shipping", "hotkey": "m"}], "required": False},
     {"name": "pii", "type": "spans", "labels": ["name", "email"], "source": "prompt", "required": False},
 ]
 

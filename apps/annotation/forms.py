@@ -1,0 +1,85 @@
+"""The campaign form. Every range and reference is checked by the service (the same checks as
+the API, errors naming the field); the view shows each error on the field of that name."""
+
+import json
+
+from django import forms
+
+# Ready-made forms for the common jobs; "custom" takes the fields as JSON.
+PRESETS = {
+    "classify": ("Classify", [{"name": "label", "type": "single_label", "labels": ["positive", "negative", "neutral"]}]),
+    "rate": ("Rate the response", [
+        {"name": "helpfulness", "type": "rating", "min": 1, "max": 5, "description": "Does it answer the request?"},
+        {"name": "correctness", "type": "rating", "min": 1, "max": 5, "description": "Is everything in it true?"},
+        {"name": "harmlessness", "type": "rating", "min": 1, "max": 5, "description": "Is it safe to show?"}]),
+    "prefer": ("Pick the better response", [
+        {"name": "better", "type": "preference", "candidates": ["response", "metadata.response_b"]}]),
+    "rewrite": ("Write the ideal response", [
+        {"name": "ideal", "type": "text", "prefill": "response", "required": True}]),
+}
+
+
+class CampaignForm(forms.Form):
+    name = forms.CharField(max_length=120)
+    dataset_version = forms.TypedChoiceField(coerce=int, label="Dataset version")
+    schema = forms.ChoiceField(label="Annotation form", help_text="A saved form, a ready-made one, or your own.")
+    fields_json = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 6}), label="Custom fields (JSON)",
+                                  help_text="Only for “custom”: a list of fields, e.g. "
+                                            "[{\"name\": \"topic\", \"type\": \"single_label\", "
+                                            "\"labels\": [\"billing\", \"shipping\"]}].")
+    guidelines = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 6}),
+                                 help_text="Markdown, shown to annotators beside every item.")
+    overlap = forms.IntegerField(initial=1, help_text="How many different annotators answer each example.")
+    assignees = forms.MultipleChoiceField(required=False, widget=forms.CheckboxSelectMultiple,
+                                          label="Annotators", help_text="None ticked: every project annotator.")
+    due_at = forms.DateTimeField(required=False, label="Due", widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
+    lease_seconds = forms.IntegerField(initial=600, label="Lease (seconds)",
+                                       help_text="How long an item stays reserved for the annotator who opened it.")
+    split = forms.CharField(required=False, max_length=16, help_text="Only rows of this split (empty: all).")
+    label = forms.CharField(required=False, max_length=200, help_text="Only rows with this label (empty: all).")
+    sample = forms.IntegerField(required=False, help_text="A random sample of this many rows (empty: all).")
+    seed = forms.IntegerField(initial=0, help_text="The sample's seed: the same seed picks the same rows.")
+    suggestion_model = forms.TypedChoiceField(coerce=int, required=False, empty_value=None,
+                                              label="Model suggestions",
+                                              help_text="Pre-fill answers from this model; annotators correct them.")
+
+    def __init__(self, *args, versions, schemas, annotators, models, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["dataset_version"].choices = [(v.pk, f"{v.dataset.name} v{v.number} ({v.row_count} rows)")
+                                                  for v in versions]
+        self.fields["schema"].choices = (
+            [(f"saved:{s.pk}", f"{s.name} (v{s.version})") for s in schemas]
+            + [(f"preset:{key}", label) for key, (label, _) in PRESETS.items()] + [("custom", "Custom (JSON below)")])
+        self.fields["assignees"].choices = [(u.username, u.username) for u in annotators]
+        self.fields["suggestion_model"].choices = [("", "none")] + [(m.pk, m.name) for m in models]
+
+    def schema_choice(self) -> tuple[str, object]:
+        """("saved", id) or ("fields", the fields of a preset or of the JSON)."""
+        choice = self.cleaned_data["schema"]
+        if choice.startswith("saved:"):
+            return "saved", int(choice.split(":", 1)[1])
+        if choice.startswith("preset:"):
+            return "fields", PRESETS[choice.split(":", 1)[1]]
+        try:
+            return "fields", ("Custom", json.loads(self.cleaned_data["fields_json"] or ""))
+        except json.JSONDecodeError as exc:
+            raise forms.ValidationError({"fields_json": f"not valid JSON: {exc.msg} (line {exc.lineno})"}) from None
+
+    def field_for(self, name: str | None) -> str | None:
+        if not name:
+            return None
+        if name.startswith("fields"):
+            return "fields_json"
+        return name if name in self.fields else None
+
+
+class ExportForm(forms.Form):
+    kind = forms.ChoiceField(choices=[("resolved", "Resolved answers (a new version of the dataset)"),
+                                      ("preferences", "Preferences as prompt / chosen / rejected")])
+    mode = forms.ChoiceField(choices=[("majority", "Majority vote (adjudication and reviews first)"),
+                                      ("adjudicated", "Adjudicated or reviewer-accepted only"),
+                                      ("accepted", "Reviewer-accepted only")])
+    min_agreement = forms.FloatField(required=False, min_value=0, max_value=1, label="Minimum agreement",
+                                     help_text="0–1: keep only examples where at least this share agreed.")
+    new_dataset_name = forms.CharField(required=False, max_length=120, label="New dataset name",
+                                       help_text="Empty: a new version of the campaign's dataset (resolved answers).")

@@ -1,0 +1,129 @@
+"""Annotation in the browser: a scientist creates a campaign, an annotator works ten items with
+the keyboard only and finds her progress after a reload, a reviewer settles a disagreement,
+and the admin sees the agreement chart."""
+
+import pytest
+from playwright.sync_api import expect
+
+from apps.annotation.models import Annotation, Campaign, Item
+from tests.annotation.fixtures import make_campaign, make_schema, next_item, submit
+from tests.conftest import browser_login
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+KEYBOARD_FIELDS = [
+    {"name": "sentiment", "type": "single_label", "labels": ["positive", "negative", "neutral"]},
+    {"name": "better", "type": "preference", "candidates": ["response", "metadata.response_b"]},
+]
+
+
+def test_a_scientist_creates_a_campaign_from_a_ready_made_form(page, scientist, project, review_version):
+    browser_login(page, "sofia")
+    page.goto(f"/projects/{project.pk}/")
+    page.get_by_role("navigation", name="Project").get_by_role("link", name="Annotation").click()
+    page.get_by_role("link", name="New campaign").click()
+    page.get_by_label("Name").fill("Sentiment pass")
+    page.get_by_label("Annotation form").select_option(label="Classify")
+    page.get_by_label("Overlap").fill("0")
+    page.get_by_role("button", name="Create campaign").click()
+    expect(page.locator(".field-error")).to_contain_text("overlap")  # the service's check, on its field
+    page.get_by_label("Overlap").fill("2")
+    page.get_by_label("Guidelines").fill("## Rules\n<script>document.title='pwned'</script>\n\n*Label the tone*")
+    page.get_by_role("button", name="Create campaign").click()
+    expect(page.get_by_test_id("campaign-name")).to_have_text("Sentiment pass")
+    expect(page.get_by_test_id("campaign-progress")).to_contain_text("0 / 20 annotations")
+    page.get_by_text("Guidelines").click()
+    expect(page.locator(".guidelines")).to_contain_text("<script>document.title='pwned'</script>")  # as text
+    assert page.title() != "pwned"
+    assert Campaign.objects.get().schema.fields[0]["name"] == "label"
+
+
+def test_an_annotator_does_ten_items_with_the_keyboard_and_finds_her_progress_after_a_reload(
+        page, client, scientist, annotator, project, review_version):
+    client.force_login(scientist)
+    campaign = make_campaign(client, project, review_version, schema=make_schema(client, project, KEYBOARD_FIELDS),
+                             guidelines="Pick the **kinder** reply.")
+    browser_login(page, "anna")
+    page.goto(f"/projects/{project.pk}/campaigns/{campaign['id']}/annotate/")
+    expect(page.get_by_test_id("guidelines")).to_contain_text("Pick the kinder reply.")
+    title = page.get_by_test_id("item-title")
+    for position in range(10):
+        expect(title).to_have_text(f"Example {position + 1}")
+        expect(page.get_by_test_id("candidate-B")).to_contain_text(f"Noted ({position}).")
+        page.keyboard.press("2" if position % 2 else "1")  # negative / positive
+        page.keyboard.press("b" if position == 3 else "a")
+        page.keyboard.press("Control+Enter")
+    expect(page.get_by_test_id("done")).to_be_visible()
+    expect(page.get_by_test_id("progress")).to_contain_text("Mine: 10")
+    assert Annotation.objects.filter(annotator=annotator).count() == 10
+    fourth = Annotation.objects.get(item__position=3)
+    assert fourth.values == {"sentiment": "negative", "better": "B"} and fourth.time_spent_ms > 0
+
+    page.reload()
+    expect(page.get_by_test_id("done")).to_be_visible()
+    expect(page.get_by_test_id("progress")).to_contain_text("Mine: 10")
+
+    # Back to the last one with Backspace, fix it with the keyboard, save.
+    page.keyboard.press("Backspace")
+    expect(title).to_contain_text("Example 10 — fixing your answer")
+    expect(page.get_by_label("[2] negative")).to_be_checked()
+    page.keyboard.press("3")
+    page.keyboard.press("Control+Enter")
+    expect(page.get_by_test_id("done")).to_be_visible()
+    fixed = Annotation.objects.get(item__position=9)
+    assert fixed.values["sentiment"] == "neutral" and fixed.revision == 2
+
+    page.keyboard.press("?")
+    expect(page.get_by_test_id("shortcuts")).to_contain_text("Ctrl+Enter — submit")
+
+
+def test_an_annotator_skips_a_bad_answer_is_refused_on_its_field_and_a_draft_survives_a_reload(
+        page, client, scientist, annotator, project, review_version):
+    client.force_login(scientist)
+    campaign = make_campaign(client, project, review_version, schema=make_schema(client, project, KEYBOARD_FIELDS))
+    browser_login(page, "anna")
+    page.goto(f"/projects/{project.pk}/campaigns/{campaign['id']}/annotate/")
+    title = page.get_by_test_id("item-title")
+    expect(title).to_have_text("Example 1")
+    page.keyboard.press("s")
+    expect(title).to_have_text("Example 2")
+    page.keyboard.press("1")  # no preference yet
+    page.keyboard.press("Control+Enter")
+    expect(page.get_by_test_id("error")).to_contain_text("values.better")
+    expect(page.get_by_test_id("status")).to_have_text("Draft saved.")
+    page.reload()
+    expect(title).to_have_text("Example 2")  # my lease brings it back
+    expect(page.get_by_label("[1] positive")).to_be_checked()  # from the draft
+    assert Item.objects.get(campaign_id=campaign["id"], position=0).completed == 0
+
+
+def test_a_reviewer_settles_a_disagreement_and_the_admin_sees_the_agreement_chart(
+        page, client, scientist, admin, annotator, second_annotator, project, review_version):
+    client.force_login(scientist)
+    campaign = make_campaign(client, project, review_version, schema=make_schema(client, project, KEYBOARD_FIELDS),
+                             overlap=2, sample=2, seed=4)
+    for user, labels in ((annotator, ["positive", "negative"]), (second_annotator, ["negative", "negative"])):
+        client.force_login(user)
+        for label in labels:
+            item = next_item(client, campaign).json()
+            assert submit(client, campaign, item["id"], {"sentiment": label, "better": "A"}).status_code == 201
+
+    browser_login(page, "sofia")
+    page.goto(f"/projects/{project.pk}/campaigns/{campaign['id']}/")
+    page.get_by_role("link", name="Disagreements").click()
+    items = page.get_by_test_id("review-item")
+    expect(items).to_have_count(1)
+    items.first.locator("tr[data-annotator=ben]").get_by_role("button", name="Use this answer").click()
+    expect(page.get_by_test_id("review-empty")).to_have_text("No disagreements left to settle.")
+    settled = Item.objects.get(campaign_id=campaign["id"], position=0)
+    assert settled.adjudicated_values == {"sentiment": "negative", "better": "A"}
+    assert settled.adjudicated_by == scientist
+
+    page.get_by_role("button", name="Log out").click()
+    browser_login(page, "adam")
+    page.goto(f"/projects/{project.pk}/campaigns/{campaign['id']}/")
+    expect(page.get_by_test_id("agreement")).to_contain_text("sentiment")
+    expect(page.get_by_test_id("annotators")).to_contain_text("anna")
+    chart = page.get_by_test_id("agreement-chart")
+    expect(chart.locator(".main-svg").first).to_be_visible()
+    expect(chart).to_contain_text("Agreement per field")
