@@ -164,6 +164,42 @@ def test_html_in_an_answer_is_stored_as_text_and_prompts_are_rendered_without_ra
     assert "<p>" in row["html"]["prompt"] and "<script" not in str(row["html"])
 
 
+def test_hostile_markdown_in_an_example_is_inert(client, scientist, annotator, project, owner):
+    from apps.datasets.models import Dataset
+    from apps.datasets.writer import write_version
+
+    hostile = ('</script><script>alert(1)</script> [click](javascript:alert(2)) <img src=x onerror=alert(3)> '
+               '![x](http://evil.example/track.png)')
+    version = write_version(dataset=Dataset.objects.create(project=project, name="Hostile", created_by=owner),
+                            records=[{"prompt": hostile, "response": hostile}],
+                            roles={"prompt": "prompt", "response": "response"})
+    client.force_login(scientist)
+    campaign = make_campaign(client, project, version, guidelines=hostile)
+    client.force_login(annotator)
+    html = next_item(client, campaign).json()["example"]["html"]
+    for rendered in (html["prompt"], html["response"]):
+        assert "<script" not in rendered and "<img" not in rendered and 'href="javascript' not in rendered
+        assert "&lt;script&gt;" in rendered  # shown as text
+    page = client.get(f"/projects/{project.pk}/campaigns/{campaign['id']}/annotate/").content.decode()
+    assert "<script>alert(1)" not in page and "onerror=alert(3)>" not in page
+
+
+def test_another_projects_annotation_answers_404_and_stays_unchanged(client, scientist, annotator, outsider, project,
+                                                                    review_version):
+    client.force_login(scientist)
+    campaign = make_campaign(client, project, review_version)
+    client.force_login(annotator)
+    item = next_item(client, campaign).json()
+    done = submit(client, campaign, item["id"], answer()).json()["annotation"]
+    client.force_login(outsider)
+    url = f"/api/annotations/{done['id']}/"
+    assert client.get(url).status_code == 404
+    assert client.patch(url, {"revision": 1, "values": answer(sentiment="negative")},
+                        content_type="application/json").status_code == 404
+    assert client.post(f"{url}review/", {"decision": "accept"}, content_type="application/json").status_code == 404
+    assert Annotation.objects.get().values["sentiment"] == "positive" and Annotation.objects.get().revision == 1
+
+
 def test_an_expired_lease_is_accepted_while_the_item_still_needs_answers(client, scientist, annotator,
                                                                         second_annotator, project, review_version):
     client.force_login(scientist)
