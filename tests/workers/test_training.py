@@ -305,8 +305,10 @@ def test_gradient_accumulation_equals_the_larger_batch(model_dir, tmp_path):
     a = run(model_dir, tmp_path / "big", big, batch_size=4, grad_accum=1, **options)
     b = run(model_dir, tmp_path / "acc", accumulated, batch_size=2, grad_accum=2, **options)
     assert [p["loss"] for p in big.steps] == pytest.approx([p["loss"] for p in accumulated.steps], abs=1e-5)
+    # The gradients agree to float rounding (two backward passes sum in another order); Adam divides
+    # by the gradient's own scale, so after 3 steps a weight may differ by ~1e-4 of its 1e-2 step size.
     for name, weight in adapter_weights(a.adapter_dir).items():
-        torch.testing.assert_close(adapter_weights(b.adapter_dir)[name], weight, atol=1e-5, rtol=0)
+        torch.testing.assert_close(adapter_weights(b.adapter_dir)[name], weight, atol=2e-4, rtol=0)
 
 
 def test_eval_samples_and_early_stopping(model_dir, tmp_path):

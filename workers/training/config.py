@@ -12,6 +12,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+METHODS = ("sft", "dpo")
 FORMATS = ("prompt_response", "chat")
 LOSS_ON = ("response", "all")
 TARGET_PRESETS = ("attention", "all_linear")
@@ -31,6 +32,8 @@ class ConfigError(ValueError):
 
 @dataclass
 class TrainConfig:
+    method: str = "sft"                    # "sft" (supervised) | "dpo" (preference pairs: prompt, chosen, rejected)
+    dpo_beta: float = 0.1                  # dpo: how far the policy may move from the reference (the base)
     # data
     format: str = "prompt_response"       # "prompt_response" (rows: prompt, response) or "chat" (rows: messages)
     prompt_template: str = "{prompt}"      # prompt_response: {prompt} is replaced by the row's prompt -> the user turn
@@ -51,7 +54,7 @@ class TrainConfig:
     batch_size: int = 8                    # rows (packed sequences, or examples without packing) per micro-batch
     grad_accum: int = 1                    # micro-batches per optimizer step
     max_seq_len: int = 512                 # tokens per row; longer examples are truncated
-    packing: bool = True                   # pack several examples into one row (they never attend to each other)
+    packing: bool = True                   # pack several examples into one row (they never attend to each other); sft only
     weight_decay: float = 0.0              # AdamW decoupled weight decay on the LoRA weights
     # evaluation
     eval_every: int | None = None          # optimizer steps between evaluations; None = only at the end
@@ -68,6 +71,13 @@ class TrainConfig:
 
     def validate(self) -> None:
         """Raise ConfigError (naming the field) for the first value out of range or of an unknown kind."""
+        _choice(self, "method", METHODS)
+        _number(self, "dpo_beta")
+        if not 0 < self.dpo_beta <= 10:
+            raise ConfigError("dpo_beta", "must be greater than 0 and at most 10.")
+        if self.method == "dpo" and self.format != "prompt_response":
+            raise ConfigError("format", "preference tuning (dpo) takes prompt / response rows with a rejected "
+                                        "response; use the prompt_response format.")
         _choice(self, "format", FORMATS)
         _choice(self, "loss_on", LOSS_ON)
         _choice(self, "lr_scheduler", LR_SCHEDULERS)

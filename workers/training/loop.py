@@ -3,7 +3,8 @@
     setup     load the base model through the safe loader, add LoRA, tokenize and batch the rows,
               build AdamW + scheduler, resume from the latest complete checkpoint if there is one
     fit       optimizer steps; each is grad_accum micro-batches whose loss is the mean over all
-              trained tokens of the step; clip at 1.0; checkpoint every checkpoint_every steps
+              trained tokens of the step (dpo: over its preference pairs, see preference.py);
+              clip at 1.0; checkpoint every checkpoint_every steps
     validate  mean token loss over the eval rows, greedy samples, early stopping (also at step 0, the base)
     save      the final checkpoint and output_dir/adapter (PEFT directory + workbench_train_config.json)
 
@@ -32,6 +33,7 @@ from .checkpoint import TrainerState, latest_checkpoint, load_checkpoint, remove
 from .config import ConfigError, TrainConfig
 from .data import IGNORE, DataStats, Row, collate, epoch_batches, make_rows, prompt_token_ids, tokenize_rows
 from .lora import add_lora
+from .preference import Pair, dpo_terms, pair_batches, summarize, tokenize_pairs
 
 CONFIG_FILE = "workbench_train_config.json"
 MAX_GRAD_NORM = 1.0
@@ -49,7 +51,8 @@ class TrainCallbacks:
     def on_step(self, point: dict) -> None:
         """After every optimizer step: step, epoch (fractional), loss, lr, grad_norm (before clipping),
         tokens_per_s (non-padding), tokens_seen, memory_mb (CUDA: peak allocated in the step; CPU: process
-        RSS), elapsed_s (seconds spent in optimizer steps, summed over every run of the job)."""
+        RSS), elapsed_s (seconds spent in optimizer steps, summed over every run of the job); dpo adds
+        reward_margin, reward_accuracy, chosen_reward and rejected_reward (eval points: eval_ prefixed)."""
 
     def on_eval(self, point: dict, samples: list[dict]) -> None:
         """After every evaluation: point {step, eval_loss, perplexity} (None without eval rows);
@@ -127,8 +130,10 @@ class _Run:
     autocast: Any                  # a callable returning the autocast context (a no-op in fp32)
     optimizer: Any
     scheduler: Any
-    train_rows: list[Row]
+    train_rows: list[Row]          # sft: packed or single examples
     eval_rows: list[Row]
+    train_pairs: list[Pair]        # dpo: (chosen, rejected) examples
+    eval_pairs: list[Pair]
     steps_per_epoch: int
     total_steps: int
     state: TrainerState
@@ -138,6 +143,20 @@ class _Run:
     @property
     def checkpoints_dir(self) -> Path:
         return self.output_dir / "checkpoints"
+
+    @property
+    def preference(self) -> bool:
+        return self.config.method == "dpo"
+
+    @property
+    def pad_id(self) -> int:
+        return self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+
+    def batches(self, *, epoch: int | None, evaluation: bool = False) -> list[list]:
+        """The micro-batches of an epoch (None: evaluation order), of rows or of preference pairs."""
+        if self.preference:
+            return pair_batches(self.eval_pairs if evaluation else self.train_pairs, self.config, epoch=epoch)
+        return epoch_batches(self.eval_rows if evaluation else self.train_rows, self.config, epoch=epoch)
 
 
 def _setup(config: TrainConfig, model_dir: Path, output_dir: Path, train_rows: Sequence[dict],
@@ -161,17 +180,27 @@ def _setup(config: TrainConfig, model_dir: Path, output_dir: Path, train_rows: S
     trainable = [p for p in model.parameters() if p.requires_grad]
     callbacks.log(f"Loaded {model_dir.name} on {device} ({precision}) in {time.perf_counter() - started:.1f} s.")
 
-    examples, stats = tokenize_rows(train_rows, tokenizer, config)
-    _log_stats(callbacks, stats, "training")
-    train_packed = make_rows(examples, config, shuffle_seed=config.seed)
+    train_packed: list[Row] = []
     eval_packed: list[Row] = []
+    train_pairs: list[Pair] = []
+    eval_pairs: list[Pair] = []
     eval_stats = DataStats()
-    if len(eval_rows):
-        eval_examples, eval_stats = tokenize_rows(eval_rows, tokenizer, config, what="eval rows")
-        _log_stats(callbacks, eval_stats, "eval")
-        eval_packed = make_rows(eval_examples, config, shuffle_seed=None)
+    if config.method == "dpo":
+        train_pairs, stats = tokenize_pairs(train_rows, tokenizer, config)
+        _log_stats(callbacks, stats, "training pairs")
+        if len(eval_rows):
+            eval_pairs, eval_stats = tokenize_pairs(eval_rows, tokenizer, config, what="eval rows")
+            _log_stats(callbacks, eval_stats, "eval pairs")
+    else:
+        examples, stats = tokenize_rows(train_rows, tokenizer, config)
+        _log_stats(callbacks, stats, "training")
+        train_packed = make_rows(examples, config, shuffle_seed=config.seed)
+        if len(eval_rows):
+            eval_examples, eval_stats = tokenize_rows(eval_rows, tokenizer, config, what="eval rows")
+            _log_stats(callbacks, eval_stats, "eval")
+            eval_packed = make_rows(eval_examples, config, shuffle_seed=None)
 
-    micro_batches = math.ceil(len(train_packed) / config.batch_size)
+    micro_batches = math.ceil(len(train_pairs or train_packed) / config.batch_size)
     steps_per_epoch = math.ceil(micro_batches / config.grad_accum)
     total_steps = config.max_steps or config.epochs * steps_per_epoch
 
@@ -187,7 +216,8 @@ def _setup(config: TrainConfig, model_dir: Path, output_dir: Path, train_rows: S
 
     run = _Run(config=config, output_dir=output_dir, callbacks=callbacks, model=model, tokenizer=tokenizer,
                device=device, autocast=autocast, optimizer=optimizer, scheduler=scheduler,
-               train_rows=train_packed, eval_rows=eval_packed, steps_per_epoch=steps_per_epoch,
+               train_rows=train_packed, eval_rows=eval_packed, train_pairs=train_pairs, eval_pairs=eval_pairs,
+               steps_per_epoch=steps_per_epoch,
                total_steps=total_steps, state=TrainerState())
     remove_incomplete(run.checkpoints_dir)
     latest = latest_checkpoint(run.checkpoints_dir)
@@ -200,7 +230,8 @@ def _setup(config: TrainConfig, model_dir: Path, output_dir: Path, train_rows: S
         "trainable_params": sum(p.numel() for p in trainable),
         "total_params": sum(p.numel() for p in model.parameters()),
         "examples": stats.used, "eval_examples": eval_stats.used, "tokens_per_epoch": stats.tokens,
-        "rows_per_epoch": len(train_packed), "steps_per_epoch": steps_per_epoch,
+        "rows_per_epoch": len(train_pairs or train_packed), "steps_per_epoch": steps_per_epoch,
+        "method": config.method,
         "skipped_rows": stats.skipped, "truncated_examples": stats.truncated,
     }
     return run
@@ -210,7 +241,7 @@ def _check_packing_support(config: TrainConfig) -> None:
     """Packing relies on transformers deriving a block-diagonal mask from position_ids (masking_utils'
     packed-sequence detection; checked on 5.24 by the tests). Without it packed examples would attend
     to each other: refuse rather than train on a leaking mask."""
-    if not config.packing:
+    if not config.packing or config.method != "sft":
         return
     try:
         from transformers.masking_utils import find_packed_sequence_indices  # noqa: F401
@@ -264,7 +295,7 @@ def _fit(run: _Run) -> None:
     """Optimizer steps until total_steps (or early stopping), resuming at run.state's position."""
     config, state, callbacks = run.config, run.state, run.callbacks
     while state.step < run.total_steps and not state.stopped_early:
-        batches = epoch_batches(run.train_rows, config, epoch=state.epoch)
+        batches = run.batches(epoch=state.epoch)
         steps = [batches[i:i + config.grad_accum] for i in range(0, len(batches), config.grad_accum)]
         for step_batches in steps[state.batch_in_epoch:]:
             if state.step >= run.total_steps or state.stopped_early:
@@ -293,16 +324,30 @@ def _train_step(run: _Run, micro_batches: list[list[Row]]) -> dict:
     started = time.perf_counter()
     if run.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(run.device)
-    # The loss is the mean over every trained token of the step, not a mean of per-micro-batch means:
-    # each micro-batch's summed loss is divided by the step's token count, so grad_accum k x batch b
-    # gives the gradient of one batch of k*b.
-    trained = sum(sum(int(t != IGNORE) for row in batch for t in row.targets) for batch in micro_batches)
-    tokens = sum(len(row.input_ids) for batch in micro_batches for row in batch)
-    loss_sum = 0.0
-    for batch in micro_batches:
-        loss = _summed_loss(run, batch)
-        (loss / trained).backward()
-        loss_sum += loss.item()
+    extra: dict = {}
+    if run.preference:
+        # The mean over the step's pairs, accumulated as for tokens below.
+        trained = sum(len(batch) for batch in micro_batches)
+        tokens = sum(len(p.chosen.input_ids) + len(p.rejected.input_ids) for batch in micro_batches for p in batch)
+        terms = []
+        for batch in micro_batches:
+            term = dpo_terms(model, batch, beta=run.config.dpo_beta, pad_id=run.pad_id, device=run.device,
+                             autocast=run.autocast)
+            (term["losses"].sum() / trained).backward()
+            terms.append(term)
+        extra = summarize(terms)
+        loss_sum = extra.pop("loss") * trained
+    else:
+        # The loss is the mean over every trained token of the step, not a mean of per-micro-batch means:
+        # each micro-batch's summed loss is divided by the step's token count, so grad_accum k x batch b
+        # gives the gradient of one batch of k*b.
+        trained = sum(sum(int(t != IGNORE) for row in batch for t in row.targets) for batch in micro_batches)
+        tokens = sum(len(row.input_ids) for batch in micro_batches for row in batch)
+        loss_sum = 0.0
+        for batch in micro_batches:
+            loss = _summed_loss(run, batch)
+            (loss / trained).backward()
+            loss_sum += loss.item()
     if not math.isfinite(loss_sum):
         # Stop before the optimizer writes NaNs into the adapter: the last checkpoint stays good.
         raise FloatingPointError(f"The training loss became {loss_sum} at step {state.step + 1}; "
@@ -327,15 +372,15 @@ def _train_step(run: _Run, micro_batches: list[list[Row]]) -> dict:
     state.train_loss = (decay * previous + LOSS_SMOOTHING * loss) / (1 - decay ** state.step)
     return {"step": state.step, "epoch": state.epoch + state.batch_in_epoch / run.steps_per_epoch, "loss": loss,
             "lr": lr, "grad_norm": grad_norm, "tokens_per_s": tokens / seconds if seconds > 0 else 0.0,
-            "tokens_seen": state.tokens_seen, "memory_mb": _memory_mb(run.device), "elapsed_s": state.elapsed_s}
+            "tokens_seen": state.tokens_seen, "memory_mb": _memory_mb(run.device), "elapsed_s": state.elapsed_s,
+            **extra}
 
 
 def _summed_loss(run: _Run, batch: list[Row]) -> Any:
     """Summed cross-entropy over the trained tokens of one micro-batch (a scalar tensor with grad)."""
     import torch
 
-    pad_id = run.tokenizer.pad_token_id if run.tokenizer.pad_token_id is not None else 0
-    tensors = {k: v.to(run.device) for k, v in collate(batch, pad_id, packed=run.config.packing).items()}
+    tensors = {k: v.to(run.device) for k, v in collate(batch, run.pad_id, packed=run.config.packing).items()}
     targets = tensors.pop("targets")
     with run.autocast():
         # use_cache=False: with a KV cache transformers ignores the packing in position_ids.
@@ -367,14 +412,22 @@ def _validate(run: _Run) -> None:
     import torch
 
     config, state = run.config, run.state
-    if not run.eval_rows and not config.sample_prompts:
+    has_eval = bool(run.eval_pairs if run.preference else run.eval_rows)
+    if not has_eval and not config.sample_prompts:
         return
     run.model.eval()
     eval_loss = None
+    extra: dict = {}
     with torch.no_grad():
-        if run.eval_rows:
+        if has_eval and run.preference:
+            extra = summarize([dpo_terms(run.model, batch, beta=config.dpo_beta, pad_id=run.pad_id,
+                                         device=run.device, autocast=run.autocast)
+                               for batch in run.batches(epoch=None, evaluation=True)])
+            eval_loss = extra.pop("loss")
+            extra = {f"eval_{key}": value for key, value in extra.items()}
+        elif has_eval:
             total, count = 0.0, 0
-            for batch in epoch_batches(run.eval_rows, config, epoch=None):
+            for batch in run.batches(epoch=None, evaluation=True):
                 total += _summed_loss(run, batch).item()
                 count += sum(int(t != IGNORE) for row in batch for t in row.targets)
             eval_loss = total / count
@@ -394,8 +447,9 @@ def _validate(run: _Run) -> None:
                 run.callbacks.log(f"Early stopping at step {state.step}: eval loss has not improved for "
                                   f"{state.evals_without_improvement} evaluations.")
     # None rather than inf when exp overflows: points are stored as JSON, which has no infinity.
-    perplexity = math.exp(eval_loss) if eval_loss is not None and eval_loss < 700 else None
-    run.callbacks.on_eval({"step": state.step, "eval_loss": eval_loss, "perplexity": perplexity}, samples)
+    # Perplexity is a language-modelling number: a DPO loss has none.
+    perplexity = math.exp(eval_loss) if eval_loss is not None and eval_loss < 700 and not run.preference else None
+    run.callbacks.on_eval({"step": state.step, "eval_loss": eval_loss, "perplexity": perplexity, **extra}, samples)
     if eval_loss is not None:
         run.callbacks.log(f"Step {state.step}: eval loss {eval_loss:.4f}.")
 
