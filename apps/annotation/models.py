@@ -33,8 +33,9 @@ class Campaign(models.Model):
 
     project = models.ForeignKey("projects.Project", on_delete=models.CASCADE, related_name="campaigns")
     name = models.CharField(max_length=120)
-    dataset_version = models.ForeignKey("datasets.DatasetVersion", on_delete=models.PROTECT, related_name="campaigns")
-    schema = models.ForeignKey(LabelSchema, on_delete=models.PROTECT, related_name="campaigns")
+    # RESTRICT (here and below): not deletable under a campaign, except with the whole project.
+    dataset_version = models.ForeignKey("datasets.DatasetVersion", on_delete=models.RESTRICT, related_name="campaigns")
+    schema = models.ForeignKey(LabelSchema, on_delete=models.RESTRICT, related_name="campaigns")
     selection = models.JSONField(default=dict)  # {"split", "label", "sample", "seed"}: which rows became items
     guidelines = models.TextField(blank=True, max_length=50_000)  # Markdown, rendered sanitised
     overlap = models.PositiveSmallIntegerField(default=1)  # distinct annotators per item
@@ -64,7 +65,7 @@ class Item(models.Model):
     updated in the submit transaction so the queue can order by it without counting."""
 
     campaign = models.ForeignKey(Campaign, on_delete=models.CASCADE, related_name="items")
-    row = models.ForeignKey("datasets.DatasetRow", on_delete=models.PROTECT, related_name="+")
+    row = models.ForeignKey("datasets.DatasetRow", on_delete=models.RESTRICT, related_name="+")
     position = models.PositiveIntegerField()
     completed = models.PositiveSmallIntegerField(default=0)
     is_gold = models.BooleanField(default=False)
@@ -108,7 +109,7 @@ class Annotation(models.Model):
 
     item = models.ForeignKey(Item, on_delete=models.CASCADE, related_name="annotations")
     annotator = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="annotations")
-    schema = models.ForeignKey(LabelSchema, on_delete=models.PROTECT, related_name="+")  # the version answered
+    schema = models.ForeignKey(LabelSchema, on_delete=models.RESTRICT, related_name="+")  # the version answered
     client_id = models.UUIDField()  # made by the client: a retried submit finds its first answer
     skipped = models.BooleanField(default=False)
     values = models.JSONField(default=dict)

@@ -26,8 +26,10 @@ class TrainingJob(models.Model):
     project = models.ForeignKey("projects.Project", on_delete=models.CASCADE, related_name="training_jobs")
     name = models.CharField(max_length=120)
     method = models.CharField(max_length=16, choices=Method.choices, default=Method.SFT)
-    base_model = models.ForeignKey("registry.RegisteredModel", on_delete=models.PROTECT, related_name="training_jobs")
-    dataset_version = models.ForeignKey("datasets.DatasetVersion", on_delete=models.PROTECT,
+    # RESTRICT: a job's inputs cannot be deleted under it, except with the whole project (whose
+    # cascade takes the job too; PROTECT would refuse that).
+    base_model = models.ForeignKey("registry.RegisteredModel", on_delete=models.RESTRICT, related_name="training_jobs")
+    dataset_version = models.ForeignKey("datasets.DatasetVersion", on_delete=models.RESTRICT,
                                         related_name="training_jobs")
     train_split = models.CharField(max_length=16, blank=True)  # "" = every row of the version
     eval_split = models.CharField(max_length=16, blank=True)  # "" = no evaluation
