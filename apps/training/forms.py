@@ -14,6 +14,11 @@ class LaunchForm(forms.Form):
     dataset_version = forms.TypedChoiceField(coerce=int, label="Dataset version")
     train_split = forms.ChoiceField(choices=SPLITS, required=False, label="Training split")
     eval_split = forms.ChoiceField(choices=EVAL_SPLITS, required=False, label="Evaluation split")
+    method = forms.ChoiceField(choices=[("sft", "supervised (SFT): learn the responses"),
+                                        ("dpo", "preference (DPO): prefer the chosen over the rejected response")],
+                               help_text="DPO needs rows with a prompt, a response (the chosen one) and a "
+                                         "“rejected” column, as annotation and comparison exports write them.")
+    dpo_beta = forms.FloatField(label="DPO beta", help_text="DPO only: how far the model may move from the base.")
     format = forms.ChoiceField(choices=[("prompt_response", "prompt / response"), ("chat", "chat messages")])
     prompt_template = forms.CharField(required=False, help_text="prompt / response only: {prompt} is replaced by "
                                                                 "the row's prompt.")
@@ -51,13 +56,13 @@ class LaunchForm(forms.Form):
                                            ("fp32", "fp32")])
     gradient_checkpointing = forms.BooleanField(required=False, label="Gradient checkpointing")
 
-    CONFIG_FIELDS = ["format", "prompt_template", "loss_on", "lora_r", "lora_alpha", "lora_dropout", "learning_rate",
+    CONFIG_FIELDS = ["method", "dpo_beta", "format", "prompt_template", "loss_on", "lora_r", "lora_alpha", "lora_dropout", "learning_rate",
                      "lr_scheduler", "warmup_steps", "epochs", "max_steps", "batch_size", "grad_accum", "max_seq_len",
                      "packing", "weight_decay", "eval_every", "eval_at_start", "early_stopping_patience",
                      "checkpoint_every", "seed", "precision", "gradient_checkpointing"]
 
     FIELDSETS = [
-        ("Inputs", ["name", "base_model", "dataset_version", "train_split", "eval_split"]),
+        ("Inputs", ["name", "method", "dpo_beta", "base_model", "dataset_version", "train_split", "eval_split"]),
         ("Data format", ["format", "prompt_template", "loss_on", "max_seq_len", "packing"]),
         ("LoRA", ["lora_r", "lora_alpha", "lora_dropout", "target_preset", "target_custom"]),
         ("Optimisation", ["learning_rate", "lr_scheduler", "warmup_steps", "epochs", "max_steps", "batch_size",

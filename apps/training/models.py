@@ -22,6 +22,7 @@ class TrainingJob(models.Model):
 
     class Method(models.TextChoices):
         SFT = "sft", "Supervised fine-tune (LoRA)"
+        DPO = "dpo", "Preference tuning (DPO, LoRA)"
 
     project = models.ForeignKey("projects.Project", on_delete=models.CASCADE, related_name="training_jobs")
     name = models.CharField(max_length=120)

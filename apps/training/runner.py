@@ -106,6 +106,10 @@ def _rows(job: TrainingJob, split: str, limit: int | None = None) -> list[dict]:
     rows = job.dataset_version.rows.order_by("position")
     if split:
         rows = rows.filter(split=split)
+    if job.method == TrainingJob.Method.DPO:  # the rejected answer is kept as metadata by preference exports
+        rows = rows.values("prompt", "response", "messages", "metadata")
+        return [{"prompt": r["prompt"], "response": r["response"], "messages": r["messages"],
+                 "rejected": (r["metadata"] or {}).get("rejected")} for r in (rows[:limit] if limit else rows)]
     rows = rows.values("prompt", "response", "messages")
     return list(rows[:limit] if limit else rows)
 

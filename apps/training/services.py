@@ -60,8 +60,9 @@ def job_launch(*, user, project: Project, name: str, base_model: int, dataset_ve
         Project.objects.select_for_update().filter(pk=project.pk).first()  # serialises launches per project
         _check_quota(user, project)
         job = TrainingJob.objects.create(
-            project=project, name=name, base_model=model, dataset_version=version, train_split=train_split,
-            eval_split=eval_split, config=train_config.as_dict(), parent=parent, created_by=user,
+            project=project, name=name, method=train_config.method, base_model=model, dataset_version=version,
+            train_split=train_split, eval_split=eval_split, config=train_config.as_dict(), parent=parent,
+            created_by=user,
             idempotency_key=idempotency_key, request_hash=request_hash)
         audit_record(actor=user, action="job.launch", project=project, target=job, ip_address=ip_address,
                      after={"name": name, "base_model": model.pk, "dataset_version": version.pk,
@@ -82,7 +83,7 @@ def job_estimate(*, user, project: Project, name: str, base_model: int, dataset_
     _, model, version, train_config, train_split, _ = _checked_inputs(
         user, project, token, name=name, base_model=base_model, dataset_version=dataset_version,
         train_split=train_split, eval_split=eval_split, config=config)
-    examples = usable_rows(version, train_split, train_config.format).count()
+    examples = usable_rows(version, train_split, train_config.format, train_config.method).count()
     per_step = train_config.batch_size * train_config.grad_accum
     steps = train_config.max_steps or math.ceil(examples * train_config.epochs / per_step)
     # "auto" means bf16 on a capable GPU and fp32 on CPU; the web tier cannot know which worker
@@ -106,7 +107,8 @@ def _checked_inputs(user, project: Project, token, *, name, base_model, dataset_
     model = _launchable_model(user, project, base_model, token)
     version = _launchable_version(user, project, dataset_version, token)
     train_config = _checked_config(config or {}, model)
-    train_split, eval_split = _checked_splits(version, train_split, eval_split, train_config.format)
+    train_split, eval_split = _checked_splits(version, train_split, eval_split, train_config.format,
+                                              train_config.method)
     if not train_config.sample_prompts:
         train_config.sample_prompts = _sample_prompts(version, eval_split or train_split, train_config.format)
     return name, model, version, train_config, train_split, eval_split
@@ -176,7 +178,8 @@ def _checked_config(config: dict, model: RegisteredModel):
     return train_config
 
 
-def _checked_splits(version: DatasetVersion, train_split: str, eval_split: str, fmt: str) -> tuple[str, str]:
+def _checked_splits(version: DatasetVersion, train_split: str, eval_split: str, fmt: str,
+                    method: str = "sft") -> tuple[str, str]:
     train_split, eval_split = (train_split or "").strip(), (eval_split or "").strip()
     splits = set(version.rows.exclude(split="").values_list("split", flat=True).distinct())
     for field, split in (("train_split", train_split), ("eval_split", eval_split)):
@@ -185,20 +188,26 @@ def _checked_splits(version: DatasetVersion, train_split: str, eval_split: str, 
             raise Invalid(f"Version {version.number} has no “{split}” split (its splits: {known}).", field=field)
     if train_split and train_split == eval_split:
         raise Invalid("Evaluate on a split other than the training split.", field="eval_split")
-    if not usable_rows(version, train_split, fmt).exists():
-        what = "a prompt and a response" if fmt == "prompt_response" else "chat messages"
+    if not usable_rows(version, train_split, fmt, method).exists():
         where = f"the “{train_split}” split of version {version.number}" if train_split else f"version {version.number}"
+        if method == "dpo":
+            raise Invalid(f"No row of {where} has a prompt, a response (the chosen one) and a “rejected” response, "
+                          "which preference tuning needs.", field="dataset_version")
+        what = "a prompt and a response" if fmt == "prompt_response" else "chat messages"
         raise Invalid(f"No row of {where} has {what}, which the {fmt} format needs.", field="dataset_version")
     return train_split, eval_split
 
 
-def usable_rows(version: DatasetVersion, split: str, fmt: str):
+def usable_rows(version: DatasetVersion, split: str, fmt: str, method: str = "sft"):
     rows = version.rows.all()
     if split:
         rows = rows.filter(split=split)
     if fmt == "chat":
         return rows.filter(messages__isnull=False)
-    return rows.exclude(Q(prompt__isnull=True) | Q(prompt="") | Q(response__isnull=True) | Q(response=""))
+    rows = rows.exclude(Q(prompt__isnull=True) | Q(prompt="") | Q(response__isnull=True) | Q(response=""))
+    if method == "dpo":  # preference rows keep the rejected answer as metadata (annotation / comparison exports)
+        rows = rows.filter(metadata__has_key="rejected").exclude(metadata__rejected="")
+    return rows
 
 
 def _check_quota(user, project: Project) -> None:
