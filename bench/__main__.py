@@ -11,6 +11,7 @@ BENCHMARKS = {
     "browse_scale": "bench.browse_scale",
     "generate_batched": "bench.generate_batched",
     "train_lora": "bench.train_lora",
+    "compare_batched": "bench.compare_batched",
 }
 
 

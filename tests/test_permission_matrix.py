@@ -6,7 +6,7 @@ needs (and, when the code checks more than one, all of them in the order it chec
 factory for the request body, the status of a successful call, and how to set up the objects
 the call acts on so that success is actually possible.
 `test_every_project_scoped_endpoint_in_the_url_conf_has_a_row` fails when a route or method
-under /api/ that takes a `project_id`, a `dataset_id` or a `job_id` has no row.
+under /api/ that takes a `project_id`, a `dataset_id`, a `job_id` or a `comparison_id` has no row.
 
 The expected answer for each (row, principal) cell is computed from the permission catalogue
 (`apps/projects/permissions.py`), never written per cell:
@@ -120,6 +120,37 @@ def _arrange_job(state: str):
 
         return {"job_id": make_job(world.project, world.owner, state=state).pk}
     return arrange
+
+
+def _arrange_comparison(state: str = "succeeded", *, decisive_vote: bool = False):
+    """A comparison of world.project with its grid filled (placeholder models, no worker)."""
+    def arrange(world: World) -> dict:
+        from apps.comparison import services as comparison_services
+        from tests.comparison.factories import make_comparison
+
+        comparison = make_comparison(world.project, world.owner, state=state)
+        if decisive_vote:
+            pair = comparison_services.pair_next(user=world.owner, comparison=comparison)
+            comparison_services.vote_cast(user=world.owner, comparison=comparison, pair_id=pair.pk, choice="a",
+                                          client_id="arranged")
+        return {"comparison_id": comparison.pk}
+    return arrange
+
+
+def _vote_body(world: World) -> dict:
+    """A pair served to whoever makes the request: the person logged in last, else (API tokens)
+    the owner, whose tokens they are."""
+    from django.contrib.auth import get_user_model
+
+    from apps.comparison.models import Comparison, Pair
+
+    actor = (get_user_model().objects.filter(last_login__isnull=False).order_by("-last_login").first()
+             or world.owner)
+    comparison = Comparison.objects.get(project=world.project)
+    first, second = comparison.contestants.order_by("position")[:2]
+    pair = Pair.objects.create(comparison=comparison, voter=actor, prompt=comparison.prompts.first(), first=first,
+                               second=second, first_on_left=True)
+    return {"pair": pair.pk, "choice": "b", "client_id": "matrix"}
 
 
 def _arrange_campaign(world: World) -> dict:
@@ -290,6 +321,29 @@ ENDPOINTS = [
              checks=("job.view", "job.launch"), arrange=_arrange_job("failed")),
     Endpoint("job-copy", "POST", "/api/jobs/<int:job_id>/copy/", "job.launch", lambda w: {"name": "Again"}, 201,
              checks=("job.view", "job.launch", "model.view", "dataset.view"), arrange=_arrange_job("succeeded")),
+    # comparisons. A permitted create reaches the model check: model 999999 is not the project's, so
+    # it is 400 (tests/comparison covers creation); the refusals are what this row checks.
+    Endpoint("comparisons-list", "GET", f"{P}/comparisons/", "compare.view", _no_body, 200),
+    Endpoint("comparison-create", "POST", f"{P}/comparisons/", "compare.run",
+             lambda w: {"name": "Cmp", "models": [999999, 999998], "prompts": ["hi"]}, 400, audit_writes=0),
+    Endpoint("project-leaderboard", "GET", f"{P}/leaderboard/", "compare.view", _no_body, 200),
+    Endpoint("comparison-get", "GET", "/api/comparisons/<int:comparison_id>/", "compare.view", _no_body, 200,
+             arrange=_arrange_comparison()),
+    Endpoint("comparison-delete", "DELETE", "/api/comparisons/<int:comparison_id>/", "compare.run", _no_body, 204,
+             checks=("compare.view", "compare.run"), arrange=_arrange_comparison()),
+    Endpoint("comparison-cancel", "POST", "/api/comparisons/<int:comparison_id>/cancel/", "compare.run", _no_body,
+             200, checks=("compare.view", "compare.run"), arrange=_arrange_comparison("queued")),
+    Endpoint("comparison-grid", "GET", "/api/comparisons/<int:comparison_id>/grid/", "compare.view", _no_body, 200,
+             arrange=_arrange_comparison()),
+    Endpoint("comparison-leaderboard", "GET", "/api/comparisons/<int:comparison_id>/leaderboard/", "compare.view",
+             _no_body, 200, arrange=_arrange_comparison()),
+    Endpoint("comparison-next-pair", "POST", "/api/comparisons/<int:comparison_id>/pairs/next/", "compare.vote",
+             _no_body, 200, arrange=_arrange_comparison(), audit_writes=0),
+    Endpoint("comparison-vote", "POST", "/api/comparisons/<int:comparison_id>/votes/", "compare.vote", _vote_body,
+             201, arrange=_arrange_comparison(), audit_writes=0),
+    Endpoint("comparison-export", "POST", "/api/comparisons/<int:comparison_id>/export/", "dataset.import",
+             lambda w: {"dataset_name": "Preferences"}, 201, checks=("compare.view", "dataset.import"),
+             arrange=_arrange_comparison(decisive_vote=True)),
     # annotation. Working a campaign needs annotation.submit and being assigned to it: anyone
     # else is not "in" it and gets 404 (the campaign here is open to all project annotators).
     Endpoint("label-schemas-list", "GET", f"{P}/label-schemas/", "campaign.manage", _no_body, 200),
@@ -501,7 +555,7 @@ def test_each_principal_gets_what_the_permission_catalogue_says_on_each_endpoint
     assert writes == (endpoint.expected_audit_writes if succeeded else 0)
 
 
-SCOPED_IDS = ("project", "dataset", "job", "campaign", "schema", "annotation", "export")
+SCOPED_IDS = ("project", "dataset", "job", "comparison", "campaign", "schema", "annotation", "export")
 # Endpoints that act only on the caller's own objects, with their tests elsewhere.
 EXEMPT = {
     # Edits one's own annotation only: others get 403/404 (tests/annotation/test_campaigns.py).
@@ -526,7 +580,7 @@ def test_every_project_scoped_endpoint_in_the_url_conf_has_a_row():
             in_url_conf |= {(route, method.upper()) for method in ("get", "post", "put", "patch", "delete")
                             if hasattr(view_class, method) and (route, method.upper()) not in EXEMPT}
     dummy = {"project_id": 1, "dataset_id": 2, "membership_id": 3, "role_id": 4, "grant_id": 5, "number": 6,
-             "job_id": 7, "campaign_id": 9, "item_id": 10, "schema_id": 11, "annotation_id": 12,
+             "job_id": 7, "comparison_id": 8, "campaign_id": 9, "item_id": 10, "schema_id": 11, "annotation_id": 12,
              "export_id": 13}
     in_table = {(resolve(fill(e.url, dummy)).route, e.method) for e in ENDPOINTS}
     assert in_url_conf, "found no project-scoped API routes: the walk above is broken"

@@ -90,6 +90,7 @@ INSTALLED_APPS = [
     "apps.registry",
     "apps.training",
     "apps.serving",
+    "apps.comparison",
     "apps.monitoring",
     "apps.annotation",
 ]
@@ -226,6 +227,7 @@ INFERENCE_TIMEOUT_S = env_float("INFERENCE_TIMEOUT_S", 300.0)
 # Workers with `-B` (the embedded default) look for jobs whose worker vanished this often.
 CELERY_BEAT_SCHEDULE = {
     "training-reap-stale": {"task": "training.reap_stale", "schedule": 60.0, "options": {"queue": "default"}},
+    "comparison-reap-stale": {"task": "comparison.reap_stale", "schedule": 60.0, "options": {"queue": "default"}},
     "monitoring-evaluate-alerts": {"task": "monitoring.evaluate_alerts", "schedule": 60.0,
                                    "options": {"queue": "default", "expires": 60}},
 }
@@ -327,6 +329,7 @@ REST_FRAMEWORK = {
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Workbench API",
+    "DESCRIPTION": "Projects, datasets, annotation, fine-tuning and comparison.",
     "VERSION": "0.1.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "SWAGGER_UI_DIST": "SIDECAR",

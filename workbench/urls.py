@@ -11,6 +11,7 @@ api_patterns = [
     path("", include("apps.registry.api_urls")),
     path("", include("apps.training.api_urls")),
     path("", include("apps.annotation.api_urls")),
+    path("", include("apps.comparison.api_urls")),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     # The split view serves its start-up script as a file, so the CSP needs no inline script.
     path("docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="docs"),
@@ -27,6 +28,7 @@ urlpatterns = [
     path("", include("apps.training.urls")),
     path("", include("apps.serving.urls")),
     path("", include("apps.annotation.urls")),
+    path("", include("apps.comparison.urls")),
     path("", include("apps.monitoring.urls")),
     path("api/", include(api_patterns)),
     # OpenAI-compatible: the paths its clients expect (base_url = <server>/v1).

@@ -8,7 +8,7 @@ SECTIONS = [
     ("annotation", "Annotation", "annotation:all"),
     ("jobs", "Jobs", "training:all"),
     ("models", "Models", "registry:all"),
-    ("compare", "Compare", None),
+    ("compare", "Compare", "comparison:all"),
 ]
 
 

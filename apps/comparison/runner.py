@@ -1,0 +1,181 @@
+"""Runs one comparison inside an `inference` worker: the adapter between the database, the
+channel layer and the comparison engine (workers.comparison.run_grid).
+
+The grid is generated model by model in batches through the worker's shared micro-batcher
+and model cache (apps.serving.runner.batcher): a comparison reuses models the playground
+already loaded and takes turns with playground requests on the device. After every batch
+its cells are stored (keyed by prompt and model, so a rerun skips what is done), published to
+`comparison.<id>`, and the cancel flag is read.
+
+Claiming, as for fine-tune jobs (apps.training.runner): a QUEUED comparison is taken at once; a
+RUNNING one only once its heartbeat is stale (its worker died and the broker redelivered the
+message: tasks are acked late), and it then continues with the cells not yet stored. A
+message for a comparison that ended does nothing, and one whose worker was lost
+TRAINING_MAX_RUNS times fails instead of looping. The heartbeat settings are the training
+ones (TRAINING_HEARTBEAT_S, TRAINING_HEARTBEAT_STALE_S): one notion of a lost worker.
+"""
+
+import logging
+import threading
+import time
+import traceback
+
+from django.conf import settings
+from django.db import close_old_connections, connection, transaction
+from django.utils import timezone
+
+from apps.comparison import events, selectors
+from apps.comparison.models import Comparison, Output
+
+logger = logging.getLogger(__name__)
+
+
+def claim(comparison_id: int, *, worker: str) -> Comparison | None:
+    """Take the comparison for this worker, or return None when it is not ours to run."""
+    stale_s = settings.TRAINING_HEARTBEAT_STALE_S
+    deadline = time.monotonic() + stale_s + 5
+    while True:
+        with transaction.atomic():
+            comparison = Comparison.objects.select_for_update().filter(pk=comparison_id).first()
+            if comparison is None or comparison.state in Comparison.ENDED:
+                return None
+            stale_before = timezone.now() - timezone.timedelta(seconds=stale_s)
+            orphaned = comparison.state == Comparison.State.RUNNING and (
+                comparison.heartbeat_at is None or comparison.heartbeat_at < stale_before)
+            if comparison.state == Comparison.State.QUEUED or orphaned:
+                if orphaned and comparison.runs >= settings.TRAINING_MAX_RUNS:
+                    comparison.state, comparison.finished_at = Comparison.State.FAILED, timezone.now()
+                    comparison.error = (f"The worker running this comparison was lost {comparison.runs} times (out "
+                                        "of memory, or the machine went away); it was not retried again.")
+                    comparison.save(update_fields=["state", "finished_at", "error"])
+                    return None
+                comparison.state, comparison.runs = Comparison.State.RUNNING, comparison.runs + 1
+                comparison.worker, comparison.heartbeat_at = worker[:200], timezone.now()
+                comparison.started_at = comparison.started_at or timezone.now()
+                comparison.save(update_fields=["state", "runs", "worker", "heartbeat_at", "started_at"])
+                return comparison
+        # RUNNING with a fresh heartbeat: its worker may have just died (a redelivery comes at
+        # once), or it is alive and this message is a duplicate. Wait to find out.
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(min(1.0, stale_s / 4))
+
+
+class Heartbeat:
+    """A thread that keeps the comparison's heartbeat fresh while this worker runs it, however
+    long one batch takes."""
+
+    def __init__(self, comparison_id: int, *, runs: int) -> None:
+        self.comparison_id, self.runs = comparison_id, runs
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name=f"heartbeat-comparison-{comparison_id}", daemon=True)
+
+    def __enter__(self) -> "Heartbeat":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _beat(self) -> None:
+        try:
+            while not self._stop.wait(settings.TRAINING_HEARTBEAT_S):
+                Comparison.objects.filter(pk=self.comparison_id, runs=self.runs,
+                                          state=Comparison.State.RUNNING).update(heartbeat_at=timezone.now())
+        except Exception:  # the run goes on; a stale heartbeat only invites a takeover
+            logger.exception("heartbeat of comparison %s stopped", self.comparison_id)
+        finally:
+            connection.close()
+
+
+def run_comparison(comparison_id: int, *, worker: str = "") -> None:
+    """What the `comparison.run` task runs: claim, then generate the cells not yet stored."""
+    comparison = claim(comparison_id, worker=worker)
+    if comparison is None:
+        return  # already ended, cancelled while queued, deleted, or running elsewhere
+    with Heartbeat(comparison.pk, runs=comparison.runs):
+        _run(comparison)
+
+
+def _run(comparison: Comparison) -> None:
+    from apps.serving.runner import batcher, model_paths
+    from workers.comparison import GridCancelled, GridModel, GridPrompt, run_grid
+    from workers.inference import SamplingParams
+
+    comparison_id = comparison.pk
+    events.comparison_state(comparison)
+    contestants = selectors.contestants(comparison)
+    prompts = {p.position: p for p in comparison.prompts.all()}
+    by_column = {c.position: c for c in contestants}
+    models = []
+    for c in contestants:
+        base, adapter = model_paths(c.model)
+        models.append(GridModel(column=c.position, key=f"model-{c.model.base_model_id or c.model_id}", path=str(base),
+                                adapter_path=str(adapter) if adapter else None,
+                                chat=bool((c.model.info or {}).get("chat_template"))))
+    grid_prompts = [GridPrompt(row=p.position, text=p.text, reference=p.reference) for p in prompts.values()]
+    done = set(Output.objects.filter(comparison=comparison).values_list("prompt__position", "contestant__position"))
+    params = dict(comparison.params)
+    params["stop"] = tuple(params.get("stop") or ())
+
+    def on_cells(cells) -> bool:
+        close_old_connections()
+        if not Comparison.objects.filter(pk=comparison_id).exists():
+            return True  # deleted while running
+        stored = Output.objects.bulk_create(
+            [Output(comparison_id=comparison_id, prompt=prompts[c.row], contestant=by_column[c.column], text=c.text,
+                    error=c.error, finish_reason=c.finish_reason, prompt_tokens=c.prompt_tokens,
+                    completion_tokens=c.completion_tokens, latency_s=c.latency_s, tokens_per_s=c.tokens_per_s,
+                    scores=c.scores) for c in cells],
+            update_conflicts=True, unique_fields=["prompt", "contestant"],
+            update_fields=["text", "error", "finish_reason", "prompt_tokens", "completion_tokens", "latency_s",
+                           "tokens_per_s", "scores", "created_at"])
+        total = Output.objects.filter(comparison_id=comparison_id).count()
+        alive = Comparison.objects.filter(pk=comparison_id).update(cells_done=total)
+        events.cells(comparison_id, [{**selectors.cell_payload(o), "prompt": o.prompt.pk,
+                                      "contestant": o.contestant.pk} for o in stored])
+        current = Comparison.objects.filter(pk=comparison_id).values("cancel_requested", "cells_done").first()
+        if current:
+            events.comparison_state(Comparison(pk=comparison_id, state=Comparison.State.RUNNING,
+                                               cells_done=current["cells_done"], cells_total=comparison.cells_total,
+                                               cancel_requested=current["cancel_requested"]))
+        return not alive or bool(current and current["cancel_requested"])
+
+    try:
+        run_grid(models, grid_prompts, SamplingParams(**params), batcher=batcher(), on_cells=on_cells, done=done,
+                 batch_size=settings.INFERENCE_MAX_BATCH_SIZE, timeout_s=settings.INFERENCE_TIMEOUT_S)
+    except GridCancelled:
+        _end(comparison_id, Comparison.State.CANCELLED)
+        return
+    except Exception as exc:  # a model that cannot load, a timeout: the scientist sees why
+        logger.exception("comparison %s failed", comparison_id)
+        _end(comparison_id, Comparison.State.FAILED, error=f"{type(exc).__name__}: {exc}"[:2000],
+             trace=traceback.format_exc())
+        return
+    _end(comparison_id, Comparison.State.SUCCEEDED)
+
+
+def _end(comparison_id: int, state: str, *, error: str = "", trace: str = "") -> None:
+    close_old_connections()
+    if trace:
+        logger.info("comparison %s: %s", comparison_id, trace)
+    Comparison.objects.filter(pk=comparison_id).update(state=state, error=error, finished_at=timezone.now())
+    comparison = Comparison.objects.filter(pk=comparison_id).first()
+    if comparison is not None:
+        events.comparison_state(comparison)
+
+
+
+def reap_stale_comparisons() -> int:
+    """Re-send the message of every RUNNING comparison whose worker went silent (a killed
+    inference worker's unacknowledged message would otherwise wait for the broker's visibility
+    timeout, 12 hours); the claim above takes it over. Returns how many. Run by beat."""
+    from apps.comparison.services import _enqueue
+
+    stale_before = timezone.now() - timezone.timedelta(seconds=settings.TRAINING_HEARTBEAT_STALE_S)
+    stale = list(Comparison.objects.filter(state=Comparison.State.RUNNING, heartbeat_at__lt=stale_before)
+                 .values_list("pk", flat=True))
+    for comparison_id in stale:
+        _enqueue(comparison_id)
+    return len(stale)

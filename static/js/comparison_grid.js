@@ -1,0 +1,153 @@
+// The comparison grid, live: cells arrive over the comparison's websocket (the backlog from
+// the database on connect, then each batch as the worker finishes it), keyed by
+// (prompt, contestant) so a cell that arrives twice is drawn once. Model output is always set
+// as text (textContent), never as markup. The word diff against a chosen column is computed
+// here (longest common subsequence of words) and built from text nodes.
+(function () {
+  "use strict";
+  var box = document.querySelector("[data-testid=comparison]");
+  if (!box) return;
+  var ended = ["succeeded", "failed", "cancelled"];
+  var field = function (name) { return box.querySelector("[data-field=" + name + "]"); };
+  var cells = {};  // "prompt-contestant" -> cell payload
+  var diffAgainst = document.getElementById("diff-against");
+  var delay = 1000;
+
+  function key(cell) { return cell.prompt + "-" + cell.contestant; }
+
+  function words(text) { return text.split(/(\s+)/).filter(function (w) { return w.length; }); }
+
+  // Word-level diff of `text` against `base`: [{op: "same"|"ins"|"del", text}].
+  function diff(base, text) {
+    var a = words(base), b = words(text);
+    if (a.length * b.length > 4000000) return [{ op: "same", text: text }];  // too long to diff in the page
+    var n = a.length, m = b.length, i, j;
+    var table = [];
+    for (i = 0; i <= n; i++) { table.push(new Array(m + 1).fill(0)); }
+    for (i = n - 1; i >= 0; i--) {
+      for (j = m - 1; j >= 0; j--) {
+        table[i][j] = a[i] === b[j] ? table[i + 1][j + 1] + 1 : Math.max(table[i + 1][j], table[i][j + 1]);
+      }
+    }
+    var out = [];
+    i = 0; j = 0;
+    while (i < n || j < m) {
+      if (i < n && j < m && a[i] === b[j]) { out.push({ op: "same", text: b[j] }); i++; j++; }
+      else if (j < m && (i === n || table[i][j + 1] >= table[i + 1][j])) { out.push({ op: "ins", text: b[j] }); j++; }
+      else { out.push({ op: "del", text: a[i] }); i++; }
+    }
+    return out;
+  }
+
+  function renderText(node, cell) {
+    node.textContent = "";
+    var against = diffAgainst && diffAgainst.value;
+    var base = against && cells[cell.prompt + "-" + against];
+    if (!against || String(cell.contestant) === against || !base || cell.error || base.error) {
+      node.textContent = cell.error ? "Error: " + cell.error : cell.text;
+      return;
+    }
+    diff(base.text, cell.text).forEach(function (part) {
+      if (part.op === "same") { node.appendChild(document.createTextNode(part.text)); return; }
+      var mark = document.createElement(part.op);
+      mark.className = "diff";
+      mark.textContent = part.text;
+      node.appendChild(mark);
+    });
+  }
+
+  function meta(cell) {
+    if (cell.error) return "failed";
+    var parts = [];
+    if (cell.latency_s !== null && cell.latency_s !== undefined) parts.push(cell.latency_s.toFixed(2) + " s");
+    if (cell.tokens_per_s !== null && cell.tokens_per_s !== undefined) parts.push(cell.tokens_per_s.toFixed(1) + " tok/s");
+    parts.push(cell.completion_tokens + " tokens");
+    var s = cell.scores || {};
+    if (s.exact_match !== undefined) parts.push("EM " + s.exact_match);
+    if (s.rouge_l !== undefined) parts.push("ROUGE-L " + s.rouge_l.toFixed(3));
+    if (s.perplexity !== undefined) parts.push("ppl " + s.perplexity.toFixed(2));
+    return parts.join(" · ");
+  }
+
+  function draw(cell) {
+    var td = box.ownerDocument.querySelector("[data-cell='" + key(cell) + "']");
+    if (!td) return;
+    td.classList.toggle("error", !!cell.error);
+    td.dataset.filled = "true";
+    renderText(td.querySelector("[data-field=text]"), cell);
+    td.querySelector("[data-field=meta]").textContent = meta(cell);
+  }
+
+  function redrawAll() { Object.keys(cells).forEach(function (k) { draw(cells[k]); }); }
+
+  // Per model: outputs, failures, mean latency and tokens/s, and with references the exact-match
+  // rate, mean ROUGE-L and the perplexity of all references together (as the server computes it).
+  function summarise() {
+    var by = {};
+    Object.keys(cells).forEach(function (k) {
+      var c = cells[k];
+      var s = by[c.contestant] || (by[c.contestant] = { n: 0, errors: 0, latency: [], speed: [], em: [], rouge: [],
+                                                          nll: 0, tokens: 0 });
+      s.n += 1;
+      if (c.error) { s.errors += 1; return; }
+      if (c.latency_s !== null && c.latency_s !== undefined) s.latency.push(c.latency_s);
+      if (c.tokens_per_s !== null && c.tokens_per_s !== undefined) s.speed.push(c.tokens_per_s);
+      var sc = c.scores || {};
+      if (sc.exact_match !== undefined) { s.em.push(sc.exact_match); s.rouge.push(sc.rouge_l); }
+      if (sc.reference_nll !== undefined) { s.nll += sc.reference_nll; s.tokens += sc.reference_tokens; }
+    });
+    var mean = function (xs) { return xs.reduce(function (a, b) { return a + b; }, 0) / xs.length; };
+    Object.keys(by).forEach(function (contestant) {
+      var td = document.querySelector("[data-summary='" + contestant + "']");
+      if (!td) return;
+      var s = by[contestant], parts = [s.n + " outputs" + (s.errors ? ", " + s.errors + " failed" : "")];
+      if (s.latency.length) parts.push(mean(s.latency).toFixed(2) + " s");
+      if (s.speed.length) parts.push(mean(s.speed).toFixed(1) + " tok/s");
+      if (s.em.length) parts.push("exact match " + mean(s.em).toFixed(2), "ROUGE-L " + mean(s.rouge).toFixed(3));
+      if (s.tokens) parts.push("ppl " + Math.exp(s.nll / s.tokens).toFixed(2));
+      td.textContent = parts.join(" · ");
+    });
+  }
+
+  function renderState(state) {
+    field("state").textContent = state.state;
+    field("done").textContent = state.cells_done;
+    field("total").textContent = state.cells_total;
+    field("error").textContent = state.error || "";
+    var bar = box.querySelector("progress");
+    bar.max = state.cells_total || 1;
+    bar.value = state.cells_done;
+    if (ended.indexOf(state.state) >= 0 && ended.indexOf(box.dataset.state) < 0) {
+      box.dataset.state = state.state;
+      var cancel = field("cancel");
+      if (cancel) cancel.remove();
+    }
+  }
+
+  function addCells(list) {
+    list.forEach(function (cell) { cells[key(cell)] = cell; });
+    if (diffAgainst && diffAgainst.value) { redrawAll(); } else { list.forEach(draw); }
+    summarise();
+  }
+
+  if (diffAgainst) diffAgainst.addEventListener("change", redrawAll);
+
+  function connect() {
+    if (!window.WebSocket) return;
+    var socket = new WebSocket((location.protocol === "https:" ? "wss://" : "ws://") + location.host + box.dataset.socket);
+    var live = field("live");
+    socket.onmessage = function (message) {
+      var data = JSON.parse(message.data);
+      if (data.type === "state") renderState(data.comparison);
+      else if (data.type === "cells") addCells(data.cells);
+      else if (data.type === "live") { live.hidden = false; delay = 1000; }
+    };
+    socket.onclose = function (event) {
+      live.hidden = true;
+      if (event.code >= 4400 && event.code < 4500) return;  // refused: do not hammer the server
+      setTimeout(connect, delay);
+      delay = Math.min(delay * 2, 15000);
+    };
+  }
+  connect();
+})();
