@@ -19,7 +19,8 @@ from django.utils import timezone
 from apps.annotation import schema as schema_rules
 from apps.annotation.models import Annotation, AnnotationExport, Campaign, Draft, Item, LabelSchema, Lease
 from apps.core.errors import Conflict, Invalid, NotFound
-from apps.datasets.models import DatasetRow, DatasetVersion
+from apps.datasets.models import DatasetRow
+from apps.datasets.selectors import readable_version
 from apps.projects import policy
 from apps.projects.audit import audit_record
 from apps.projects.models import Membership, Project
@@ -97,11 +98,7 @@ def campaign_create(*, user, project: Project, name: str, dataset_version_id, sc
                     suggestion_model_id=None, token=None, ip_address=None) -> Campaign:
     policy.require(user, "campaign.manage", project, token)
     name = _name(name)
-    version = DatasetVersion.objects.filter(pk=_id(dataset_version_id, "dataset_version"),
-                                            dataset__project=project, dataset__deleted_at__isnull=True,
-                                            status=DatasetVersion.Status.READY).first()
-    if version is None:
-        raise Invalid("no such dataset version in this project", field="dataset_version")
+    version = readable_version(user, project, dataset_version_id, token)
     schema = LabelSchema.objects.filter(pk=_id(schema_id, "schema"), project=project, children__isnull=True).first()
     if schema is None:
         raise Invalid("no such label schema in this project (or not its newest version)", field="schema")

@@ -17,6 +17,7 @@ from apps.comparison.models import Comparison, Contestant, Output, Pair, Prompt,
 from apps.core.errors import Conflict, Invalid, NotFound
 from apps.core.jobs import enqueue
 from apps.datasets.models import Dataset, DatasetVersion
+from apps.datasets.selectors import readable_version
 from apps.projects import policy
 from apps.projects.audit import audit_record
 from apps.projects.models import Project
@@ -52,7 +53,7 @@ def comparison_create(*, user, project: Project, name: str, models: list, prompt
     if dataset_version is not None:
         if prompts:
             raise Invalid("Give typed prompts or a dataset version, not both.", field="prompts")
-        version = _checked_version(user, project, dataset_version, token)
+        version = readable_version(user, project, dataset_version, token)
         rows, source = _sampled_rows(version, split=split, sample_size=sample_size, seed=seed)
     else:
         rows, source = _typed_rows(prompts, references), {"kind": "ad_hoc"}
@@ -90,16 +91,6 @@ def _checked_models(user, project: Project, models, token) -> list[RegisteredMod
         chosen.append(model)
     return chosen
 
-
-def _checked_version(user, project: Project, version_id, token) -> DatasetVersion:
-    try:
-        version = DatasetVersion.objects.select_related("dataset").get(
-            pk=int(version_id), dataset__project=project, dataset__deleted_at__isnull=True,
-            status=DatasetVersion.Status.READY)
-        policy.get_object(user, Dataset, version.dataset_id, "dataset.view", token, project_id=project.pk)
-    except (DatasetVersion.DoesNotExist, NotFound, ValueError, TypeError, OverflowError):
-        raise Invalid("No such dataset version in this project.", field="dataset_version") from None
-    return version
 
 
 def _typed_rows(prompts, references) -> list[tuple[str, str | None, None]]:

@@ -12,6 +12,24 @@ PAGE_ROWS = 50
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 
+def readable_version(user, project, version_id, token=None, *, field: str = "dataset_version") -> DatasetVersion:
+    """A READY version of a live dataset of `project` that the principal may read (dataset.view,
+    by role or grant), for a capability that takes a version as input. Anything else is Invalid
+    naming `field`, with no hint whether it exists."""
+    from apps.core.errors import Invalid, NotFound
+    from apps.datasets.models import Dataset
+    from apps.projects import policy
+
+    try:
+        version = DatasetVersion.objects.select_related("dataset").get(
+            pk=int(version_id), dataset__project=project, dataset__deleted_at__isnull=True,
+            status=DatasetVersion.Status.READY)
+        policy.get_object(user, Dataset, version.dataset_id, "dataset.view", token, project_id=project.pk)
+    except (DatasetVersion.DoesNotExist, NotFound, ValueError, TypeError, OverflowError):
+        raise Invalid("No such dataset version in this project.", field=field) from None
+    return version
+
+
 def ready_versions(dataset) -> QuerySet[DatasetVersion]:
     return dataset.versions.filter(status=DatasetVersion.Status.READY).select_related("author", "parent")
 

@@ -19,7 +19,8 @@ from django.utils import timezone
 
 from apps.core.errors import Conflict, DomainError, Invalid, NotFound
 from apps.core.jobs import enqueue
-from apps.datasets.models import Dataset, DatasetVersion
+from apps.datasets.models import DatasetVersion
+from apps.datasets.selectors import readable_version
 from apps.projects import policy
 from apps.projects.audit import audit_record
 from apps.projects.models import Project
@@ -105,7 +106,7 @@ def _checked_inputs(user, project: Project, token, *, name, base_model, dataset_
     if not name or len(name) > 120:
         raise Invalid("A job needs a name of at most 120 characters.", field="name")
     model = _launchable_model(user, project, base_model, token)
-    version = _launchable_version(user, project, dataset_version, token)
+    version = readable_version(user, project, dataset_version, token)
     train_config = _checked_config(config or {}, model)
     train_split, eval_split = _checked_splits(version, train_split, eval_split, train_config.format,
                                               train_config.method)
@@ -143,16 +144,6 @@ def _launchable_model(user, project: Project, model_id, token) -> RegisteredMode
         raise Invalid(f"The model “{model.name}” is {model.status}, not ready.", field="base_model")
     return model
 
-
-def _launchable_version(user, project: Project, version_id, token) -> DatasetVersion:
-    try:
-        version = DatasetVersion.objects.select_related("dataset").get(
-            pk=int(version_id), dataset__project=project, dataset__deleted_at__isnull=True,
-            status=DatasetVersion.Status.READY)
-        policy.get_object(user, Dataset, version.dataset_id, "dataset.view", token, project_id=project.pk)
-    except (DatasetVersion.DoesNotExist, NotFound, ValueError, TypeError, OverflowError):
-        raise Invalid("No such dataset version in this project.", field="dataset_version") from None
-    return version
 
 
 def _checked_config(config: dict, model: RegisteredModel):
