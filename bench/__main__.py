@@ -12,6 +12,7 @@ BENCHMARKS = {
     "generate_batched": "bench.generate_batched",
     "train_lora": "bench.train_lora",
     "compare_batched": "bench.compare_batched",
+    "annotate_concurrent": "bench.annotate_concurrent",
 }
 
 

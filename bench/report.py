@@ -53,7 +53,10 @@ def publish(results: list[dict]) -> list[dict]:
     print(header)
     print("-" * len(header))
     for r in results:
-        print(f"{r['name']:<34} {r['value']:>10.3f} {r['unit']:<6} {r['baseline']['value']:>10.3f}  "
-              f"{r['ratio']:>6.2f}  {r['target']:<22} {'yes' if r['passed'] else 'NO'}")
+        # A baseline that could not be measured in this run has value and ratio None: "—".
+        baseline = "—" if r["baseline"]["value"] is None else f"{r['baseline']['value']:.3f}"
+        ratio = "—" if r["ratio"] is None else f"{r['ratio']:.2f}"
+        print(f"{r['name']:<34} {r['value']:>10.3f} {r['unit']:<6} {baseline:>10}  "
+              f"{ratio:>6}  {r['target']:<22} {'yes' if r['passed'] else 'NO'}")
         (RESULTS / f"{r['name']}.json").write_text(json.dumps(r, indent=2) + "\n")
     return results
