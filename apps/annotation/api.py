@@ -117,9 +117,9 @@ class NextItemApi(APIView):
         item = services.next_item(user=request.user, campaign=campaign)
         if item is None:
             return Response(status=status.HTTP_204_NO_CONTENT)
-        item = Item.objects.select_related("row", "campaign__schema").get(pk=item.pk)
-        return Response({**selectors.item_payload(item, request.user),
-                         "progress": services.progress(campaign, request.user)})
+        item.campaign = campaign
+        return Response({**selectors.item_payload(item, request.user, fresh=True),
+                         "progress": services.my_progress(campaign, request.user)})
 
 
 class ItemApi(APIView):
@@ -140,7 +140,7 @@ class SubmitApi(APIView):
         data = _valid(SubmitSerializer, request)
         annotation, created = services.submit(user=request.user, campaign=campaign, item=item, **data)
         return Response({"annotation": services.annotation_payload(annotation),
-                         "progress": services.progress(campaign, request.user)},
+                         "progress": services.my_progress(campaign, request.user)},
                         status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
 

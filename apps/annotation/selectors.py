@@ -29,18 +29,24 @@ def example_payload(item: Item, fields: list[dict]) -> dict:
     return data
 
 
-def item_payload(item: Item, user) -> dict:
+def item_payload(item: Item, user, *, fresh: bool = False) -> dict:
+    """An item for its annotator, with their draft and, unless `fresh` (just handed out by the
+    queue: never answered by them, leased until `item.lease_expires_at`), their answer and lease."""
     campaign = item.campaign
     draft = Draft.objects.filter(item=item, annotator=user).first()
-    mine = Annotation.objects.filter(item=item, annotator=user).select_related("annotator", "schema").first()
-    lease = Lease.objects.filter(item=item, annotator=user).first()
+    if fresh:
+        mine, expires = None, item.lease_expires_at
+    else:
+        mine = Annotation.objects.filter(item=item, annotator=user).select_related("annotator", "schema").first()
+        lease = Lease.objects.filter(item=item, annotator=user).first()
+        expires = lease.expires_at if lease else None
     return {
         "id": item.pk, "position": item.position, "example": example_payload(item, campaign.schema.fields),
         "suggestion": item.suggestion,
         "draft": {"values": draft.values, "comment": draft.comment, "updated_at": draft.updated_at.isoformat()}
         if draft else None,
         "annotation": annotation_payload(mine) if mine else None,
-        "lease_expires_at": lease.expires_at.isoformat() if lease else None,
+        "lease_expires_at": expires.isoformat() if expires else None,
     }
 
 

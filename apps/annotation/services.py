@@ -44,8 +44,8 @@ class LeaseLost(Conflict):
     """A late submission for an item that no longer needs one: the answer is kept as a draft."""
 
     def __init__(self):
-        super().__init__("Your time on this item ran out and it now has all the annotations it needs; "
-                         "your answer is kept as a draft.")
+        super().__init__("This item already has all the annotations it needs (your time on it ran out and "
+                         "someone else answered it); your answer is kept as a draft.")
 
 
 # --- schemas ----------------------------------------------------------------------------------
@@ -241,15 +241,18 @@ def _assigned(user, campaign: Campaign) -> bool:
 def next_item(*, user, campaign: Campaign) -> Item | None:
     """The item this annotator should do next: one they hold a live lease on, else the one with
     the fewest completed annotations (then the earliest) that they have not done and that is not
-    leased to enough others; leased to them for the campaign's lease time. None when done."""
+    leased to enough others; leased to them for the campaign's lease time (`item.lease_expires_at`).
+    None when nothing is left for them."""
     if campaign.state != Campaign.State.ACTIVE:
         raise Conflict("This campaign is closed.")
     now = timezone.now()
+    expires = now + _lease(campaign)
     with transaction.atomic():
         held = (Item.objects.filter(campaign=campaign, leases__annotator=user, leases__expires_at__gt=now)
-                .exclude(annotations__annotator=user).order_by("position").first())
+                .exclude(annotations__annotator=user).select_related("row").order_by("position").first())
         if held is not None:
-            Lease.objects.filter(item=held, annotator=user).update(expires_at=now + _lease(campaign))
+            Lease.objects.filter(item=held, annotator=user).update(expires_at=expires)
+            held.lease_expires_at = expires
             return held
         leased_by_others = (Lease.objects.filter(item=OuterRef("pk"), expires_at__gt=now).exclude(annotator=user)
                             .order_by().values("item").annotate(n=Count("id")).values("n"))
@@ -257,14 +260,30 @@ def next_item(*, user, campaign: Campaign) -> Item | None:
                       .exclude(annotations__annotator=user)
                       .alias(leased=Coalesce(Subquery(leased_by_others), Value(0)))
                       .filter(completed__lt=campaign.overlap - F("leased"))
-                      .order_by("completed", "position"))
+                      .select_related("row").order_by("completed", "position"))
         if connection.features.has_select_for_update_skip_locked:
             candidates = candidates.select_for_update(skip_locked=True, of=("self",))
-        item = candidates.first()
-        if item is None:
-            return None
-        Lease.objects.update_or_create(item=item, annotator=user, defaults={"expires_at": now + _lease(campaign)})
-        return item
+        passed: list[int] = []
+        for _ in range(LEASE_TRIES):
+            item = candidates.exclude(pk__in=passed).first()
+            if item is None:
+                return None
+            # The candidate query saw leases as of its statement's start: one that another annotator
+            # committed after that, before this row was locked, is invisible to it (SKIP LOCKED skips
+            # only rows locked now, and the row itself did not change). A new statement sees every
+            # committed lease; the row lock keeps new ones away until this transaction ends.
+            others = Lease.objects.filter(item=item, expires_at__gt=now).exclude(annotator=user).count()
+            if item.completed + others < campaign.overlap:
+                Lease.objects.bulk_create([Lease(item=item, annotator=user, expires_at=expires)],
+                                          update_conflicts=True, unique_fields=["item", "annotator"],
+                                          update_fields=["expires_at"])
+                item.lease_expires_at = expires
+                return item
+            passed.append(item.pk)
+    raise Conflict("Many annotators are taking items at this moment; ask for the next item again.")
+
+
+LEASE_TRIES = 20
 
 
 def _lease(campaign: Campaign) -> timedelta:
@@ -325,10 +344,8 @@ def submit(*, user, campaign: Campaign, item: Item, client_id, values=None, comm
             previous = Annotation.objects.filter(item=item, annotator=user).first()
             if previous is not None and not previous.skipped:
                 raise Conflict("You already annotated this item; edit your annotation instead.")
-            now = timezone.now()
-            leased = Lease.objects.filter(item=item, annotator=user, expires_at__gt=now).exists()
-            if not skipped and not leased and item.completed >= campaign.overlap:
-                raise LeaseLost()
+            if not skipped and item.completed >= campaign.overlap:
+                raise LeaseLost()  # done by others meanwhile (a lease that expired and went to someone else)
             if previous is not None:  # a skipped item, now answered
                 previous.delete()
             annotation = Annotation.objects.create(
@@ -385,14 +402,23 @@ def draft_save(*, user, campaign: Campaign, item: Item, values, comment: str = "
 
 
 def progress(campaign: Campaign, user=None) -> dict:
-    counts = Item.objects.filter(campaign=campaign).aggregate(done=Count("id", filter=Q(completed__gte=campaign.overlap)))
+    """The campaign's progress (for its pages; it counts the campaign's annotations) and, with a
+    user, theirs."""
     submitted = Annotation.objects.filter(item__campaign=campaign, skipped=False)
-    result = {"items": campaign.item_count, "items_done": counts["done"],
+    result = {"items": campaign.item_count,
+              # An index range scan of (campaign, completed, position): it grows with the done items only.
+              "items_done": Item.objects.filter(campaign=campaign, completed__gte=campaign.overlap).count(),
               "annotations": submitted.count(), "annotations_needed": campaign.item_count * campaign.overlap}
     if user is not None:
-        result["mine"] = submitted.filter(annotator=user).count()
-        result["my_skipped"] = Annotation.objects.filter(item__campaign=campaign, annotator=user, skipped=True).count()
+        result.update(my_progress(campaign, user))
     return result
+
+
+def my_progress(campaign: Campaign, user) -> dict:
+    """What an annotator has done here: cheap enough to send with every item."""
+    mine = Annotation.objects.filter(item__campaign=campaign, annotator=user).aggregate(
+        mine=Count("id", filter=Q(skipped=False)), my_skipped=Count("id", filter=Q(skipped=True)))
+    return mine
 
 
 # --- review -----------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from guardian.models import UserObjectPermission
 
 from apps.core.errors import NotFound, PermissionDenied
 from apps.projects.models import Membership, Project
-from apps.projects.permissions import codename, permission_from_codename
+from apps.projects.permissions import codename, kind_of, permission_from_codename
 
 if TYPE_CHECKING:
     from apps.accounts.models import ApiToken
@@ -53,8 +53,8 @@ def project_of(obj: Model) -> Project:
 
 def granted_permissions(user, obj: Model) -> frozenset[str]:
     """Permissions granted to the user on this one object (not through a role)."""
-    if not _active(user) or isinstance(obj, Project):
-        return frozenset()
+    if not _active(user) or isinstance(obj, Project) or kind_of(obj) is None:
+        return frozenset()  # only the GRANTABLE kinds can carry a grant: no query for the others
     codes = UserObjectPermission.objects.filter(
         user_id=user.pk, content_type=ContentType.objects.get_for_model(obj), object_pk=str(obj.pk),
     ).values_list("permission__codename", flat=True)

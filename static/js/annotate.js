@@ -53,10 +53,17 @@
 
   function say(text) { $("status").textContent = text || ""; }
 
+  // Each item brings my count; the campaign's (a count over all its answers) is read from the
+  // campaign at the start, every CAMPAIGN_EVERY submissions and at the end.
+  var CAMPAIGN_EVERY = 10, campaignProgress = null, submitted = 0;
   function showProgress(progress) {
     if (!progress) return;
-    $("progress").textContent = "Mine: " + progress.mine + " · campaign: " + progress.annotations + " / " +
-      progress.annotations_needed + " annotations";
+    if (progress.annotations_needed !== undefined) campaignProgress = progress;
+    $("progress").textContent = "Mine: " + progress.mine + (campaignProgress ? " · campaign: " +
+      campaignProgress.annotations + " / " + campaignProgress.annotations_needed + " annotations" : "");
+  }
+  function refreshCampaign() {
+    return call("GET", api + "/").then(function (c) { if (c.status === 200) showProgress(c.data.progress); });
   }
 
   // --- keys ----------------------------------------------------------------------------------
@@ -321,7 +328,7 @@
         state.item = null;
         $("item").hidden = true;
         $("done").hidden = false;
-        return call("GET", api + "/").then(function (c) { if (c.status === 200) showProgress(c.data.progress); });
+        return refreshCampaign();
       }
       if (r.status !== 200) { say(r.data.detail || "Could not load the next item."); return; }
       showProgress(r.data.progress);
@@ -354,6 +361,8 @@
         clearTimeout(state.draftTimer);
         say(state.editing ? "Your fix is saved." : "Saved.");
         if (r.data.progress) showProgress(r.data.progress);
+        submitted += 1;
+        if (submitted % CAMPAIGN_EVERY === 0) refreshCampaign();
         return next();
       }
       var detail = r.data.detail || JSON.stringify(r.data);
@@ -396,5 +405,5 @@
   }
   $("back").addEventListener("click", back);
 
-  next();
+  refreshCampaign().then(next);
 })();
