@@ -73,6 +73,21 @@ def comparison_create(*, user, project: Project, name: str, models: list, prompt
     return comparison
 
 
+COMPARE_WITH_BASE_PROMPTS = 16
+
+
+def compare_with_base(*, user, job, token=None, ip_address: str | None = None) -> Comparison:
+    """A comparison of a finished fine-tune's adapter against its base model, on a seeded sample
+    of the job's evaluation split (else its training split): does the adapter beat the base?"""
+    if job.adapter_id is None:
+        raise Invalid("This job has no adapter yet: compare it once it has succeeded.", field="job")
+    return comparison_create(
+        user=user, project=job.project, name=f"{job.name}: adapter vs base"[:120],
+        models=[job.base_model_id, job.adapter_id], dataset_version=job.dataset_version_id,
+        split=job.eval_split or job.train_split, sample_size=COMPARE_WITH_BASE_PROMPTS, seed=job.pk, params={},
+        token=token, ip_address=ip_address)
+
+
 def _checked_models(user, project: Project, models, token) -> list[RegisteredModel]:
     if not isinstance(models, list) or not MIN_MODELS <= len(models) <= MAX_MODELS:
         raise Invalid(f"Compare {MIN_MODELS} to {MAX_MODELS} models.", field="models")

@@ -111,7 +111,7 @@ def job_detail(request: HttpRequest, project_id: int, job_id: int) -> HttpRespon
 @login_required
 @require_POST
 def job_action(request: HttpRequest, project_id: int, job_id: int, action: str) -> HttpResponse:
-    if action not in ("cancel", "resume", "reproduce"):
+    if action not in ("cancel", "resume", "reproduce", "compare"):
         raise NotFound()
     job = policy.get_object(request.user, TrainingJob, job_id, "job.view", project_id=project_id)
     ip = client_ip(request)
@@ -126,6 +126,13 @@ def job_action(request: HttpRequest, project_id: int, job_id: int, action: str) 
             copy = services.job_copy(user=request.user, job=job, name=f"{job.name} (reproduce)"[:120], ip_address=ip)
             messages.success(request, f"Job “{copy.name}” queued with the same inputs and config.")
             return redirect("training:detail", project_id=project_id, job_id=copy.pk)
+        elif action == "compare":
+            from apps.comparison.services import compare_with_base
+
+            comparison = compare_with_base(user=request.user, job=job, ip_address=ip)
+            messages.success(request, f"Comparing the adapter with its base on {comparison.cells_total // 2} "
+                                      "prompts of the job's evaluation data.")
+            return redirect("comparison:detail", project_id=project_id, comparison_id=comparison.pk)
     except (Invalid, Conflict, services.QuotaExceeded) as exc:
         messages.error(request, exc.message)
     return redirect("training:detail", project_id=project_id, job_id=job.pk)

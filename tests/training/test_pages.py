@@ -34,3 +34,35 @@ def test_a_viewer_sees_a_job_page_without_its_buttons(client, viewer, owner, pro
     assert "RuntimeError: boom" in page and "Traceback" in page
     assert "Resume" not in page and "Reproduce" not in page and ">Cancel<" not in page
     assert client.post(f"/projects/{project.pk}/jobs/{job.pk}/resume/").status_code == 403
+
+
+def test_a_succeeded_job_is_compared_with_its_base_on_its_evaluation_prompts(client, scientist, viewer, owner,
+                                                                            project):
+    from apps.comparison.models import Comparison
+    from apps.registry.models import RegisteredModel
+
+    job = make_job(project, owner, state="succeeded", eval_split="validation", train_split="train")
+    job.adapter = RegisteredModel.objects.create(project=project, name="Run adapter", kind="adapter",
+                                                 base_model=job.base_model, format="peft", source_path="/nonexistent",
+                                                 weights_path="/nonexistent", status="ready", info={})
+    job.save()
+    client.force_login(viewer)
+    assert "Compare with base" not in client.get(f"/projects/{project.pk}/jobs/{job.pk}/").content.decode()
+    assert client.post(f"/projects/{project.pk}/jobs/{job.pk}/compare/").status_code == 403
+    client.force_login(scientist)
+    assert "Compare with base" in client.get(f"/projects/{project.pk}/jobs/{job.pk}/").content.decode()
+    response = client.post(f"/projects/{project.pk}/jobs/{job.pk}/compare/")
+    comparison = Comparison.objects.get()
+    assert response.status_code == 302 and response["Location"].endswith(f"/comparisons/{comparison.pk}/")
+    assert [c.model_id for c in comparison.contestants.order_by("position")] == [job.base_model_id, job.adapter_id]
+    assert comparison.source["split"] == "validation" and comparison.prompts.count() == 6  # the whole eval split
+    assert comparison.name == "Run: adapter vs base"
+
+
+def test_a_job_without_an_adapter_cannot_be_compared(client, scientist, owner, project):
+    from apps.comparison.models import Comparison
+
+    job = make_job(project, owner, state="running")
+    client.force_login(scientist)
+    response = client.post(f"/projects/{project.pk}/jobs/{job.pk}/compare/", follow=True)
+    assert "no adapter yet" in response.content.decode() and not Comparison.objects.exists()
