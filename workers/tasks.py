@@ -24,6 +24,13 @@ def convert_model_task(model_id: int) -> None:
     run_conversion(model_id)
 
 
+@shared_task(name="registry.merge")
+def merge_adapter_task(model_id: int) -> None:
+    from apps.registry.services import run_merge
+
+    run_merge(model_id)
+
+
 @shared_task(name="training.run", bind=True)
 def train_task(self, job_id: int) -> None:
     import os

@@ -13,7 +13,12 @@ from apps.core.http import client_ip
 from apps.projects import policy
 from apps.registry import services
 from apps.registry.models import RegisteredModel
-from apps.registry.serializers import MemoryEstimateQuerySerializer, ModelRegisterSerializer, ModelSerializer
+from apps.registry.serializers import (
+    MemoryEstimateQuerySerializer,
+    ModelMergeSerializer,
+    ModelRegisterSerializer,
+    ModelSerializer,
+)
 
 
 class ProjectModelListCreateApi(ListAPIView):
@@ -46,6 +51,19 @@ class ModelDetailApi(APIView):
         model = policy.get_object(request.user, RegisteredModel, model_id, "model.view", request.auth)
         services.model_delete(user=request.user, model=model, token=request.auth, ip_address=client_ip(request))
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class AdapterMergeApi(APIView):
+    """Merge an adapter into its base: a standalone safetensors model, written by a worker."""
+
+    @extend_schema(request=ModelMergeSerializer, responses={202: ModelSerializer})
+    def post(self, request: Request, model_id: int) -> Response:
+        adapter = policy.get_object(request.user, RegisteredModel, model_id, "model.view", request.auth)
+        data = ModelMergeSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        model = services.adapter_merge(user=request.user, adapter=adapter, name=data.validated_data["name"],
+                                       token=request.auth, ip_address=client_ip(request))
+        return Response(ModelSerializer(model).data, status=status.HTTP_202_ACCEPTED)
 
 
 class AdapterDownloadApi(APIView):

@@ -24,3 +24,8 @@ class MemoryEstimateQuerySerializer(serializers.Serializer):
     seq_len = serializers.IntegerField(min_value=1, max_value=1_000_000, default=512)
     lora_rank = serializers.IntegerField(min_value=1, max_value=1024, default=16)
     mode = serializers.ChoiceField(choices=["inference", "lora"], default="inference")
+
+
+class ModelMergeSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=120, required=False, allow_blank=True, default="",
+                                 help_text="the merged model's name (default: the adapter's, merged)")

@@ -87,6 +87,62 @@ def run_conversion(model_id: int) -> None:
     model.save(update_fields=["status", "weights_path", "error"])
 
 
+def adapter_merge(*, user, adapter: RegisteredModel, name: str, token=None,
+                  ip_address: str | None = None) -> RegisteredModel:
+    """Queue the merge of an adapter into its base: a new standalone base model (safetensors),
+    CONVERTING until a worker has written it, with the adapter's lineage and `merged_from`."""
+    policy.require(user, "model.register", adapter.project, token)
+    if adapter.kind != RegisteredModel.Kind.ADAPTER:
+        raise Invalid("Only an adapter can be merged into its base model.", field="model")
+    if adapter.status != RegisteredModel.Status.READY or adapter.base_model.status != RegisteredModel.Status.READY:
+        raise Invalid("The adapter and its base model must be ready.", field="model")
+    name = " ".join((name or "").split()) or f"{adapter.name} (merged)"[:120]
+    if len(name) > 120:
+        raise Invalid("A model needs a name of at most 120 characters.", field="name")
+    if adapter.project.models.filter(name__iexact=name).exists():
+        raise Invalid(f"This project already has a model called “{name}”.", field="name")
+    with transaction.atomic():
+        model = RegisteredModel.objects.create(
+            project=adapter.project, name=name, format=RegisteredModel.Format.HF_DIR, kind=RegisteredModel.Kind.BASE,
+            source_path=adapter.weights_path, weights_path="", status=RegisteredModel.Status.CONVERTING,
+            info=adapter.base_model.info, created_by=user,
+            lineage={**adapter.lineage, "merged_from": adapter.pk, "merged_from_name": adapter.name,
+                     "base_model": adapter.base_model_id})
+        audit_record(actor=user, action="model.merge", project=adapter.project, target=model, ip_address=ip_address,
+                     after={"adapter": adapter.pk, "base_model": adapter.base_model_id, "name": name})
+        transaction.on_commit(lambda: _enqueue_merge(model.pk))
+    return model
+
+
+def _enqueue_merge(model_id: int) -> None:
+    from workers.tasks import merge_adapter_task
+
+    enqueue(merge_adapter_task, model_id, queue="default", on_failure=lambda reason: RegisteredModel.objects.filter(
+        pk=model_id).update(status=RegisteredModel.Status.FAILED, error=reason))
+
+
+def run_merge(model_id: int) -> None:
+    """In a worker: write a merged model's weights once, then inspect them like any registration."""
+    from workers.models import inspect_model
+    from workers.models.merge import merge_adapter
+
+    model = RegisteredModel.objects.filter(pk=model_id).first()
+    if model is None or model.status != RegisteredModel.Status.CONVERTING:
+        return  # deleted, or already done: a redelivered message does nothing
+    adapter = RegisteredModel.all_objects.select_related("base_model").get(pk=model.lineage["merged_from"])
+    try:
+        out = merge_adapter(Path(adapter.base_model.weights_path), Path(adapter.weights_path),
+                            Path(settings.ARTIFACT_ROOT) / "models" / f"merged-{model.pk}")
+        info = inspect_model(out)
+    except Exception as exc:  # the scientist sees the reason on the model page
+        model.status, model.error = RegisteredModel.Status.FAILED, f"{type(exc).__name__}: {exc}"[:2000]
+        model.save(update_fields=["status", "error"])
+        return
+    model.status, model.weights_path, model.info, model.error = RegisteredModel.Status.READY, str(out), \
+        info.as_dict(), ""
+    model.save(update_fields=["status", "weights_path", "info", "error"])
+
+
 @transaction.atomic
 def model_delete(*, user, model: RegisteredModel, token=None, ip_address: str | None = None) -> None:
     """Soft delete: later adapters and jobs keep pointing at it."""

@@ -7,4 +7,5 @@ urlpatterns = [
     path("models/", views.all_models, name="all"),
     path("projects/<int:project_id>/models/", views.model_list, name="list"),
     path("projects/<int:project_id>/models/<int:model_id>/", views.model_detail, name="detail"),
+    path("projects/<int:project_id>/models/<int:model_id>/merge/", views.model_merge, name="merge"),
 ]

@@ -3,7 +3,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_http_methods
+from django.views.decorators.http import require_http_methods, require_POST
 
 from apps.core.errors import Invalid
 from apps.core.http import client_ip
@@ -68,3 +68,17 @@ def model_detail(request: HttpRequest, project_id: int, model_id: int) -> HttpRe
     return render(request, "registry/detail.html", {
         "project": model.project, "model": model, "info": model.info, "form": form, "estimate": estimate,
         "perms": policy.project_permissions(request.user, model.project), "tab": "models"})
+
+
+@login_required
+@require_POST
+def model_merge(request: HttpRequest, project_id: int, model_id: int) -> HttpResponse:
+    adapter = policy.get_object(request.user, RegisteredModel, model_id, "model.view", project_id=project_id)
+    try:
+        merged = services.adapter_merge(user=request.user, adapter=adapter, name=request.POST.get("name", ""),
+                                        ip_address=client_ip(request))
+    except Invalid as exc:
+        messages.error(request, exc.message)
+        return redirect("registry:detail", project_id=project_id, model_id=adapter.pk)
+    messages.success(request, f"Merging into “{merged.name}”: a worker writes the standalone model.")
+    return redirect("registry:detail", project_id=project_id, model_id=merged.pk)
