@@ -268,6 +268,10 @@ MEDIA_URL = "/media/"
 ARTIFACT_ROOT = Path(env_str("ARTIFACT_ROOT", str(DATA_DIR / "artifacts")))
 MODEL_ROOTS = [Path(p).resolve() for p in env_list("MODEL_ROOTS", [str(DATA_DIR / "models")])]
 DATA_ROOTS = [Path(p).resolve() for p in env_list("DATA_ROOTS", [str(DATA_DIR / "imports")])]
+# Models registered by hub id come from the local Hugging Face cache; the server downloads one
+# only when a deployment turns MODEL_HUB_DOWNLOADS on (safetensors and config files only).
+HF_HUB_CACHE = Path(env_str("HF_HUB_CACHE", str(Path.home() / ".cache" / "huggingface" / "hub"))).resolve()
+MODEL_HUB_DOWNLOADS = env_bool("MODEL_HUB_DOWNLOADS", False)
 
 # --- Requests ---------------------------------------------------------------------------
 # Bodies above this are answered 413 by the ASGI layer before Django reads them.

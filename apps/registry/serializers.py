@@ -14,8 +14,14 @@ class ModelSerializer(serializers.ModelSerializer):
 
 class ModelRegisterSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=120)
-    path = serializers.CharField(max_length=1000, help_text="a safetensors directory or a .gguf file inside the "
-                                                            "configured model roots (MODEL_ROOTS)")
+    path = serializers.CharField(max_length=1000, required=False, allow_blank=True, default="",
+                                 help_text="a safetensors directory or a .gguf file inside the configured model "
+                                           "roots (MODEL_ROOTS)")
+    hub_id = serializers.CharField(max_length=200, required=False, allow_blank=True, default="",
+                                   help_text="instead of a path: a Hugging Face id (org/name) from this server's "
+                                             "local Hugging Face cache")
+    revision = serializers.CharField(max_length=128, required=False, allow_blank=True, default="",
+                                     help_text="with hub_id: a branch, tag or commit (default main)")
 
 
 class MemoryEstimateQuerySerializer(serializers.Serializer):

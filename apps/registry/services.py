@@ -1,6 +1,7 @@
 """Registering models: path checks and inspection here (metadata only, nothing loaded, no
 code run); conversion of GGUF files in a worker."""
 
+import re
 from pathlib import Path
 
 from django.conf import settings
@@ -15,12 +16,14 @@ from apps.projects.models import Project
 from apps.registry.models import RegisteredModel
 
 
-def model_register(*, user, project: Project, name: str, path: str, token=None, ip_address: str | None = None,
-                   extra_roots: list[Path] | None = None) -> RegisteredModel:
-    """Register a safetensors directory or a GGUF file found inside the model roots.
+def model_register(*, user, project: Project, name: str, path: str = "", hub_id: str = "", revision: str = "",
+                   token=None, ip_address: str | None = None, extra_roots: list[Path] | None = None) -> RegisteredModel:
+    """Register a safetensors directory or a GGUF file found inside the model roots, or a hub id
+    (`org/name`) from the local Hugging Face cache.
 
     Refused with a clear reason (and nothing registered): a path outside the roots or through
-    a symlink out of them, no weights, pickle-only checkpoints, remote code, unreadable files.
+    a symlink out of them, no weights, pickle-only checkpoints, remote code, unreadable files, a
+    hub id that is not in the cache while downloads are off.
     """
     from workers.models import ModelSafetyError, inspect_model, resolve_model_path
 
@@ -31,11 +34,17 @@ def model_register(*, user, project: Project, name: str, path: str, token=None, 
     if project.models.filter(name__iexact=name).exists():
         raise Invalid(f"This project already has a model called “{name}”.", field="name")
     roots = [*settings.MODEL_ROOTS, *(extra_roots or [])]
+    field = "path"
+    if hub_id:
+        if path:
+            raise Invalid("Give a path or a hub id, not both.", field="hub_id")
+        path, field = str(_hub_snapshot(hub_id, revision or "main")), "hub_id"
+        roots.append(settings.HF_HUB_CACHE)  # the snapshot's files link to the cache's blobs
     try:
         resolved = resolve_model_path(path or "", roots)
         info = inspect_model(resolved, roots=roots)
     except ModelSafetyError as exc:
-        raise Invalid(str(exc), field="path") from None
+        raise Invalid(str(exc), field=field) from None
     is_gguf = info.format == "gguf"
     try:
         with transaction.atomic():
@@ -51,6 +60,34 @@ def model_register(*, user, project: Project, name: str, path: str, token=None, 
     except IntegrityError:
         raise Invalid(f"This project already has a model called “{name}”.", field="name") from None
     return model
+
+
+HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
+REVISION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$")
+# What a download may fetch: weights as safetensors, configs, tokenizer files; never pickles or code.
+HUB_FILES = ["*.safetensors", "*.safetensors.index.json", "config.json", "generation_config.json", "tokenizer*",
+             "special_tokens_map.json", "chat_template.jinja", "*.model", "vocab.*", "merges.txt", "LICENSE*",
+             "README.md"]
+
+
+def _hub_snapshot(hub_id: str, revision: str) -> Path:
+    """The local snapshot directory of a hub model, from the Hugging Face cache (downloaded
+    first only when MODEL_HUB_DOWNLOADS is on)."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+
+    if not HUB_ID.match(hub_id) or ".." in hub_id:
+        raise Invalid("A hub id looks like org/name (letters, digits, . _ -).", field="hub_id")
+    if not REVISION.match(revision) or ".." in revision:
+        raise Invalid("A revision is a branch, tag or commit name.", field="revision")
+    try:
+        return Path(snapshot_download(hub_id, revision=revision, cache_dir=settings.HF_HUB_CACHE,
+                                      local_files_only=not settings.MODEL_HUB_DOWNLOADS, allow_patterns=HUB_FILES))
+    except LocalEntryNotFoundError:
+        raise Invalid(f"{hub_id} ({revision}) is not in this server's Hugging Face cache, and downloads are off "
+                      "(MODEL_HUB_DOWNLOADS).", field="hub_id") from None
+    except (HfHubHTTPError, OSError) as exc:
+        raise Invalid(f"{hub_id} could not be fetched: {type(exc).__name__}.", field="hub_id") from None
 
 
 def _enqueue_conversion(model_id: int) -> None:

@@ -15,8 +15,10 @@ from apps.registry.models import RegisteredModel
 
 class RegisterForm(forms.Form):
     name = forms.CharField(max_length=120)
-    path = forms.CharField(max_length=1000, help_text="A safetensors directory or a .gguf file inside the model "
-                                                      "roots of this server.")
+    path = forms.CharField(max_length=1000, required=False, help_text="A safetensors directory or a .gguf file "
+                                                                      "inside the model roots of this server.")
+    hub_id = forms.CharField(max_length=200, required=False, label="Or a Hugging Face id",
+                             help_text="org/name, from this server's local Hugging Face cache.")
 
 
 class EstimateForm(forms.Form):
