@@ -4,7 +4,6 @@ import json
 import re
 
 
-
 def _too_large_message(limit: int) -> str:
     return f"Request body too large: the limit is {limit / (1024 * 1024):.0f} MB."
 

@@ -18,6 +18,14 @@ class ProjectForm(forms.ModelForm):
         widgets = {"description": forms.Textarea(attrs={"rows": 3})}
 
 
+class ProjectSettingsForm(ProjectForm):
+    class Meta(ProjectForm.Meta):
+        fields = ["name", "description", "gpu_hour_budget"]
+        labels = {"gpu_hour_budget": "GPU-hour budget"}
+        help_texts = {"gpu_hour_budget": "Worker hours the project's fine-tunes may use in all (empty: no limit); "
+                                          "launching stops once it is used."}
+
+
 class MemberAddForm(forms.Form):
     username = forms.CharField(max_length=150)
     role = forms.ChoiceField()

@@ -12,6 +12,8 @@ class Project(models.Model):
                                    related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
     archived_at = models.DateTimeField(null=True, blank=True)
+    # Worker hours its fine-tune jobs may use (time from start to end, every run); None: no limit.
+    gpu_hour_budget = models.FloatField(null=True, blank=True)
 
     class Meta:
         ordering = ["name", "id"]

@@ -19,6 +19,8 @@ class ProjectSerializer(serializers.ModelSerializer):
 class ProjectWriteSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=120, required=False)
     description = serializers.CharField(max_length=5000, required=False, allow_blank=True)
+    gpu_hour_budget = serializers.FloatField(required=False, allow_null=True, min_value=0, max_value=1_000_000,
+                                             help_text="worker hours the project's fine-tunes may use; null: no limit")
 
 
 class ProjectArchiveSerializer(serializers.Serializer):

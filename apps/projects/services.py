@@ -51,18 +51,28 @@ def project_create(*, user, name: str, description: str = "", ip_address: str | 
     return project
 
 
+UNCHANGED = object()
+
+
 @transaction.atomic
 def project_update(*, user, project: Project, name: str | None = None, description: str | None = None,
-                   token=None, ip_address: str | None = None) -> Project:
+                   gpu_hour_budget=UNCHANGED, token=None, ip_address: str | None = None) -> Project:
     policy.require(user, "project.edit", project, token)
-    before = {"name": project.name, "description": project.description}
+    before = {"name": project.name, "description": project.description, "gpu_hour_budget": project.gpu_hour_budget}
     if name is not None:
         project.name = _clean_name(name)
     if description is not None:
         project.description = description.strip()
-    project.save(update_fields=["name", "description"])
+    if gpu_hour_budget is not UNCHANGED:
+        if gpu_hour_budget is not None and (isinstance(gpu_hour_budget, bool) or not isinstance(
+                gpu_hour_budget, (int, float)) or not 0 <= gpu_hour_budget <= 1_000_000):
+            raise Invalid("The GPU-hour budget is a number of hours from 0 to 1,000,000, or empty for none.",
+                          field="gpu_hour_budget")
+        project.gpu_hour_budget = gpu_hour_budget
+    project.save(update_fields=["name", "description", "gpu_hour_budget"])
     audit_record(actor=user, action="project.update", project=project, target=project, ip_address=ip_address,
-                 before=before, after={"name": project.name, "description": project.description})
+                 before=before, after={"name": project.name, "description": project.description,
+                                       "gpu_hour_budget": project.gpu_hour_budget})
     return project
 
 

@@ -22,6 +22,7 @@ from apps.projects.forms import (
     MemberAddForm,
     MemberInviteForm,
     ProjectForm,
+    ProjectSettingsForm,
     RoleForm,
     role_choices,
 )
@@ -73,8 +74,9 @@ def project_dashboard(request: HttpRequest, project_id: int) -> HttpResponse:
 @require_http_methods(["GET", "POST"])
 def project_settings(request: HttpRequest, project_id: int) -> HttpResponse:
     project = policy.get_project(request.user, project_id, "project.edit")
-    form = ProjectForm(request.POST if request.POST.get("form") == "edit" else None, instance=None,
-                       initial={"name": project.name, "description": project.description})
+    form = ProjectSettingsForm(request.POST if request.POST.get("form") == "edit" else None, instance=None,
+                               initial={"name": project.name, "description": project.description,
+                                        "gpu_hour_budget": project.gpu_hour_budget})
     delete_form = DeleteProjectForm(request.POST if request.POST.get("form") == "delete" else None)
     ip = client_ip(request)
     if request.method == "POST":
@@ -82,7 +84,8 @@ def project_settings(request: HttpRequest, project_id: int) -> HttpResponse:
         if action == "edit" and form.is_valid():
             if run_service(form, lambda: services.project_update(
                     user=request.user, project=project, name=form.cleaned_data["name"],
-                    description=form.cleaned_data["description"], ip_address=ip)):
+                    description=form.cleaned_data["description"],
+                    gpu_hour_budget=form.cleaned_data["gpu_hour_budget"], ip_address=ip)):
                 messages.success(request, "Project saved.")
                 return redirect("projects:settings", project_id=project.pk)
         elif action in ("archive", "restore"):

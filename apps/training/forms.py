@@ -14,6 +14,8 @@ class LaunchForm(forms.Form):
     dataset_version = forms.TypedChoiceField(coerce=int, label="Dataset version")
     train_split = forms.ChoiceField(choices=SPLITS, required=False, label="Training split")
     eval_split = forms.ChoiceField(choices=EVAL_SPLITS, required=False, label="Evaluation split")
+    priority = forms.ChoiceField(choices=[("normal", "normal"), ("low", "low"), ("high", "high (project admins)")],
+                                 help_text="The shared GPU queue serves high, then normal, then low.")
     method = forms.ChoiceField(choices=[("sft", "supervised (SFT): learn the responses"),
                                         ("dpo", "preference (DPO): prefer the chosen over the rejected response")],
                                help_text="DPO needs rows with a prompt, a response (the chosen one) and a "
@@ -62,7 +64,7 @@ class LaunchForm(forms.Form):
                      "checkpoint_every", "seed", "precision", "gradient_checkpointing"]
 
     FIELDSETS = [
-        ("Inputs", ["name", "method", "dpo_beta", "base_model", "dataset_version", "train_split", "eval_split"]),
+        ("Inputs", ["name", "priority", "method", "dpo_beta", "base_model", "dataset_version", "train_split", "eval_split"]),
         ("Data format", ["format", "prompt_template", "loss_on", "max_seq_len", "packing"]),
         ("LoRA", ["lora_r", "lora_alpha", "lora_dropout", "target_preset", "target_custom"]),
         ("Optimisation", ["learning_rate", "lr_scheduler", "warmup_steps", "epochs", "max_steps", "batch_size",
@@ -100,7 +102,8 @@ class LaunchForm(forms.Form):
             config["target_modules"] = [name.strip() for name in data["target_custom"].split(",") if name.strip()]
         else:
             config["target_modules"] = data["target_preset"]
-        return {"name": data["name"], "base_model": data["base_model"], "dataset_version": data["dataset_version"],
+        return {"name": data["name"], "priority": data["priority"], "base_model": data["base_model"],
+                "dataset_version": data["dataset_version"],
                 "train_split": data["train_split"], "eval_split": data["eval_split"], "config": config}
 
     def field_for(self, service_field: str | None) -> str | None:

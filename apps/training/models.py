@@ -37,6 +37,12 @@ class TrainingJob(models.Model):
     config = models.JSONField()  # workers.training.TrainConfig.as_dict(), every default resolved
     parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="copies")
 
+    class Priority(models.IntegerChoices):
+        LOW = 0, "low"
+        NORMAL = 1, "normal"
+        HIGH = 2, "high"
+
+    priority = models.PositiveSmallIntegerField(choices=Priority.choices, default=Priority.NORMAL)
     state = models.CharField(max_length=16, choices=State.choices, default=State.QUEUED)
     cancel_requested = models.BooleanField(default=False)
     runs = models.PositiveIntegerField(default=0)  # claims by a worker: 2+ means it was resumed after a fault

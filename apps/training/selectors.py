@@ -1,16 +1,29 @@
 """Reads about jobs: queue position, metric series, pre-launch estimates."""
 
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
+from django.utils import timezone
 
 from apps.training.models import MetricPoint, TrainingJob
 
 
 def queue_position(job: TrainingJob) -> int | None:
-    """1 for the next job a free GPU worker takes. The `gpu` queue is one FIFO shared by every
-    project, so this counts every queued job sent before this one."""
+    """1 for the next job a free GPU worker takes. The `gpu` queue is shared by every project and
+    served by priority, then in order: this counts the queued jobs of a higher priority and those
+    of the same priority sent before this one."""
     if job.state != TrainingJob.State.QUEUED:
         return None
-    return TrainingJob.objects.filter(state=TrainingJob.State.QUEUED, created_at__lt=job.created_at).count() + 1
+    return TrainingJob.objects.filter(
+        Q(priority__gt=job.priority) | Q(priority=job.priority, created_at__lt=job.created_at),
+        state=TrainingJob.State.QUEUED).count() + 1
+
+
+def gpu_hours_used(project) -> float:
+    """Worker hours the project's fine-tunes have held: start to end (or now), every job."""
+    now = timezone.now()
+    seconds = sum(((finished or now) - started).total_seconds() for started, finished in
+                  TrainingJob.objects.filter(project=project, started_at__isnull=False)
+                  .values_list("started_at", "finished_at"))
+    return seconds / 3600
 
 
 def job_points(job: TrainingJob, *, kind: str = "", after_step: int | None = None) -> QuerySet[MetricPoint]:

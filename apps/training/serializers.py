@@ -12,10 +12,11 @@ class JobSerializer(serializers.ModelSerializer):
     parent = serializers.IntegerField(source="parent_id", read_only=True)
     created_by = serializers.CharField(source="created_by.username", default=None, read_only=True)
     queue_position = serializers.SerializerMethodField()
+    priority = serializers.CharField(source="get_priority_display", read_only=True)
 
     class Meta:
         model = TrainingJob
-        fields = ["id", "project", "name", "method", "state", "queue_position", "cancel_requested", "base_model",
+        fields = ["id", "project", "name", "method", "priority", "state", "queue_position", "cancel_requested", "base_model",
                   "dataset_version", "train_split", "eval_split", "config", "current_step", "total_steps",
                   "checkpoint_step", "tokens_trained", "runs", "worker", "heartbeat_at", "info", "metrics", "error", "traceback", "log_tail",
                   "adapter", "parent", "created_by", "created_at", "started_at", "finished_at"]
@@ -26,6 +27,8 @@ class JobSerializer(serializers.ModelSerializer):
 
 class JobLaunchSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=120)
+    priority = serializers.ChoiceField(choices=["low", "normal", "high"], required=False, default="normal",
+                                       help_text="high needs project.edit (project admins)")
     base_model = serializers.IntegerField(min_value=1)
     dataset_version = serializers.IntegerField(min_value=1)
     train_split = serializers.CharField(max_length=16, required=False, allow_blank=True, default="")

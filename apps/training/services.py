@@ -17,7 +17,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from apps.core.errors import Conflict, DomainError, Invalid, NotFound
+from apps.core.errors import Conflict, DomainError, Invalid, NotFound, PermissionDenied
 from apps.core.jobs import enqueue
 from apps.datasets.models import DatasetVersion
 from apps.datasets.selectors import readable_version
@@ -37,12 +37,15 @@ class QuotaExceeded(DomainError):
 
 def job_launch(*, user, project: Project, name: str, base_model: int, dataset_version: int, train_split: str = "",
                eval_split: str = "", config: dict | None = None, parent: TrainingJob | None = None, token=None,
-               ip_address: str | None = None, idempotency_key: str = "") -> tuple[TrainingJob, bool]:
+               ip_address: str | None = None, idempotency_key: str = "",
+               priority: str = "normal") -> tuple[TrainingJob, bool]:
     """Check and queue a LoRA fine-tune on the `gpu` queue. Returns (job, created): a replay
-    with the same Idempotency-Key and the same request returns the first job, not a new one."""
+    with the same Idempotency-Key and the same request returns the first job, not a new one.
+    `priority` low / normal / high (high: project admins, who hold project.edit)."""
     policy.require(user, "job.launch", project, token)
+    priority_value = _checked_priority(user, project, priority, token)
     request = {"name": name, "base_model": base_model, "dataset_version": dataset_version,
-               "train_split": train_split, "eval_split": eval_split, "config": config or {}}
+               "train_split": train_split, "eval_split": eval_split, "config": config or {}, "priority": priority}
     request_hash = hashlib.sha256(json.dumps(request, sort_keys=True, default=str).encode()).hexdigest()
     idempotency_key = (idempotency_key or "").strip()
     if len(idempotency_key) > 200:
@@ -60,10 +63,11 @@ def job_launch(*, user, project: Project, name: str, base_model: int, dataset_ve
     with transaction.atomic():
         Project.objects.select_for_update().filter(pk=project.pk).first()  # serialises launches per project
         _check_quota(user, project)
+        _check_budget(project)
         job = TrainingJob.objects.create(
             project=project, name=name, method=train_config.method, base_model=model, dataset_version=version,
             train_split=train_split, eval_split=eval_split, config=train_config.as_dict(), parent=parent,
-            created_by=user,
+            created_by=user, priority=priority_value,
             idempotency_key=idempotency_key, request_hash=request_hash)
         audit_record(actor=user, action="job.launch", project=project, target=job, ip_address=ip_address,
                      after={"name": name, "base_model": model.pk, "dataset_version": version.pk,
@@ -74,7 +78,7 @@ def job_launch(*, user, project: Project, name: str, base_model: int, dataset_ve
 
 
 def job_estimate(*, user, project: Project, name: str, base_model: int, dataset_version: int, train_split: str = "",
-                 eval_split: str = "", config: dict | None = None, token=None) -> dict:
+                 eval_split: str = "", config: dict | None = None, token=None, priority: str = "normal") -> dict:
     """What a launch with these inputs would train and need: examples, optimizer steps, memory
     (from the model's metadata) and time (from the measured speed of the last job on this model)."""
     from apps.registry.services import model_memory_estimate
@@ -95,9 +99,11 @@ def job_estimate(*, user, project: Project, name: str, base_model: int, dataset_
                                                mode="lora") for precision in precisions}
     measured = selectors.seconds_per_example(model.pk)
     trained_examples = min(examples * train_config.epochs, steps * per_step)
+    project.refresh_from_db(fields=["gpu_hour_budget"])
     return {"examples": examples, "optimizer_steps": steps, "memory": memory,
             "time_s": round(measured[0] * trained_examples, 1) if measured else None,
-            "time_basis_job": measured[1] if measured else None}
+            "time_basis_job": measured[1] if measured else None,
+            "gpu_hours_used": round(selectors.gpu_hours_used(project), 3), "gpu_hour_budget": project.gpu_hour_budget}
 
 
 def _checked_inputs(user, project: Project, token, *, name, base_model, dataset_version, train_split, eval_split,
@@ -211,11 +217,44 @@ def _check_quota(user, project: Project) -> None:
                             "or running; wait for one to end or cancel one.")
 
 
+# Redis serves kombu's priority steps 0, 3, 6, 9 in that order: high, normal, low.
+BROKER_PRIORITY = {TrainingJob.Priority.HIGH: 0, TrainingJob.Priority.NORMAL: 3, TrainingJob.Priority.LOW: 6}
+
+
 def _enqueue(job_id: int) -> None:
     from workers.tasks import train_task
 
-    enqueue(train_task, job_id, queue="gpu", on_failure=lambda reason: TrainingJob.objects.filter(
-        pk=job_id).update(state=TrainingJob.State.FAILED, finished_at=timezone.now(), error=reason))
+    priority = TrainingJob.objects.filter(pk=job_id).values_list("priority", flat=True).first()
+    enqueue(train_task, job_id, queue="gpu", priority=BROKER_PRIORITY.get(priority, 3),
+            on_failure=lambda reason: TrainingJob.objects.filter(pk=job_id).update(
+                state=TrainingJob.State.FAILED, finished_at=timezone.now(), error=reason))
+
+
+def _checked_priority(user, project: Project, priority, token) -> int:
+    names = {label: value for value, label in TrainingJob.Priority.choices}
+    if priority not in names:
+        raise Invalid(f"priority is one of {', '.join(names)}.", field="priority")
+    if names[priority] == TrainingJob.Priority.HIGH and not policy.can(user, "project.edit", project, token):
+        raise PermissionDenied("project.edit", "Only project admins (project.edit) launch at high priority.")
+    return names[priority]
+
+
+class BudgetExceeded(DomainError):
+    """The project has used its GPU-hour budget."""
+
+    status = 409
+
+
+def _check_budget(project: Project) -> None:
+    from apps.training.selectors import gpu_hours_used
+
+    budget = Project.objects.values_list("gpu_hour_budget", flat=True).get(pk=project.pk)
+    if budget is None:
+        return
+    used = gpu_hours_used(project)
+    if used >= budget:
+        raise BudgetExceeded(f"This project has used {used:.2f} of its {budget:g} GPU-hours; an admin can raise "
+                             "the budget in the project's settings.", field="gpu_hour_budget")
 
 
 def job_cancel(*, user, job: TrainingJob, token=None, ip_address: str | None = None) -> TrainingJob:

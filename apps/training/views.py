@@ -4,7 +4,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
-from apps.core.errors import Conflict, Invalid, NotFound
+from apps.core.errors import Conflict, Invalid, NotFound, PermissionDenied
 from apps.core.http import client_ip
 from apps.datasets.models import Dataset, DatasetVersion
 from apps.projects import policy
@@ -87,7 +87,7 @@ def job_launch(request: HttpRequest, project_id: int) -> HttpResponse:
                                              parent=source, **arguments)
                 messages.success(request, f"Job “{job.name}” queued.")
                 return redirect("training:detail", project_id=project.pk, job_id=job.pk)
-        except (Invalid, Conflict, services.QuotaExceeded) as exc:
+        except (Invalid, Conflict, PermissionDenied, services.QuotaExceeded, services.BudgetExceeded) as exc:
             form.add_error(form.field_for(exc.field), exc.message)
     request.nav_section = "jobs"
     return render(request, "training/launch.html", {

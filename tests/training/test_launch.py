@@ -154,3 +154,52 @@ def test_another_projects_job_is_not_found(client, outsider, scientist, project,
                         ("post", f"/api/jobs/{job['id']}/cancel/"), ("post", f"/api/jobs/{job['id']}/copy/")):
         assert getattr(client, method)(url).status_code == 404
     assert TrainingJob.objects.get(pk=job["id"]).state == "queued"
+
+
+def test_a_project_over_its_gpu_hour_budget_launches_nothing_until_an_admin_raises_it(client, scientist, admin,
+                                                                                   project, tiny_model, qa_version):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from tests.training.fixtures import make_job
+
+    done = timezone.now()
+    make_job(project, scientist, state="succeeded", started_at=done - timedelta(hours=2), finished_at=done)
+    client.force_login(admin)
+    assert client.patch(f"/api/projects/{project.pk}/", {"gpu_hour_budget": 1.5},
+                        content_type="application/json").status_code == 200
+    client.force_login(scientist)
+    estimate = client.post(f"/api/projects/{project.pk}/jobs/estimate/", launch_body(tiny_model, qa_version),
+                           content_type="application/json").json()
+    assert estimate["gpu_hour_budget"] == 1.5 and estimate["gpu_hours_used"] == pytest.approx(2.0, abs=0.01)
+    refused = post(client, project, launch_body(tiny_model, qa_version))
+    assert refused.status_code == 409 and refused.json()["field"] == "gpu_hour_budget"
+    assert "used 2.00 of its 1.5 GPU-hours" in refused.json()["detail"]
+    assert TrainingJob.objects.count() == 1
+    bad = client.patch(f"/api/projects/{project.pk}/", {"gpu_hour_budget": 5}, content_type="application/json")
+    assert bad.status_code == 403  # scientists do not set budgets
+    client.force_login(admin)
+    assert client.patch(f"/api/projects/{project.pk}/", {"gpu_hour_budget": -1},
+                        content_type="application/json").status_code == 400
+    client.patch(f"/api/projects/{project.pk}/", {"gpu_hour_budget": None}, content_type="application/json")
+    client.force_login(scientist)
+    assert post(client, project, launch_body(tiny_model, qa_version)).status_code == 201
+
+
+def test_priorities_order_the_queue_and_high_is_for_admins(client, scientist, admin, project, tiny_model,
+                                                            qa_version):
+    client.force_login(scientist)
+    body = launch_body(tiny_model, qa_version)
+    unknown = post(client, project, {**body, "priority": "urgent"})
+    assert unknown.status_code == 400 and "not a valid choice" in unknown.json()["priority"][0]
+    refused = post(client, project, {**body, "priority": "high"})
+    assert refused.status_code == 403 and refused.json()["missing_permission"] == "project.edit"
+    normal = post(client, project, body).json()
+    low = post(client, project, {**body, "priority": "low"}).json()
+    client.force_login(admin)
+    high = post(client, project, {**body, "priority": "high"}).json()
+    assert high["priority"] == "high" and high["queue_position"] == 1
+    positions = {job["priority"]: client.get(f"/api/jobs/{job['id']}/").json()["queue_position"]
+                 for job in (normal, low)}
+    assert positions == {"normal": 2, "low": 3}
