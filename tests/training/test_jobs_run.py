@@ -182,3 +182,21 @@ def test_a_job_that_lost_its_worker_too_often_fails_instead_of_looping(client, s
     assert ended_job["state"] == "failed"
     assert f"lost {settings.TRAINING_MAX_RUNS} times" in ended_job["error"]
     assert not MetricPoint.objects.filter(job=job).exists()
+
+
+def test_the_gpu_queue_serves_a_high_priority_job_before_an_earlier_normal_one(client, scientist, admin, project,
+                                                                             tiny_model, qa_version,
+                                                                             celery_worker):
+    client.force_login(scientist)
+    busy = launch(client, project, launch_body(tiny_model, qa_version, max_steps=80, eval_every=None))
+    wait_for(lambda: TrainingJob.objects.get(pk=busy["id"]).state == "running", timeout=60, what="the first job")
+    quick = {"max_steps": 2, "eval_every": None, "eval_at_start": False}
+    normal = launch(client, project, {**launch_body(tiny_model, qa_version, **quick), "name": "normal"})
+    client.force_login(admin)
+    high = launch(client, project, {**launch_body(tiny_model, qa_version, **quick), "name": "high",
+                                    "priority": "high"})
+    assert high["queue_position"] == 1
+    for job in (busy, normal, high):
+        assert ended(client, job["id"])["state"] == "succeeded"
+    started = dict(TrainingJob.objects.values_list("name", "started_at"))
+    assert started["high"] < started["normal"]
