@@ -6,9 +6,9 @@ person, so revoking their access can close them at once).
 
 import asyncio
 import logging
+import os
 import threading
 
-from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
 logger = logging.getLogger(__name__)
@@ -22,24 +22,33 @@ def user_group(user_id: int) -> str:
     return f"user.{user_id}"
 
 
-def send(group: str, message: dict) -> None:
-    """Publish to a channel-layer group, best effort, from any sync context."""
-    def publish():
-        try:
-            async_to_sync(get_channel_layer().group_send)(group, message)
-        except Exception:  # live updates are best effort; the database stays the record
-            logger.exception("could not publish %s to %s", message.get("type"), group)
+PUBLISH_TIMEOUT_S = 5.0
+_publisher: tuple[int, asyncio.AbstractEventLoop] | None = None
+_publisher_lock = threading.Lock()
 
+
+def _publisher_loop() -> asyncio.AbstractEventLoop:
+    """One event loop per process, on a daemon thread, that every publish runs on: the Redis
+    channel layer keeps its connections per event loop, so they are opened once, not once per
+    message (async_to_sync would make a new loop, and a new connection, for every call). A forked
+    child (a Celery pool process) starts its own."""
+    global _publisher
+    with _publisher_lock:
+        if _publisher is None or _publisher[0] != os.getpid():
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name="channel-publisher", daemon=True).start()
+            _publisher = (os.getpid(), loop)
+        return _publisher[1]
+
+
+def send(group: str, message: dict) -> None:
+    """Publish to a channel-layer group from sync code, in order, best effort (the database stays
+    the record; a slow or absent Redis costs at most PUBLISH_TIMEOUT_S)."""
     try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        publish()
-    else:
-        # Sync code running on a thread that owns an event loop cannot block on it: publish
-        # from a helper thread instead.
-        worker = threading.Thread(target=publish)
-        worker.start()
-        worker.join()
+        future = asyncio.run_coroutine_threadsafe(get_channel_layer().group_send(group, message), _publisher_loop())
+        future.result(timeout=PUBLISH_TIMEOUT_S)
+    except Exception:  # live updates are best effort
+        logger.exception("could not publish %s to %s", message.get("type"), group)
 
 
 def access_revoked(*, user_id: int, project_id: int) -> None:
