@@ -13,6 +13,9 @@ BENCHMARKS = {
     "train_lora": "bench.train_lora",
     "compare_batched": "bench.compare_batched",
     "annotate_concurrent": "bench.annotate_concurrent",
+    "live_latency": "bench.live_latency",
+    "live_overhead": "bench.live_overhead",
+    "playground_ttft": "bench.playground_ttft",
 }
 
 

@@ -32,8 +32,19 @@ import shutil
 import tempfile
 import time
 
-from bench.import_jsonl import (COPY_COLUMNS, NEEDLE, PG_URL, admin_execute, clear_redis, django_already_set_up,
-                                drop_database, make_owner_dataset, records, rerun_in_child, setup_django)
+from bench.import_jsonl import (
+    COPY_COLUMNS,
+    NEEDLE,
+    PG_URL,
+    admin_execute,
+    clear_redis,
+    django_already_set_up,
+    drop_database,
+    make_owner_dataset,
+    records,
+    rerun_in_child,
+    setup_django,
+)
 
 SMALL_ROWS = 10_000
 LARGE_ROWS = int(os.environ.get("BENCH_BROWSE_ROWS", "1000000"))

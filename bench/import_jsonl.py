@@ -156,7 +156,6 @@ def write_jsonl(path: Path, count: int) -> int:
 
 def _copy(table: str, rows: list[tuple]) -> float:
     import psycopg
-
     from django.conf import settings
 
     with psycopg.connect(f"{PG_URL}/{settings.DATABASES['default']['NAME']}") as conn:
