@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
-from tests.factories import MembershipFactory, ProjectFactory, UserFactory
-
-# Shared fixtures of fine-tune jobs (a tiny registered model, a split QA version), used beyond tests/training.
+# Shared fixtures, used beyond their own folders: an annotation dataset and a second annotator;
+# fine-tune jobs' tiny registered model and split QA version.
 from tests.annotation.fixtures import review_version, second_annotator  # noqa: F401
+from tests.factories import MembershipFactory, ProjectFactory, UserFactory
 from tests.training.fixtures import qa_version, tiny_model  # noqa: F401
 from workbench.embedded import EmbeddedRedis
 

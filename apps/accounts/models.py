@@ -5,7 +5,6 @@ from django.db import models
 from django.utils import timezone
 
 
-
 def hash_secret(secret: str) -> str:
     """Stored form of invitation and token secrets: they are random, so plain SHA-256 suffices."""
     return hashlib.sha256(secret.encode()).hexdigest()

@@ -30,8 +30,8 @@ class PasswordChangeView(auth_views.PasswordChangeView):
     success_url = reverse_lazy("accounts:password_change_done")
 
     def form_valid(self, form):
-        from apps.projects.events import access_revoked
         from apps.projects.audit import audit_record
+        from apps.projects.events import access_revoked
 
         response = super().form_valid(form)
         audit_record(actor=self.request.user, action="user.password_change", target=self.request.user,

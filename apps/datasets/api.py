@@ -13,10 +13,10 @@ from apps.datasets.models import Dataset, DatasetVersion, DeriveJob, ImportJob
 from apps.datasets.serializers import (
     DatasetCreateSerializer,
     DatasetSerializer,
+    DeriveJobSerializer,
     ImportCreateSerializer,
     ImportSerializer,
     ImportStartSerializer,
-    DeriveJobSerializer,
     RowPageSerializer,
     RowSerializer,
     SplitSerializer,

@@ -13,6 +13,7 @@ import traceback
 from django.db import connection, transaction
 from django.utils import timezone
 
+from apps.datasets import events
 from apps.datasets.importer import BATCH_ROWS, discard_version, next_version_number
 from apps.datasets.models import DatasetRow, DatasetVersion, DeriveJob
 from workers.ingest import VersionHasher
@@ -46,6 +47,7 @@ def run_derive(job_id: int) -> None:
         version = _new_version(job)
     job.version, job.state = version, DeriveJob.State.RUNNING
     job.save(update_fields=["version", "state"])
+    events.derive_progress(job)
     try:
         {DeriveJob.Kind.SPLIT: _split, DeriveJob.Kind.REDACT: _redact, DeriveJob.Kind.PII_SCAN: _scan}[job.kind](
             job, version)
@@ -57,6 +59,7 @@ def run_derive(job_id: int) -> None:
     else:
         job.state, job.finished_at = DeriveJob.State.SUCCEEDED, timezone.now()
         job.save(update_fields=["state", "finished_at", "rows_done", "result"])
+        events.derive_progress(job)
 
 
 def _new_version(job: DeriveJob) -> DatasetVersion:
@@ -73,11 +76,13 @@ def _end(job: DeriveJob, version: DatasetVersion | None, state: str, error: str 
     discard_version(version)
     job.version, job.state, job.error, job.finished_at = None, state, error, timezone.now()
     job.save(update_fields=["version", "state", "error", "finished_at"])
+    events.derive_progress(job)
 
 
 def _progress(job: DeriveJob, done: int) -> None:
     job.rows_done = done
     DeriveJob.objects.filter(pk=job.pk).update(rows_done=done)
+    events.derive_progress(job)
     if DeriveJob.objects.filter(pk=job.pk, cancel_requested=True).exists():
         raise DeriveCancelled()
 

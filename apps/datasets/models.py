@@ -137,9 +137,9 @@ class DeriveJob(models.Model):
     """A new version made from an existing one by the worker (splits; later redaction, edits)."""
 
     class Kind(models.TextChoices):
-        SPLIT = "split"
-        PII_SCAN = "pii_scan"  # reads only: its report is the result, no new version
-        REDACT = "redact"
+        SPLIT = "split", "Split"
+        PII_SCAN = "pii_scan", "PII scan"  # reads only: its report is the result, no new version
+        REDACT = "redact", "Redaction"
 
     State = ImportJob.State
 

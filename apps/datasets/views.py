@@ -138,10 +138,12 @@ def version_page(request: HttpRequest, project_id: int, dataset_id: int, number:
     label = request.GET.get("label", "")[:200]
     split = request.GET.get("split", "")[:16]
     pii_scan = DeriveJob.objects.filter(parent=version, kind=DeriveJob.Kind.PII_SCAN).first()
+    active_jobs = DeriveJob.objects.filter(parent=version, state__in=ImportJob.ACTIVE).order_by("created_at")
     rows, next_after = selectors.version_rows(version=version, after=after, q=q, label=label, split=split)
     return render(request, "datasets/version.html", _context(request, dataset, version=version, rows=rows,
                                                              next_after=next_after, q=q, label=label, split=split,
                                                              split_form=SplitForm(), pii_scan=pii_scan,
+                                                             active_jobs=active_jobs,
                                                              split_counts=_split_counts(version)))
 
 

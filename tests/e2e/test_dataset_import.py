@@ -106,3 +106,23 @@ def test_scientist_uploads_maps_watches_progress_browses_and_searches(page, scie
     assert len(exported) == 5000
     assert exported[1]["prompt"] == "How do I reset password 1?" and exported[0]["label"] == "vip"
     assert re.match(r"Support chats-v1\.jsonl", download.value.suggested_filename)
+
+
+def test_a_viewer_watches_a_pii_scan_run_live_and_sees_its_report(page, viewer, owner, project):
+    from apps.datasets.derive import run_derive
+    from apps.datasets.models import Dataset, DeriveJob
+    from apps.datasets.writer import write_version
+
+    dataset = Dataset.objects.create(project=project, name="Mail", created_by=owner)
+    version = write_version(dataset=dataset, author=owner, roles={"prompt": "prompt"},
+                            records=[{"prompt": f"write to user{i}@example.com"} for i in range(6000)])
+    job = DeriveJob.objects.create(parent=version, kind=DeriveJob.Kind.PII_SCAN, created_by=owner)
+    browser_login(page, viewer.username)
+    page.goto(f"/projects/{project.pk}/datasets/{dataset.pk}/versions/{version.number}/")
+    running = page.get_by_test_id("derive-job")
+    expect(running).to_contain_text("PII scan · queued · 0 of 6000 rows")
+    expect(running.locator("[data-field=live]")).to_be_visible()  # listening
+    run_derive(job.pk)  # as the worker would; the page follows over its socket and reloads at the end
+    expect(page.get_by_test_id("pii-state")).to_have_text("succeeded")
+    expect(page.get_by_test_id("derive-jobs")).to_have_count(0)
+    expect(page.get_by_test_id("pii")).to_contain_text("6000 rows hold personal data")

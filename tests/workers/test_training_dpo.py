@@ -21,7 +21,7 @@ PAIRS = [
 DPO = {**FAST, "method": "dpo", "dpo_beta": 0.5, "learning_rate": 2e-2}
 
 
-def run_dpo(model_dir, output_dir, callbacks=None, **options):
+def run_dpo(model_dir, output_dir, callbacks=None, **options):  # noqa: F811
     config = TrainConfig(**{**DPO, **options})
     return train(config, model_dir=model_dir, output_dir=output_dir, train_rows=PAIRS, eval_rows=PAIRS[:4],
                  callbacks=callbacks)
