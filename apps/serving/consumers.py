@@ -12,7 +12,8 @@ from apps.serving.models import Generation
 
 
 class PlaygroundConsumer(PolicyConsumer):
-    """The playground of one project: {"type": "generate", "model", "messages", "params"} in;
+    """The playground of one project: {"type": "generate", "model", "messages", "params"} in
+    ({"type": "cancel", "id"} stops one after its next token);
     "started", "delta" (text as it is generated), then "done" (with usage and timings) or
     "error" out. One generation at a time per socket; the stream runs as a task so the
     consumer still handles revocation while it runs."""
@@ -25,6 +26,12 @@ class PlaygroundConsumer(PolicyConsumer):
         return [user_group(self.scope["user"].pk)]
 
     async def receive_json(self, content, **kwargs):
+        if content["type"] == "cancel":
+            try:
+                await database_sync_to_async(self._cancel)(content.get("id"))
+            except DomainError as exc:
+                await self.send_json({"type": "error", "detail": exc.message, "field": exc.field})
+            return
         if content["type"] != "generate":
             await super().receive_json(content, **kwargs)
             return
@@ -45,6 +52,12 @@ class PlaygroundConsumer(PolicyConsumer):
         return services.generation_create(user=user, project=self.project, model_ref=content.get("model"),
                                           source=Generation.Source.PLAYGROUND, messages=content.get("messages"),
                                           params=content.get("params") or {})
+
+    def _cancel(self, generation_id) -> None:
+        from django.contrib.auth import get_user_model
+
+        user = get_user_model().objects.get(pk=self.scope["user"].pk)
+        services.generation_cancel(user=user, project=self.project, generation_id=generation_id)
 
     async def _stream(self, generation_id: int) -> None:
         sent = time.monotonic()

@@ -24,6 +24,7 @@ class Generation(models.Model):
     prompt = models.TextField(null=True, blank=True)  # completion
     params = models.JSONField(default=dict)  # workers.inference.SamplingParams fields
     state = models.CharField(max_length=16, choices=State.choices, default=State.QUEUED)
+    cancel_requested = models.BooleanField(default=False)  # the worker stops it after its next token
     output = models.TextField(blank=True)
     finish_reason = models.CharField(max_length=16, blank=True)
     prompt_tokens = models.PositiveIntegerField(default=0)

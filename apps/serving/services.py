@@ -74,6 +74,19 @@ def generation_create(*, user, project: Project, model_ref, source: str, message
                                      prompt=prompt, params=_as_json(sampling))
 
 
+def generation_cancel(*, user, project: Project, generation_id, token=None) -> bool:
+    """Ask the worker to stop a generation after its next token; only its author may. Returns
+    whether one was still running to stop (a finished or unknown one is a no-op)."""
+    policy.require(user, "model.generate", project, token)
+    try:
+        generation_id = int(generation_id)
+    except (TypeError, ValueError):
+        raise Invalid("id is the generation to stop.", field="id") from None
+    return bool(Generation.objects.filter(pk=generation_id, project=project, user=user,
+                                          state__in=(Generation.State.QUEUED, Generation.State.RUNNING))
+                .update(cancel_requested=True))
+
+
 def _as_json(params) -> dict:
     return {field: list(value) if isinstance(value, tuple) else value
             for field in PARAM_FIELDS if (value := getattr(params, field)) is not None}

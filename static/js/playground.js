@@ -9,7 +9,7 @@
   var log = box.querySelector("[data-testid=chat-log]");
   var input = document.getElementById("chat-input");
   var messages = [];
-  var socket = null, delay = 1000, pending = null, current = null, sentAt = 0, firstTokenAt = 0;
+  var socket = null, delay = 1000, pending = null, current = null, currentId = null, sentAt = 0, firstTokenAt = 0;
 
   function bubble(role, text) {
     var item = document.createElement("div");
@@ -42,6 +42,8 @@
       var data = JSON.parse(message.data);
       if (data.type === "started") {
         current = bubble("assistant", "");
+        currentId = data.id;
+        field("stop").hidden = false;
       } else if (data.type === "delta" && current) {
         if (!firstTokenAt) firstTokenAt = performance.now();
         current.textContent += data.text;
@@ -51,7 +53,9 @@
         field("stats").textContent = "first token " + Math.round(firstTokenAt - sentAt) + " ms · " +
           (r.tokens_per_s || 0) + " tokens/s · " + r.completion_tokens + " tokens (" + r.finish_reason + ")";
         current = null;
+        field("stop").hidden = true;
       } else if (data.type === "error") {
+        field("stop").hidden = true;
         field("error").textContent = data.detail || (data.result && data.result.error) || "The model failed.";
         if (current) { current.parentNode.remove(); current = null; }
         messages.pop();
@@ -83,6 +87,12 @@
     sentAt = performance.now();
     firstTokenAt = 0;
     if (socket && socket.readyState === WebSocket.OPEN) socket.send(payload); else pending = payload;
+  });
+  // Stop: the worker ends the answer after its next token; it arrives as "done" (cancelled).
+  field("stop").addEventListener("click", function () {
+    if (current && socket && socket.readyState === WebSocket.OPEN) {
+      socket.send(JSON.stringify({ type: "cancel", id: currentId }));
+    }
   });
   field("clear").addEventListener("click", function () {
     messages = [];

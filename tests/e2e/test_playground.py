@@ -35,6 +35,18 @@ def test_scientist_chats_and_sees_the_streamed_answer_with_its_timings(page, sci
     assert generation.source == "playground" and generation.completion_tokens >= 1
     expect(turns.last.locator(".chat-text")).to_have_text(generation.output)
 
+    # A long answer stopped halfway: it ends at once and says so.
+    page.get_by_label("Max new tokens").fill("200")
+    page.get_by_label("Temperature").fill("1")
+    page.get_by_label("Message").fill("what is paris ?")
+    page.get_by_role("button", name="Send").click()
+    stop = page.get_by_role("button", name="Stop")
+    expect(stop).to_be_visible(timeout=60_000)
+    stop.click()
+    expect(stats).to_contain_text("(cancelled)", timeout=60_000)
+    expect(stop).to_be_hidden()
+    assert Generation.objects.get(finish_reason="cancelled").completion_tokens < 200
+
 
 def test_a_viewer_has_no_playground(page, viewer, project):
     browser_login(page, viewer.username)

@@ -59,3 +59,31 @@ def test_a_bad_generate_request_is_answered_with_an_error_naming_the_field(scien
 
     run(scenario)
     assert not Generation.objects.exists()
+
+
+def test_stop_ends_an_answer_early_and_only_its_author_can_stop_it(scientist, admin, project, tiny_model,
+                                                                    inference_worker):
+    headers, other = headers_for(scientist), headers_for(admin)
+    body = {"type": "generate", "model": tiny_model.pk, "messages": [{"role": "user", "content": "what is paris ?"}],
+            "params": {"max_new_tokens": 200, "temperature": 1.0, "seed": 3}}
+
+    async def scenario():
+        socket = playground_socket(project, headers)
+        assert (await socket.connect(timeout=TIMEOUT_S))[0]
+        await socket.send_json_to(body)
+        started = await socket.receive_json_from(timeout=60)
+        assert started["type"] == "started"
+        intruder = playground_socket(project, other)
+        assert (await intruder.connect(timeout=TIMEOUT_S))[0]
+        await intruder.send_json_to({"type": "cancel", "id": started["id"]})  # not theirs: nothing happens
+        await socket.send_json_to({"type": "cancel", "id": started["id"]})
+        while (message := await socket.receive_json_from(timeout=60))["type"] != "done":
+            assert message["type"] == "delta"
+        assert message["result"]["finish_reason"] == "cancelled"
+        assert message["result"]["completion_tokens"] < 200
+        await intruder.disconnect()
+        await socket.disconnect()
+
+    run(scenario)
+    generation = Generation.objects.get()
+    assert generation.cancel_requested and generation.finish_reason == "cancelled"

@@ -195,6 +195,25 @@ def test_max_new_tokens_gives_length(tiny):
     assert base.text.startswith(short.text)
 
 
+def test_a_cancelled_row_ends_after_its_next_token_and_the_others_go_on(tiny):
+    model, tokenizer = tiny
+    params = SamplingParams(max_new_tokens=20)
+    counts = {0: 0}
+
+    def is_cancelled(index):
+        if index == 0:
+            counts[0] += 1
+            return counts[0] >= 3
+        return False
+
+    results = generate_batch(model, tokenizer, [PROMPTS[0], PROMPTS[1]], params, is_cancelled=is_cancelled)
+    full = solo(tiny, PROMPTS[0], params)
+    assert full.completion_tokens > 3  # uncancelled, it goes further
+    assert (results[0].finish_reason, results[0].completion_tokens) == ("cancelled", 3)
+    assert results[0].token_ids == full.token_ids[:3]
+    assert results[1].token_ids == solo(tiny, PROMPTS[1], params).token_ids
+
+
 def test_end_of_sequence_gives_stop(tiny):
     result = solo(tiny, "the")
     assert result.finish_reason == "stop" and result.token_ids[-1] == EOS

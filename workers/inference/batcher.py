@@ -38,6 +38,7 @@ class _Request:
     params: SamplingParams
     on_token: Callable[[str], None] | None
     future: Future
+    is_cancelled: Callable[[], bool] | None = None
     arrived: float = field(default_factory=time.monotonic)
 
 
@@ -58,12 +59,14 @@ class Batcher:
     def submit(self, model_key: str, path: os.PathLike | str, prompt: str | None = None,
                params: SamplingParams | None = None, on_token: Callable[[str], None] | None = None, *,
                messages: list[dict] | None = None, adapter_path: os.PathLike | str | None = None,
-               device: str = "auto", dtype: Any = None) -> Future:
+               device: str = "auto", dtype: Any = None, is_cancelled: Callable[[], bool] | None = None) -> Future:
         """Queue one request; its Future resolves to a GenerationResult.
 
         `prompt` is the prompt text, or give chat `messages` instead (rendered with the model's
         chat template in the worker). `on_token(text_delta)` streams this request's text; it is
         called on the worker thread, and an exception it raises is logged, not propagated.
+        `is_cancelled()`, asked after each generated token (on the worker thread), ends this
+        request early with finish_reason "cancelled"; keep it cheap.
         Values that are wrong whatever the model (SamplingParams, message shape) raise
         InferenceInputError here; a prompt too long for the model's context fails the Future
         with InferenceInputError(field="prompt"); a model that cannot be loaded fails it with
@@ -83,7 +86,7 @@ class Batcher:
             validate_messages(messages)
         group = (model_key, str(path), str(adapter_path) if adapter_path is not None else None, device,
                  str(dtype) if dtype is not None else None)
-        request = _Request(prompt, messages, params, on_token, Future())
+        request = _Request(prompt, messages, params, on_token, Future(), is_cancelled)
         with self._cond:
             if self._closed:
                 raise RuntimeError("The batcher is closed.")
@@ -165,10 +168,19 @@ class Batcher:
                 except Exception:
                     logger.exception("on_token callback failed")
 
+        def is_cancelled(index: int) -> bool:
+            check = ready[index][0].is_cancelled
+            try:
+                return check is not None and bool(check())
+            except Exception:
+                logger.exception("is_cancelled callback failed")
+                return False
+
         self.batches_run += 1
         try:
             results = generate_batch(model, tokenizer, [text for _, text in ready],
-                                     [request.params for request, _ in ready], on_token=on_token)
+                                     [request.params for request, _ in ready], on_token=on_token,
+                                     is_cancelled=is_cancelled)
         except Exception as exc:
             for request, _ in ready:
                 request.future.set_exception(exc)

@@ -106,12 +106,15 @@ def eos_token_ids(model: Any, tokenizer: Any) -> set[int]:
 
 def generate_batch(model: Any, tokenizer: Any, prompts: list[str], params: SamplingParams | list[SamplingParams], *,
                    on_token: Callable[[int, str], None] | None = None,
+                   is_cancelled: Callable[[int], bool] | None = None,
                    share_prefix: bool = True) -> list[GenerationResult]:
     """Continue every prompt; one GenerationResult per prompt, in order.
 
     `params` is one SamplingParams for all or one per prompt (greedy and sampled rows mix).
     `on_token(index, text_delta)` is called as text becomes stable for a row; the deltas of a
-    row concatenate to its final text. Raises InferenceInputError before running the model for
+    row concatenate to its final text. `is_cancelled(index)`, asked after each of a row's tokens,
+    ends that row early with finish_reason "cancelled" (the others go on). Raises
+    InferenceInputError before running the model for
     an invalid value or a prompt that does not fit the model's context with max_new_tokens.
 
     `share_prefix`: when the prompts start with the same tokens (at least MIN_SHARED_PREFIX,
@@ -182,6 +185,8 @@ def generate_batch(model: Any, tokenizer: Any, prompts: list[str], params: Sampl
                         reason = "stop"
                     elif len(generated[i]) >= params_list[i].max_new_tokens:
                         reason = "length"
+                    elif is_cancelled is not None and is_cancelled(i):
+                        reason = "cancelled"
                     else:
                         keep.append(row)
                         continue
