@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from apps.annotation.models import Annotation, Campaign, Draft, Item, Lease
-from apps.annotation.rendering import render_markdown
 from apps.annotation.schema import candidate_keys, row_value
 from apps.annotation.services import annotation_payload, row_dict
+from apps.core.rendering import render_markdown
 
 
 def example_payload(item: Item, fields: list[dict]) -> dict:

@@ -12,9 +12,9 @@ from django.views.decorators.http import require_http_methods, require_POST
 from apps.annotation import quality, selectors, services
 from apps.annotation.forms import CampaignForm, ExportForm
 from apps.annotation.models import Annotation, Campaign, Item, LabelSchema
-from apps.annotation.rendering import render_markdown
 from apps.core.errors import Conflict, Invalid, NotFound
 from apps.core.http import client_ip
+from apps.core.rendering import render_markdown
 from apps.datasets.models import Dataset, DatasetVersion
 from apps.projects import policy
 from apps.projects.models import Membership

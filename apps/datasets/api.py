@@ -14,6 +14,7 @@ from apps.datasets.serializers import (
     DatasetCreateSerializer,
     DatasetSerializer,
     DeriveJobSerializer,
+    EditSerializer,
     ImportCreateSerializer,
     ImportSerializer,
     ImportStartSerializer,
@@ -152,7 +153,9 @@ class RowListApi(APIView):
 
     @extend_schema(parameters=[
         OpenApiParameter("after", int), OpenApiParameter("q", str, description="words to search for"),
-        OpenApiParameter("label", str), OpenApiParameter("split", str), OpenApiParameter("limit", int)],
+        OpenApiParameter("label", str), OpenApiParameter("split", str), OpenApiParameter("limit", int),
+        OpenApiParameter("meta_key", str, description="a metadata field of the version"),
+        OpenApiParameter("meta_value", str, description="rows whose meta_key field is this text")],
         responses=RowPageSerializer)
     def get(self, request: Request, dataset_id: int, number: int) -> Response:
         version = _version(request, dataset_id, number)
@@ -164,8 +167,18 @@ class RowListApi(APIView):
             raise Invalid("'after' and 'limit' are integers.", field="after") from None
         rows, next_after = selectors.version_rows(version=version, after=after, q=params.get("q", "")[:500],
                                                   label=params.get("label", "")[:200],
-                                                  split=params.get("split", "")[:16], limit=limit)
+                                                  split=params.get("split", "")[:16], limit=limit,
+                                                  meta=_meta_filter(version, params))
         return Response({"results": RowSerializer(rows, many=True).data, "next_after": next_after})
+
+
+def _meta_filter(version, params) -> tuple[str, str] | None:
+    key = params.get("meta_key", "")
+    if not key:
+        return None
+    if key not in version.schema.get("metadata_keys", []):
+        raise Invalid(f"Version {version.number} has no metadata field {key[:100]!r}.", field="meta_key")
+    return key, params.get("meta_value", "")[:1000]
 
 
 class VersionExportApi(APIView):
@@ -194,6 +207,19 @@ class VersionSplitApi(APIView):
         data.is_valid(raise_exception=True)
         job = services.version_split_start(user=request.user, version=version, token=request.auth,
                                            ip_address=client_ip(request), **data.validated_data)
+        return Response(DeriveJobSerializer(job).data, status=status.HTTP_202_ACCEPTED)
+
+
+class VersionEditApi(APIView):
+    """Queue a new version with some rows fixed and some dropped (rows never change in place)."""
+
+    @extend_schema(request=EditSerializer, responses={202: DeriveJobSerializer})
+    def post(self, request: Request, dataset_id: int, number: int) -> Response:
+        version = _version(request, dataset_id, number)
+        data = EditSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        job = services.version_edit_start(user=request.user, version=version, token=request.auth,
+                                          ip_address=client_ip(request), **data.validated_data)
         return Response(DeriveJobSerializer(job).data, status=status.HTTP_202_ACCEPTED)
 
 

@@ -15,6 +15,8 @@ urlpatterns = [
          name="api-version-split"),
     path("datasets/<int:dataset_id>/versions/<int:number>/pii-scan/", api.VersionPiiScanApi.as_view(),
          name="api-version-pii-scan"),
+    path("datasets/<int:dataset_id>/versions/<int:number>/edit/", api.VersionEditApi.as_view(),
+         name="api-version-edit"),
     path("datasets/<int:dataset_id>/versions/<int:number>/redact/", api.VersionRedactApi.as_view(),
          name="api-version-redact"),
     path("datasets/shared/", api.SharedDatasetListApi.as_view(), name="api-datasets-shared"),

@@ -49,7 +49,8 @@ def run_derive(job_id: int) -> None:
     job.save(update_fields=["version", "state"])
     events.derive_progress(job)
     try:
-        {DeriveJob.Kind.SPLIT: _split, DeriveJob.Kind.REDACT: _redact, DeriveJob.Kind.PII_SCAN: _scan}[job.kind](
+        {DeriveJob.Kind.SPLIT: _split, DeriveJob.Kind.REDACT: _redact, DeriveJob.Kind.PII_SCAN: _scan,
+         DeriveJob.Kind.EDIT: _edit}[job.kind](
             job, version)
     except DeriveCancelled:
         _end(job, version, DeriveJob.State.CANCELLED)
@@ -181,3 +182,35 @@ def _redact(job: DeriveJob, version: DatasetVersion) -> None:
                                            if "splits" in job.parent.stats else {})}
     version.status = DatasetVersion.Status.READY
     version.save(update_fields=["content_hash", "stats", "status"])
+
+
+def _edit(job: DeriveJob, version: DatasetVersion) -> None:
+    """The parent's rows, renumbered without the dropped ones, the edited ones changed."""
+    edits, drops = job.params.get("edits", {}), set(job.params.get("drops", []))
+    hasher, stats = VersionHasher(), VersionStats()
+    batch: list[DatasetRow] = []
+    position = done = 0
+    for row in _parent_rows(job):
+        done += 1
+        if row.position in drops:
+            continue
+        content = {"ext_id": row.ext_id, "prompt": row.prompt, "response": row.response, "messages": row.messages,
+                   "label": row.label, "reference": row.reference, "metadata": row.metadata or {}}
+        content.update(edits.get(str(row.position), {}))
+        stats.add(position, content)
+        batch.append(DatasetRow(version=version, position=position, row_hash=hasher.update(content),
+                                split=row.split, **content))
+        position += 1
+        if len(batch) >= BATCH_ROWS:
+            DatasetRow.objects.bulk_create(batch)
+            batch.clear()
+            _progress(job, done)
+    if batch:
+        DatasetRow.objects.bulk_create(batch)
+    job.rows_done = done
+    job.result = {"rows_edited": len(edits), "rows_dropped": len(drops)}
+    version.row_count = position
+    version.content_hash = hasher.hexdigest()
+    version.stats = stats.as_dict()
+    version.status = DatasetVersion.Status.READY
+    version.save(update_fields=["row_count", "content_hash", "stats", "status"])

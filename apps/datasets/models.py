@@ -140,6 +140,7 @@ class DeriveJob(models.Model):
         SPLIT = "split", "Split"
         PII_SCAN = "pii_scan", "PII scan"  # reads only: its report is the result, no new version
         REDACT = "redact", "Redaction"
+        EDIT = "edit", "Edit"  # rows fixed or dropped in the browser or the API
 
     State = ImportJob.State
 

@@ -3,8 +3,10 @@
 import re
 
 from django.db import connection
-from django.db.models import ExpressionWrapper, F, IntegerField, QuerySet
+from django.db.models import ExpressionWrapper, F, IntegerField, QuerySet, TextField
 from django.db.models.expressions import RawSQL
+from django.db.models.fields.json import KeyTextTransform
+from django.db.models.functions import Cast
 
 from apps.datasets.models import DatasetRow, DatasetVersion
 
@@ -52,9 +54,16 @@ def search(rows: QuerySet[DatasetRow], q: str) -> QuerySet[DatasetRow]:
 
 
 def version_rows(*, version: DatasetVersion, after: int | None = None, q: str = "", label: str = "",
-                 split: str = "", limit: int = PAGE_ROWS) -> tuple[list[DatasetRow], int | None]:
-    """One page of rows after position `after`, and the cursor of the next page (or None)."""
+                 split: str = "", limit: int = PAGE_ROWS,
+                 meta: tuple[str, str] | None = None) -> tuple[list[DatasetRow], int | None]:
+    """One page of rows after position `after`, and the cursor of the next page (or None).
+    `meta`: (metadata field, text) keeps the rows whose field holds that text."""
     rows = DatasetRow.objects.filter(version=version)
+    if meta is not None:
+        # KeyTextTransform, not a `metadata__<key>` lookup: a key may hold "__" or any character.
+        # The Cast: compared as plain text on every backend (SQLite would compare it as JSON).
+        rows = rows.annotate(meta_value=Cast(KeyTextTransform(meta[0], "metadata"), output_field=TextField())
+                             ).filter(meta_value=meta[1])
     if label:
         rows = rows.filter(label=label)
     if split:

@@ -68,6 +68,15 @@ class SplitSerializer(serializers.Serializer):
     message = serializers.CharField(required=False, allow_blank=True, max_length=500)
 
 
+class EditSerializer(serializers.Serializer):
+    edits = serializers.DictField(child=serializers.DictField(allow_empty=False), required=False, default=dict,
+                                  help_text="{position: {field: new text or null}}; fields prompt, response, "
+                                            "reference, label")
+    drops = serializers.ListField(child=serializers.IntegerField(min_value=0), required=False, default=list,
+                                  help_text="positions of rows to drop")
+    message = serializers.CharField(required=False, allow_blank=True, max_length=500, default="")
+
+
 class DeriveJobSerializer(serializers.ModelSerializer):
     parent = serializers.IntegerField(source="parent.number", read_only=True)
     version = serializers.IntegerField(source="version.number", read_only=True, default=None)

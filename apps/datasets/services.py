@@ -205,6 +205,65 @@ def version_split_start(*, user, version, ratios: dict, seed: int = 0, stratify:
                                                         "message": message[:500]})
 
 
+EDITABLE_FIELDS = {"prompt": None, "response": None, "reference": None, "label": 200}
+MAX_EDITED_ROWS = 1000
+MAX_EDIT_CHARS = 1_000_000
+
+
+def version_edit_start(*, user, version, edits: dict | None = None, drops: list | None = None, message: str = "",
+                       token=None, ip_address: str | None = None):
+    """Queue a new version that is `version` with some rows fixed (`edits`: {position: {field:
+    text or null}}, fields prompt, response, reference, label) and some dropped (`drops`:
+    positions). Rows never change in place: the worker writes the new version."""
+    policy.require(user, "dataset.edit", version.dataset, token)
+    edits, drops = edits or {}, drops or []
+    if not isinstance(edits, dict) or not isinstance(drops, list):
+        raise Invalid("edits is an object of position to changes, drops a list of positions.", field="edits")
+    if not edits and not drops:
+        raise Invalid("Nothing to change: give edits or drops.", field="edits")
+    if len(edits) + len(drops) > MAX_EDITED_ROWS:
+        raise Invalid(f"At most {MAX_EDITED_ROWS} rows per edit; split bigger changes.", field="edits")
+    checked: dict[str, dict] = {}
+    for key, changes in edits.items():
+        where = f"edits.{key}"
+        position = _position(key, version, where)
+        if not isinstance(changes, dict) or not changes:
+            raise Invalid("Each edit is an object of field to new text (or null).", field=where)
+        for field, value in changes.items():
+            if field not in EDITABLE_FIELDS:
+                raise Invalid(f"Only {', '.join(EDITABLE_FIELDS)} can be edited.", field=f"{where}.{field}")
+            if value is not None and not isinstance(value, str):
+                raise Invalid("A new value is text or null.", field=f"{where}.{field}")
+            limit = EDITABLE_FIELDS[field] or MAX_EDIT_CHARS
+            if value is not None and len(value) > limit:
+                raise Invalid(f"At most {limit} characters.", field=f"{where}.{field}")
+        checked[str(position)] = changes
+    dropped = sorted({_position(p, version, "drops") for p in drops})
+    if len(dropped) >= version.row_count:
+        raise Invalid("An edit cannot drop every row of the version.", field="drops")
+    for key, changes in checked.items():
+        row = version.rows.get(position=int(key))
+        if not (changes.get("prompt", row.prompt) or row.messages):
+            raise Invalid("A row needs a prompt (or messages).", field=f"edits.{key}.prompt")
+    if not isinstance(message, str) or len(message) > 500:
+        raise Invalid("A message is at most 500 characters.", field="message")
+    described = message or "; ".join(filter(None, [f"{len(checked)} row(s) edited" if checked else "",
+                                                   f"{len(dropped)} row(s) dropped" if dropped else ""]))
+    return _derive_start(user=user, version=version, kind="edit", audit_action="dataset.edit", token=token,
+                         ip_address=ip_address, params={"edits": checked, "drops": dropped, "message": described})
+
+
+def _position(value, version, field: str) -> int:
+    try:
+        position = int(value)
+    except (TypeError, ValueError):
+        raise Invalid(f"{value!r} is not a row position.", field=field) from None
+    if not 0 <= position < version.row_count:
+        raise Invalid(f"Version {version.number} has rows 0 to {version.row_count - 1}; there is no row {position}.",
+                      field=field)
+    return position
+
+
 def version_pii_scan_start(*, user, version, token=None, ip_address: str | None = None):
     """Queue a PII scan of a version: a report, no new version."""
     return _derive_start(user=user, version=version, kind="pii_scan", audit_action="dataset.pii_scan", params={},

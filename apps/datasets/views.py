@@ -137,13 +137,18 @@ def version_page(request: HttpRequest, project_id: int, dataset_id: int, number:
     q = request.GET.get("q", "")[:500]
     label = request.GET.get("label", "")[:200]
     split = request.GET.get("split", "")[:16]
+    meta_key, meta_value = request.GET.get("meta_key", ""), request.GET.get("meta_value", "")[:1000]
+    meta_keys = version.schema.get("metadata_keys", [])
+    meta = (meta_key, meta_value) if meta_key in meta_keys else None
     pii_scan = DeriveJob.objects.filter(parent=version, kind=DeriveJob.Kind.PII_SCAN).first()
     active_jobs = DeriveJob.objects.filter(parent=version, state__in=ImportJob.ACTIVE).order_by("created_at")
-    rows, next_after = selectors.version_rows(version=version, after=after, q=q, label=label, split=split)
+    rows, next_after = selectors.version_rows(version=version, after=after, q=q, label=label, split=split, meta=meta)
     return render(request, "datasets/version.html", _context(request, dataset, version=version, rows=rows,
                                                              next_after=next_after, q=q, label=label, split=split,
                                                              split_form=SplitForm(), pii_scan=pii_scan,
-                                                             active_jobs=active_jobs,
+                                                             active_jobs=active_jobs, meta_keys=meta_keys,
+                                                             meta_key=meta_key if meta else "",
+                                                             meta_value=meta_value if meta else "",
                                                              split_counts=_split_counts(version)))
 
 
@@ -223,3 +228,42 @@ def version_pii(request: HttpRequest, project_id: int, dataset_id: int, number: 
     services.version_redact_start(user=request.user, version=version, ip_address=client_ip(request))
     messages.success(request, f"Redacting v{version.number} into a new version; it appears below when done.")
     return redirect("datasets:detail", project_id=project_id, dataset_id=dataset_id)
+
+
+EDIT_FIELDS = ("prompt", "response", "reference", "label")
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def row_page(request: HttpRequest, project_id: int, dataset_id: int, number: int, position: int) -> HttpResponse:
+    """One row: chat turns and Markdown rendered safely, its metadata; fix it or drop it (each a new
+    version, written by a worker)."""
+    from apps.core.rendering import render_markdown
+
+    dataset = policy.get_object(request.user, Dataset, dataset_id, "dataset.view", project_id=project_id)
+    version = selectors.ready_versions(dataset).filter(number=number).first()
+    row = version.rows.filter(position=position).first() if version else None
+    if row is None:
+        raise NotFound()
+    if request.method == "POST":
+        if request.POST.get("action") == "drop":
+            edits, drops = {}, [position]
+        else:
+            changes = {field: request.POST.get(field, "") or None for field in EDIT_FIELDS if field in request.POST}
+            changes = {field: value for field, value in changes.items() if value != getattr(row, field)}
+            edits, drops = ({position: changes} if changes else {}), []
+        try:
+            services.version_edit_start(user=request.user, version=version, edits=edits, drops=drops,
+                                        message=request.POST.get("message", "")[:500], ip_address=client_ip(request))
+        except Invalid as exc:
+            messages.error(request, exc.message)
+            return redirect("datasets:row", project_id=project_id, dataset_id=dataset_id, number=number,
+                            position=position)
+        messages.success(request, "Writing the new version: it appears on this page when it is done.")
+        return redirect("datasets:version", project_id=project_id, dataset_id=dataset_id, number=number)
+    rendered = {field: render_markdown(getattr(row, field)) for field in ("prompt", "response", "reference")
+                if getattr(row, field) is not None}
+    turns = [{"role": turn.get("role"), "html": render_markdown(turn.get("content"))}
+             for turn in row.messages or [] if isinstance(turn, dict)]
+    return render(request, "datasets/row.html", _context(request, dataset, version=version, row=row,
+                                                         rendered=rendered, turns=turns))

@@ -7,7 +7,7 @@ import pytest
 from playwright.sync_api import expect
 
 from apps.datasets.services import dataset_create
-from tests.conftest import browser_login
+from tests.conftest import browser_login, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -126,3 +126,31 @@ def test_a_viewer_watches_a_pii_scan_run_live_and_sees_its_report(page, viewer, 
     expect(page.get_by_test_id("pii-state")).to_have_text("succeeded")
     expect(page.get_by_test_id("derive-jobs")).to_have_count(0)
     expect(page.get_by_test_id("pii")).to_contain_text("6000 rows hold personal data")
+
+
+def test_a_scientist_opens_a_chat_row_sees_it_rendered_safely_and_fixes_it_into_a_new_version(
+        page, scientist, owner, project, celery_worker):
+    from apps.datasets.models import Dataset, DeriveJob
+    from apps.datasets.writer import write_version
+
+    dataset = Dataset.objects.create(project=project, name="Chats", created_by=owner)
+    version = write_version(dataset=dataset, author=owner, roles={"messages": "messages", "response": "response"},
+                            records=[{"messages": [{"role": "user", "content": "Hi <script>alert(1)</script> **there**"},
+                                                   {"role": "assistant", "content": "`code` reply"}],
+                                      "response": "old answer", "topic": "greeting"}])
+    browser_login(page, "sofia")
+    page.goto(f"/projects/{project.pk}/datasets/{dataset.pk}/versions/1/")
+    page.get_by_role("link", name="Row 0").click()
+    turns = page.get_by_test_id("turns")
+    expect(turns).to_contain_text("Hi <script>alert(1)</script> there")  # raw HTML shown as text
+    expect(turns.locator("strong").filter(has_text="there")).to_have_count(1)  # Markdown rendered
+    expect(turns.locator("code")).to_have_text("code")
+    expect(page.get_by_test_id("metadata")).to_contain_text("greeting")
+    page.get_by_label("Response").fill("a kinder answer")
+    page.get_by_label("What changed").fill("kinder reply")
+    page.get_by_role("button", name="Save as a new version").click()
+    expect(page.get_by_role("status")).to_contain_text("Writing the new version")
+    wait_for(lambda: DeriveJob.objects.get(kind="edit").state == "succeeded", timeout=60, what="the edit")
+    page.goto(f"/projects/{project.pk}/datasets/{dataset.pk}/versions/2/")
+    expect(page.get_by_test_id("rows")).to_contain_text("a kinder answer")
+    assert version.rows.get().response == "old answer"
