@@ -184,6 +184,9 @@ def _review_action(request: HttpRequest, campaign: Campaign) -> None:
             services.review(user=request.user, annotation=annotation, decision=action,
                             comment=request.POST.get("comment", ""))
             messages.success(request, f"Annotation by {annotation.annotator.username} {action}ed.")
+        elif action == "gold":
+            services.set_gold(user=request.user, item=annotation.item, values=annotation.values)
+            messages.success(request, f"Example {annotation.item.position + 1} is gold: annotators are scored on it.")
         elif action == "adopt":
             services.adjudicate(user=request.user, item=annotation.item, values=annotation.values)
             messages.success(request, f"Example {annotation.item.position + 1} settled with "

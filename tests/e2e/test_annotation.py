@@ -118,6 +118,12 @@ def test_a_reviewer_settles_a_disagreement_and_the_admin_sees_the_agreement_char
     settled = Item.objects.get(campaign_id=campaign["id"], position=0)
     assert settled.adjudicated_values == {"sentiment": "negative", "better": "A"}
     assert settled.adjudicated_by == scientist
+    # The settled example becomes gold, scoring annotators from now on.
+    page.goto(f"/projects/{project.pk}/campaigns/{campaign['id']}/review/")
+    first = page.get_by_test_id("review-item").first
+    first.locator("tr[data-annotator=ben]").get_by_role("button", name="Make gold with this answer").click()
+    expect(page.get_by_test_id("review-item").first).to_contain_text("gold")
+    assert Item.objects.get(pk=settled.pk).gold_values == {"sentiment": "negative", "better": "A"}
 
     page.get_by_role("button", name="Log out").click()
     browser_login(page, "adam")
