@@ -106,6 +106,20 @@ def _arrange_version(world: World) -> dict:
     return {"number": 1}
 
 
+def _arrange_export_job(world: World) -> dict:
+    """A finished export of the version, its file on disk."""
+    import tempfile
+
+    from apps.datasets.models import ExportJob
+
+    _arrange_version(world)
+    with tempfile.NamedTemporaryFile("wb", suffix=".parquet", delete=False) as handle:
+        handle.write(b"PAR1")
+    job = ExportJob.objects.create(version=world.dataset.versions.get(), format="parquet", state="succeeded",
+                                   path=handle.name, size_bytes=4)
+    return {"number": 1, "export_id": job.pk}
+
+
 def _arrange_derive_job(world: World) -> dict:
     from apps.datasets.models import DeriveJob
 
@@ -288,6 +302,16 @@ ENDPOINTS = [
     Endpoint("version-split", "POST", "/api/datasets/<int:dataset_id>/versions/<int:number>/split/", "dataset.edit",
              lambda w: {"ratios": {"train": 0.5, "test": 0.5}, "seed": 7}, 202,
              checks=("dataset.view", "dataset.edit"), scope="dataset", arrange=_arrange_version),
+    Endpoint("version-export-jobs", "GET", "/api/datasets/<int:dataset_id>/versions/<int:number>/exports/",
+             "dataset.export", _no_body, 200, checks=("dataset.view", "dataset.export"), scope="dataset",
+             arrange=_arrange_version),
+    Endpoint("version-export-job-start", "POST", "/api/datasets/<int:dataset_id>/versions/<int:number>/exports/",
+             "dataset.export", lambda w: {"format": "parquet"}, 202, checks=("dataset.view", "dataset.export"),
+             scope="dataset", arrange=_arrange_version),
+    Endpoint("dataset-export-get", "GET", "/api/dataset-exports/<int:export_id>/", "dataset.export", _no_body, 200,
+             scope="dataset", arrange=_arrange_export_job),
+    Endpoint("dataset-export-download", "GET", "/api/dataset-exports/<int:export_id>/download/", "dataset.export",
+             _no_body, 200, scope="dataset", arrange=_arrange_export_job),
     Endpoint("version-edit", "POST", "/api/datasets/<int:dataset_id>/versions/<int:number>/edit/", "dataset.edit",
              lambda w: {"edits": {"0": {"response": "fixed"}}}, 202, checks=("dataset.view", "dataset.edit"),
              scope="dataset", arrange=_arrange_version),

@@ -17,6 +17,13 @@ def derive_version_task(job_id: int) -> None:
     run_derive(job_id)
 
 
+@shared_task(name="datasets.export")
+def export_version_task(job_id: int) -> None:
+    from apps.datasets.exports import run_export_job
+
+    run_export_job(job_id)
+
+
 @shared_task(name="registry.convert")
 def convert_model_task(model_id: int) -> None:
     from apps.registry.services import run_conversion

@@ -9,12 +9,14 @@ from rest_framework.views import APIView
 from apps.core.errors import Invalid, NotFound, PermissionDenied
 from apps.core.http import client_ip
 from apps.datasets import exports, selectors, services
-from apps.datasets.models import Dataset, DatasetVersion, DeriveJob, ImportJob
+from apps.datasets.models import Dataset, DatasetVersion, DeriveJob, ExportJob, ImportJob
 from apps.datasets.serializers import (
     DatasetCreateSerializer,
     DatasetSerializer,
     DeriveJobSerializer,
     EditSerializer,
+    ExportJobSerializer,
+    ExportStartSerializer,
     ImportCreateSerializer,
     ImportSerializer,
     ImportStartSerializer,
@@ -221,6 +223,51 @@ class VersionEditApi(APIView):
         job = services.version_edit_start(user=request.user, version=version, token=request.auth,
                                           ip_address=client_ip(request), **data.validated_data)
         return Response(DeriveJobSerializer(job).data, status=status.HTTP_202_ACCEPTED)
+
+
+class VersionExportJobsApi(APIView):
+    """Export a version as a file written by a worker (jsonl, csv, parquet, or a zipped `datasets`
+    directory that datasets.load_from_disk reads), downloaded when done."""
+
+    @extend_schema(responses=ExportJobSerializer(many=True))
+    def get(self, request: Request, dataset_id: int, number: int) -> Response:
+        version = _version(request, dataset_id, number)
+        policy.require(request.user, "dataset.export", version.dataset, request.auth)
+        return Response(ExportJobSerializer(version.exports.select_related("version")[:50], many=True).data)
+
+    @extend_schema(request=ExportStartSerializer, responses={202: ExportJobSerializer})
+    def post(self, request: Request, dataset_id: int, number: int) -> Response:
+        version = _version(request, dataset_id, number)
+        data = ExportStartSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        job = services.export_start(user=request.user, version=version, export_format=data.validated_data["format"],
+                                    token=request.auth, ip_address=client_ip(request))
+        return Response(ExportJobSerializer(job).data, status=status.HTTP_202_ACCEPTED)
+
+
+def _export_job(request: Request, export_id) -> ExportJob:
+    job = ExportJob.objects.select_related("version__dataset__project").filter(pk=export_id).first()
+    if job is None:
+        raise NotFound()
+    policy.require(request.user, "dataset.export", job.version.dataset, request.auth)
+    return job
+
+
+class ExportJobApi(APIView):
+    @extend_schema(responses=ExportJobSerializer)
+    def get(self, request: Request, export_id: int) -> Response:
+        return Response(ExportJobSerializer(_export_job(request, export_id)).data)
+
+
+class ExportDownloadApi(APIView):
+    @extend_schema(responses={(200, "application/octet-stream"): bytes})
+    def get(self, request: Request, export_id: int):
+        from django.http import FileResponse
+
+        job = _export_job(request, export_id)
+        if job.state != ExportJob.State.SUCCEEDED:
+            raise Invalid(f"This export is {job.state}; download it once it has succeeded.", field="state")
+        return FileResponse(open(job.path, "rb"), as_attachment=True, filename=job.filename)
 
 
 class VersionPiiScanApi(APIView):

@@ -164,3 +164,44 @@ class DeriveJob(models.Model):
     @property
     def dataset(self):
         return self.parent.dataset
+
+
+class ExportJob(models.Model):
+    """A version written to a file by a worker (any format, any size), downloaded when done."""
+
+    class Format(models.TextChoices):
+        JSONL = "jsonl", "JSONL"
+        CSV = "csv", "CSV"
+        PARQUET = "parquet", "Parquet"
+        DATASETS = "datasets", "datasets directory (zip)"
+
+    State = ImportJob.State
+
+    version = models.ForeignKey(DatasetVersion, on_delete=models.CASCADE, related_name="exports")
+    format = models.CharField(max_length=16, choices=Format.choices)
+    state = models.CharField(max_length=16, choices=ImportJob.State.choices, default=ImportJob.State.QUEUED)
+    rows_done = models.PositiveIntegerField(default=0)
+    path = models.CharField(max_length=1000, blank=True)  # the finished file, under ARTIFACT_ROOT/exports
+    size_bytes = models.BigIntegerField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        default_permissions = ()
+        ordering = ["-created_at", "-id"]
+
+    @property
+    def dataset(self):
+        return self.version.dataset
+
+    @property
+    def project(self):
+        return self.version.dataset.project
+
+    @property
+    def filename(self) -> str:
+        name = "".join(c if c.isalnum() or c in "-_" else "_" for c in self.version.dataset.name)[:80]
+        extension = {"datasets": "datasets.zip"}.get(self.format, self.format)
+        return f"{name}-v{self.version.number}.{extension}"

@@ -1,6 +1,6 @@
 from rest_framework import serializers
 
-from apps.datasets.models import Dataset, DatasetRow, DatasetVersion, DeriveJob, ImportJob
+from apps.datasets.models import Dataset, DatasetRow, DatasetVersion, DeriveJob, ExportJob, ImportJob
 
 
 class DatasetSerializer(serializers.ModelSerializer):
@@ -85,3 +85,22 @@ class DeriveJobSerializer(serializers.ModelSerializer):
         model = DeriveJob
         fields = ["id", "kind", "params", "state", "rows_done", "error", "result", "parent", "version", "created_at",
                   "finished_at"]
+
+
+class ExportStartSerializer(serializers.Serializer):
+    format = serializers.ChoiceField(choices=["jsonl", "csv", "parquet", "datasets"])
+
+
+class ExportJobSerializer(serializers.ModelSerializer):
+    version = serializers.IntegerField(source="version.number", read_only=True)
+    dataset = serializers.IntegerField(source="version.dataset_id", read_only=True)
+    rows_total = serializers.IntegerField(source="version.row_count", read_only=True)
+    download = serializers.SerializerMethodField()
+
+    class Meta:
+        model = ExportJob
+        fields = ["id", "dataset", "version", "format", "state", "rows_done", "rows_total", "size_bytes", "error",
+                  "download", "created_at", "finished_at"]
+
+    def get_download(self, job) -> str | None:
+        return f"/api/dataset-exports/{job.pk}/download/" if job.state == "succeeded" else None

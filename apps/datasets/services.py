@@ -282,3 +282,28 @@ def _enqueue(job_id: int) -> None:
 
     enqueue(derive_version_task, job_id, queue="default", on_failure=lambda reason: DeriveJob.objects.filter(
         pk=job_id).update(state=DeriveJob.State.FAILED, finished_at=timezone.now(), error=reason))
+
+
+def export_start(*, user, version, export_format: str, token=None, ip_address: str | None = None):
+    """Queue a worker job that writes `version` as a file (jsonl, csv, parquet or a zipped
+    `datasets` directory) for download: no request waits on a large export."""
+    from apps.datasets.models import ExportJob
+
+    policy.require(user, "dataset.export", version.dataset, token)
+    if export_format not in ExportJob.Format.values:
+        raise Invalid(f"The format is one of {', '.join(ExportJob.Format.values)}.", field="format")
+    with transaction.atomic():
+        job = ExportJob.objects.create(version=version, format=export_format, created_by=user)
+        audit_record(actor=user, action="dataset.export", project=version.dataset.project, target=version.dataset,
+                     ip_address=ip_address, after={"version": version.number, "format": export_format,
+                                                   "job": job.pk})
+        transaction.on_commit(lambda: _enqueue_export(job.pk))
+    return job
+
+
+def _enqueue_export(job_id: int) -> None:
+    from apps.datasets.models import ExportJob
+    from workers.tasks import export_version_task
+
+    enqueue(export_version_task, job_id, queue="default", on_failure=lambda reason: ExportJob.objects.filter(
+        pk=job_id).update(state=ExportJob.State.FAILED, finished_at=timezone.now(), error=reason))

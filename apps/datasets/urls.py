@@ -13,6 +13,7 @@ urlpatterns = [
     path(base + "imports/<int:import_id>/cancel/", views.import_cancel, name="import_cancel"),
     path(base + "versions/<int:number>/", views.version_page, name="version"),
     path(base + "versions/<int:number>/rows/<int:position>/", views.row_page, name="row"),
+    path(base + "versions/<int:number>/exports/", views.version_export_job, name="export"),
     path(base + "versions/<int:number>/stats/", views.version_stats, name="stats"),
     path(base + "versions/<int:number>/split/", views.version_split, name="split"),
     path(base + "versions/<int:number>/pii/<str:action>/", views.version_pii, name="pii"),

@@ -142,11 +142,14 @@ def version_page(request: HttpRequest, project_id: int, dataset_id: int, number:
     meta = (meta_key, meta_value) if meta_key in meta_keys else None
     pii_scan = DeriveJob.objects.filter(parent=version, kind=DeriveJob.Kind.PII_SCAN).first()
     active_jobs = DeriveJob.objects.filter(parent=version, state__in=ImportJob.ACTIVE).order_by("created_at")
+    export_jobs = version.exports.all()[:10] if "dataset.export" in policy.permissions_on(request.user, dataset) \
+        else []
     rows, next_after = selectors.version_rows(version=version, after=after, q=q, label=label, split=split, meta=meta)
     return render(request, "datasets/version.html", _context(request, dataset, version=version, rows=rows,
                                                              next_after=next_after, q=q, label=label, split=split,
                                                              split_form=SplitForm(), pii_scan=pii_scan,
                                                              active_jobs=active_jobs, meta_keys=meta_keys,
+                                                             export_jobs=export_jobs,
                                                              meta_key=meta_key if meta else "",
                                                              meta_value=meta_value if meta else "",
                                                              split_counts=_split_counts(version)))
@@ -267,3 +270,19 @@ def row_page(request: HttpRequest, project_id: int, dataset_id: int, number: int
              for turn in row.messages or [] if isinstance(turn, dict)]
     return render(request, "datasets/row.html", _context(request, dataset, version=version, row=row,
                                                          rendered=rendered, turns=turns))
+
+
+@login_required
+@require_POST
+def version_export_job(request: HttpRequest, project_id: int, dataset_id: int, number: int) -> HttpResponse:
+    dataset = policy.get_object(request.user, Dataset, dataset_id, "dataset.view", project_id=project_id)
+    version = selectors.ready_versions(dataset).filter(number=number).first()
+    if version is None:
+        raise NotFound()
+    try:
+        services.export_start(user=request.user, version=version, export_format=request.POST.get("format", ""),
+                              ip_address=client_ip(request))
+        messages.success(request, "Export queued: its download link appears below when the file is written.")
+    except Invalid as exc:
+        messages.error(request, exc.message)
+    return redirect("datasets:version", project_id=project_id, dataset_id=dataset_id, number=number)

@@ -154,3 +154,26 @@ def test_a_scientist_opens_a_chat_row_sees_it_rendered_safely_and_fixes_it_into_
     page.goto(f"/projects/{project.pk}/datasets/{dataset.pk}/versions/2/")
     expect(page.get_by_test_id("rows")).to_contain_text("a kinder answer")
     assert version.rows.get().response == "old answer"
+
+
+def test_a_scientist_exports_a_version_as_parquet_and_downloads_it(page, scientist, owner, project, celery_worker,
+                                                                   tmp_path):
+    import pyarrow.parquet as pq
+
+    from apps.datasets.models import Dataset
+    from apps.datasets.writer import write_version
+
+    dataset = Dataset.objects.create(project=project, name="Export me", created_by=owner)
+    write_version(dataset=dataset, author=owner, roles={"prompt": "prompt"},
+                  records=[{"prompt": f"row {i}"} for i in range(3000)])
+    browser_login(page, "sofia")
+    page.goto(f"/projects/{project.pk}/datasets/{dataset.pk}/versions/1/")
+    page.get_by_label("Export as a file").select_option("parquet")
+    page.get_by_role("button", name="Export", exact=True).click()
+    link = page.get_by_role("link", name="download Export_me-v1.parquet")
+    expect(link).to_be_visible(timeout=60_000)  # the page follows the job and reloads when it is written
+    with page.expect_download() as download:
+        link.click()
+    path = tmp_path / "export.parquet"
+    download.value.save_as(path)
+    assert pq.read_table(path).num_rows == 3000
