@@ -428,3 +428,24 @@ def test_a_diverging_loss_stops_the_run_before_the_adapter_is_stepped(model_dir,
     assert [p["step"] for p in record.steps] == [1, 2]
     last_good = adapter_weights(tmp_path / "out" / "checkpoints" / "step-2" / "adapter")
     assert all(torch.isfinite(weight).all() for weight in last_good.values())
+
+
+def test_logits_at_trained_positions_only_give_the_same_training(model_dir, tmp_path, monkeypatch):
+    """The output layer runs only where a token is trained; losses and weights are those of the
+    full forward (which the engine keeps for architectures that change logits after the layer)."""
+    import torch
+
+    from workers.training import loop
+
+    options = {"max_steps": 3, "lora_dropout": 0.0, "max_seq_len": 16, "batch_size": 4}
+    fast, full = Recorder(), Recorder()
+    agreed = []
+    check = loop._logits_path_agrees
+    monkeypatch.setattr(loop, "_logits_path_agrees", lambda r: agreed.append(check(r)) or agreed[-1])
+    a = run(model_dir, tmp_path / "fast", fast, **options)
+    assert agreed == [True]  # the Llama's output layer is all there is after the decoder
+    monkeypatch.setattr(loop, "_logits_path_agrees", lambda r: False)
+    b = run(model_dir, tmp_path / "full", full, **options)
+    assert [p["loss"] for p in fast.steps] == pytest.approx([p["loss"] for p in full.steps], abs=1e-5)
+    for name, weight in adapter_weights(a.adapter_dir).items():
+        torch.testing.assert_close(adapter_weights(b.adapter_dir)[name], weight, atol=2e-4, rtol=0)

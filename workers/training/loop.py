@@ -139,6 +139,7 @@ class _Run:
     state: TrainerState
     info: dict = field(default_factory=dict)
     checkpointed_step: int | None = None   # the step of the newest checkpoint on disk
+    trained_logits_only: bool = False      # logits computed at trained positions only (_logits_path_agrees)
 
     @property
     def checkpoints_dir(self) -> Path:
@@ -219,6 +220,7 @@ def _setup(config: TrainConfig, model_dir: Path, output_dir: Path, train_rows: S
                train_rows=train_packed, eval_rows=eval_packed, train_pairs=train_pairs, eval_pairs=eval_pairs,
                steps_per_epoch=steps_per_epoch,
                total_steps=total_steps, state=TrainerState())
+    run.trained_logits_only = _logits_path_agrees(run)
     remove_incomplete(run.checkpoints_dir)
     latest = latest_checkpoint(run.checkpoints_dir)
     if latest is not None:
@@ -382,11 +384,53 @@ def _summed_loss(run: _Run, batch: list[Row]) -> Any:
 
     tensors = {k: v.to(run.device) for k, v in collate(batch, run.pad_id, packed=run.config.packing).items()}
     targets = tensors.pop("targets")
+    trained = targets != IGNORE
     with run.autocast():
         # use_cache=False: with a KV cache transformers ignores the packing in position_ids.
+        if run.trained_logits_only:
+            # The output layer (hidden x vocabulary) only where a token is trained: with the loss on
+            # responses only, most prompt positions never need their logits.
+            hidden = _decoder(run.model)(**tensors, use_cache=False).last_hidden_state
+            logits = _output_layer(run.model)(hidden[trained])
+            return torch.nn.functional.cross_entropy(logits.float(), targets[trained], reduction="sum")
         logits = run.model(**tensors, use_cache=False).logits
     return torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), targets.flatten(),
                                              ignore_index=IGNORE, reduction="sum")
+
+
+def _logits_path_agrees(run: _Run) -> bool:
+    """Whether the decoder + output layer give the model's own logits. Some architectures change
+    logits after the output layer (soft-capping, scaling); for those the full forward is kept."""
+    import torch
+
+    rows = run.train_rows or [pair.chosen for pair in run.train_pairs]
+    if not rows:
+        return False
+    sample = Row(rows[0].input_ids[:16], rows[0].targets[:16], rows[0].positions[:16])
+    tensors = {k: v.to(run.device) for k, v in collate([sample], run.pad_id, packed=False).items()}
+    tensors.pop("targets")
+    run.model.eval()  # no dropout: both paths see the same weights, and no random numbers are drawn
+    try:
+        with torch.no_grad():
+            full = run.model(**tensors, use_cache=False).logits.float()
+            hidden = _decoder(run.model)(**tensors, use_cache=False).last_hidden_state
+            direct = _output_layer(run.model)(hidden).float()
+    except (AttributeError, TypeError, NotImplementedError):
+        return False
+    finally:
+        run.model.train()
+    return bool(torch.allclose(full, direct, atol=1e-4, rtol=1e-4))
+
+
+def _decoder(model: Any) -> Any:
+    """The transformer body under the LM head (PEFT's LoRA layers are inside it)."""
+    causal_lm = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return causal_lm.get_decoder()
+
+
+def _output_layer(model: Any) -> Any:
+    causal_lm = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return causal_lm.get_output_embeddings()
 
 
 def _memory_mb(device: Any) -> float:
