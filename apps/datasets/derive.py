@@ -150,11 +150,8 @@ def _scan(job: DeriveJob, version: None) -> None:
 def _redact(job: DeriveJob, version: DatasetVersion) -> None:
     from workers.pii import redact_text
 
-    hasher, stats = VersionHasher(), VersionStats()
-    batch: list[DatasetRow] = []
-    done = changed = 0
-    for row in _parent_rows(job):
-        content = {"ext_id": row.ext_id, "label": row.label, "metadata": dict(row.metadata or {})}
+    def redacted(row: DatasetRow) -> dict:
+        content = {"ext_id": row.ext_id, "label": row.label}
         for field in TEXT_FIELDS:
             value = getattr(row, field)
             content[field] = redact_text(value) if value else value
@@ -162,44 +159,43 @@ def _redact(job: DeriveJob, version: DatasetVersion) -> None:
                                 if isinstance(turn, dict) and isinstance(turn.get("content"), str) else turn
                                 for turn in row.messages] if row.messages else row.messages)
         content["metadata"] = {key: redact_text(value) if isinstance(value, str) else value
-                               for key, value in content["metadata"].items()}
-        stats.add(row.position, content)
-        new_hash = hasher.update(content)
-        changed += new_hash != row.row_hash
-        batch.append(DatasetRow(version=version, position=row.position, row_hash=new_hash, split=row.split,
-                                **content))
-        done += 1
-        if len(batch) >= BATCH_ROWS:
-            DatasetRow.objects.bulk_create(batch)
-            batch.clear()
-            _progress(job, done)
-    if batch:
-        DatasetRow.objects.bulk_create(batch)
-    job.rows_done = done
-    job.result = {"rows_changed": changed}
-    version.content_hash = hasher.hexdigest()
-    version.stats = {**stats.as_dict(), **({"splits": job.parent.stats["splits"]}
-                                           if "splits" in job.parent.stats else {})}
-    version.status = DatasetVersion.Status.READY
-    version.save(update_fields=["content_hash", "stats", "status"])
+                               for key, value in (row.metadata or {}).items()}
+        return content
+
+    job.result = {"rows_changed": _rewrite(job, version, redacted)}
 
 
 def _edit(job: DeriveJob, version: DatasetVersion) -> None:
     """The parent's rows, renumbered without the dropped ones, the edited ones changed."""
     edits, drops = job.params.get("edits", {}), set(job.params.get("drops", []))
+
+    def edited(row: DatasetRow) -> dict | None:
+        if row.position in drops:
+            return None
+        return {"ext_id": row.ext_id, "prompt": row.prompt, "response": row.response, "messages": row.messages,
+                "label": row.label, "reference": row.reference, "metadata": row.metadata or {},
+                **edits.get(str(row.position), {})}
+
+    _rewrite(job, version, edited)
+    job.result = {"rows_edited": len(edits), "rows_dropped": len(drops)}
+
+
+def _rewrite(job: DeriveJob, version: DatasetVersion, transform) -> int:
+    """Write the parent's rows in order, each as `transform(row)` returns it (None drops it),
+    renumbered from 0, hashed and counted as an import does; the version is READY at the end.
+    Returns how many rows changed."""
     hasher, stats = VersionHasher(), VersionStats()
     batch: list[DatasetRow] = []
-    position = done = 0
+    position = done = changed = 0
     for row in _parent_rows(job):
         done += 1
-        if row.position in drops:
+        content = transform(row)
+        if content is None:
             continue
-        content = {"ext_id": row.ext_id, "prompt": row.prompt, "response": row.response, "messages": row.messages,
-                   "label": row.label, "reference": row.reference, "metadata": row.metadata or {}}
-        content.update(edits.get(str(row.position), {}))
         stats.add(position, content)
-        batch.append(DatasetRow(version=version, position=position, row_hash=hasher.update(content),
-                                split=row.split, **content))
+        row_hash = hasher.update(content)
+        changed += row_hash != row.row_hash
+        batch.append(DatasetRow(version=version, position=position, row_hash=row_hash, split=row.split, **content))
         position += 1
         if len(batch) >= BATCH_ROWS:
             DatasetRow.objects.bulk_create(batch)
@@ -208,9 +204,10 @@ def _edit(job: DeriveJob, version: DatasetVersion) -> None:
     if batch:
         DatasetRow.objects.bulk_create(batch)
     job.rows_done = done
-    job.result = {"rows_edited": len(edits), "rows_dropped": len(drops)}
     version.row_count = position
     version.content_hash = hasher.hexdigest()
-    version.stats = stats.as_dict()
+    kept_splits = "splits" in job.parent.stats and position == job.parent.row_count  # no row dropped
+    version.stats = {**stats.as_dict(), **({"splits": job.parent.stats["splits"]} if kept_splits else {})}
     version.status = DatasetVersion.Status.READY
     version.save(update_fields=["row_count", "content_hash", "stats", "status"])
+    return changed
