@@ -43,14 +43,14 @@ def run_derive(job_id: int) -> None:
     if job.state == DeriveJob.State.RUNNING:
         discard_version(job.version)  # its worker died mid-way: start again
     version = None
-    if job.kind != DeriveJob.Kind.PII_SCAN:
+    if job.kind not in (DeriveJob.Kind.PII_SCAN, DeriveJob.Kind.TOKEN_STATS):
         version = _new_version(job)
     job.version, job.state = version, DeriveJob.State.RUNNING
     job.save(update_fields=["version", "state"])
     events.derive_progress(job)
     try:
         {DeriveJob.Kind.SPLIT: _split, DeriveJob.Kind.REDACT: _redact, DeriveJob.Kind.PII_SCAN: _scan,
-         DeriveJob.Kind.EDIT: _edit}[job.kind](
+         DeriveJob.Kind.EDIT: _edit, DeriveJob.Kind.TOKEN_STATS: _token_stats}[job.kind](
             job, version)
     except DeriveCancelled:
         _end(job, version, DeriveJob.State.CANCELLED)
@@ -211,3 +211,37 @@ def _rewrite(job: DeriveJob, version: DatasetVersion, transform) -> int:
     version.status = DatasetVersion.Status.READY
     version.save(update_fields=["row_count", "content_hash", "stats", "status"])
     return changed
+
+
+def _token_stats(job: DeriveJob, version: None) -> None:
+    """Token-length histograms of the parent's rows with a registered model's tokenizer (chat rows:
+    the turns before the last assistant turn are the prompt, that turn the response)."""
+    from pathlib import Path
+
+    from apps.registry.models import RegisteredModel
+    from workers.ingest.stats import TokenLengths
+    from workers.models.loading import load_tokenizer
+
+    model = RegisteredModel.all_objects.get(pk=job.params["model"])
+    tokenizer = load_tokenizer(Path(model.weights_path))
+    lengths = TokenLengths()
+    done = 0
+    last = time.monotonic()
+
+    def count(text) -> int:
+        return len(tokenizer(text, add_special_tokens=False)["input_ids"]) if text else 0
+
+    for row in _parent_rows(job):
+        prompt, response = row.prompt, row.response
+        if row.messages:
+            turns = [t for t in row.messages if isinstance(t, dict)]
+            last_answer = max((i for i, t in enumerate(turns) if t.get("role") == "assistant"), default=None)
+            prompt = "\n".join(str(t.get("content") or "") for t in turns[:last_answer])
+            response = str(turns[last_answer].get("content") or "") if last_answer is not None else response
+        lengths.add(count(prompt), count(response))
+        done += 1
+        if time.monotonic() - last > 0.5:
+            last = time.monotonic()
+            _progress(job, done)
+    job.rows_done = done
+    job.result = {**lengths.as_dict(), "model": model.pk, "model_name": model.name}

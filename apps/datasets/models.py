@@ -141,6 +141,7 @@ class DeriveJob(models.Model):
         PII_SCAN = "pii_scan", "PII scan"  # reads only: its report is the result, no new version
         REDACT = "redact", "Redaction"
         EDIT = "edit", "Edit"  # rows fixed or dropped in the browser or the API
+        TOKEN_STATS = "token_stats", "Token lengths"  # reads only: histograms with a model's tokenizer
 
     State = ImportJob.State
 

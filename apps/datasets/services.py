@@ -5,7 +5,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from apps.core import storage
-from apps.core.errors import Conflict, Invalid
+from apps.core.errors import Conflict, Invalid, NotFound
 from apps.core.jobs import enqueue
 from apps.datasets import importer
 from apps.datasets.models import Dataset, ImportJob
@@ -262,6 +262,28 @@ def _position(value, version, field: str) -> int:
         raise Invalid(f"Version {version.number} has rows 0 to {version.row_count - 1}; there is no row {position}.",
                       field=field)
     return position
+
+
+def version_token_stats_start(*, user, version, model_id, token=None, ip_address: str | None = None):
+    """Queue token-length histograms of `version` with the tokenizer of a ready model of the project."""
+    from apps.registry.models import RegisteredModel
+
+    policy.require(user, "dataset.view", version.dataset, token)
+    try:
+        model = policy.get_object(user, RegisteredModel, model_id, "model.view", token,
+                                  project_id=version.dataset.project_id)
+    except NotFound:
+        raise Invalid("No such model in this project.", field="model") from None
+    base = model.base_model if model.kind == RegisteredModel.Kind.ADAPTER else model
+    if base.status != RegisteredModel.Status.READY:
+        raise Invalid(f"The model “{model.name}” is {model.status}, not ready.", field="model")
+    from apps.datasets.models import DeriveJob
+
+    with transaction.atomic():
+        job = DeriveJob.objects.create(parent=version, kind=DeriveJob.Kind.TOKEN_STATS, created_by=user,
+                                       params={"model": base.pk})
+        transaction.on_commit(lambda: _enqueue(job.pk))
+    return job
 
 
 def version_pii_scan_start(*, user, version, token=None, ip_address: str | None = None):

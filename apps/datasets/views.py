@@ -164,12 +164,30 @@ def _split_counts(version) -> list[tuple[str, int]]:
 
 
 @login_required
+@require_http_methods(["GET", "POST"])
 def version_stats(request: HttpRequest, project_id: int, dataset_id: int, number: int) -> HttpResponse:
     dataset = policy.get_object(request.user, Dataset, dataset_id, "dataset.view", project_id=project_id)
     version = selectors.ready_versions(dataset).filter(number=number).first()
     if version is None:
         raise NotFound()
-    return render(request, "datasets/stats.html", _context(request, dataset, version=version, stats=version.stats))
+    from apps.registry.models import RegisteredModel
+
+    if request.method == "POST":
+        try:
+            services.version_token_stats_start(user=request.user, version=version,
+                                               model_id=request.POST.get("model", ""), ip_address=client_ip(request))
+            messages.success(request, "Counting tokens: the histograms appear here when the worker is done.")
+        except Invalid as exc:
+            messages.error(request, exc.message)
+        return redirect("datasets:stats", project_id=project_id, dataset_id=dataset_id, number=number)
+    token_jobs = DeriveJob.objects.filter(parent=version, kind=DeriveJob.Kind.TOKEN_STATS)
+    token_stats = token_jobs.filter(state=DeriveJob.State.SUCCEEDED).first()
+    models = policy.visible_in_project(request.user, RegisteredModel, dataset.project, "model.view").filter(
+        status=RegisteredModel.Status.READY, kind=RegisteredModel.Kind.BASE).order_by("name")
+    return render(request, "datasets/stats.html", _context(
+        request, dataset, version=version, stats=version.stats, models=models,
+        token_stats=token_stats.result if token_stats else None,
+        active_jobs=token_jobs.filter(state__in=ImportJob.ACTIVE)))
 
 
 @login_required

@@ -177,3 +177,20 @@ def test_a_scientist_exports_a_version_as_parquet_and_downloads_it(page, scienti
     path = tmp_path / "export.parquet"
     download.value.save_as(path)
     assert pq.read_table(path).num_rows == 3000
+
+
+def test_a_viewer_counts_tokens_and_sees_the_token_length_chart(page, viewer, owner, project, tiny_model,
+                                                                  celery_worker):
+    from apps.datasets.models import Dataset
+    from apps.datasets.writer import write_version
+
+    dataset = Dataset.objects.create(project=project, name="Words", created_by=owner)
+    write_version(dataset=dataset, author=owner, roles={"prompt": "prompt", "response": "response"},
+                  records=[{"prompt": "what is paris ?", "response": "the capital of france"}] * 50)
+    browser_login(page, viewer.username)
+    page.goto(f"/projects/{project.pk}/datasets/{dataset.pk}/versions/1/stats/")
+    page.get_by_label("Count tokens with").select_option(label=tiny_model.name)
+    page.get_by_role("button", name="Count tokens").click()
+    chart = page.get_by_test_id("chart-tokens")
+    expect(chart.locator("svg.main-svg").first).to_be_visible(timeout=60_000)  # the page reloads when done
+    expect(page.get_by_test_id("token-lengths")).to_contain_text("longest prompt 4, response 4, total 8 tokens")

@@ -78,3 +78,27 @@ class VersionStats:
             "duplicates": self.duplicates,
             "duplicate_examples": self.duplicate_examples,
         }
+
+
+# Token-length histogram bin edges (tokens); the last bin is open-ended.
+TOKEN_BINS = (0, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
+
+
+class TokenLengths:
+    """Histograms of prompt, response and total token counts, one row at a time."""
+
+    def __init__(self) -> None:
+        self.hist = {name: [0] * len(TOKEN_BINS) for name in ("prompt", "response", "total")}
+        self.longest = {name: 0 for name in self.hist}
+        self.rows = 0
+
+    def add(self, prompt_tokens: int, response_tokens: int) -> None:
+        self.rows += 1
+        for name, count in (("prompt", prompt_tokens), ("response", response_tokens),
+                            ("total", prompt_tokens + response_tokens)):
+            index = max(i for i, edge in enumerate(TOKEN_BINS) if count >= edge)
+            self.hist[name][index] += 1
+            self.longest[name] = max(self.longest[name], count)
+
+    def as_dict(self) -> dict:
+        return {"bins": list(TOKEN_BINS), "histograms": self.hist, "longest": self.longest, "rows": self.rows}

@@ -65,6 +65,16 @@ def load_for_inference(
     return model, tokenizer
 
 
+def load_tokenizer(path: Path, *, roots: Iterable[os.PathLike | str] | None = None) -> Any:
+    """Only the tokenizer of a safetensors model directory (same checks as load_for_inference)."""
+    info = inspect_model(path, roots=roots)
+    if info.format != "hf_dir" or not info.has_tokenizer:
+        raise ModelFormatError("The model directory has no tokenizer files.")
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(info.path, local_files_only=True, trust_remote_code=False)
+
+
 def _device(device: str, torch: Any) -> Any:
     try:
         target = torch.device(device)
