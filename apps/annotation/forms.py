@@ -37,6 +37,9 @@ class CampaignForm(forms.Form):
                                        help_text="How long an item stays reserved for the annotator who opened it.")
     split = forms.CharField(required=False, max_length=16, help_text="Only rows of this split (empty: all).")
     label = forms.CharField(required=False, max_length=200, help_text="Only rows with this label (empty: all).")
+    meta_key = forms.CharField(required=False, max_length=200, label="Metadata field",
+                               help_text="With the next: only rows whose metadata field holds that text.")
+    meta_value = forms.CharField(required=False, max_length=1000, label="Metadata value")
     sample = forms.IntegerField(required=False, help_text="A random sample of this many rows (empty: all).")
     seed = forms.IntegerField(initial=0, help_text="The sample's seed: the same seed picks the same rows.")
     suggestion_model = forms.TypedChoiceField(coerce=int, required=False, empty_value=None,

@@ -44,6 +44,9 @@ class CampaignCreateSerializer(serializers.Serializer):
     lease_seconds = serializers.IntegerField(required=False, default=600)
     split = serializers.CharField(max_length=16, required=False, allow_blank=True, default="")
     label = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
+    meta_key = serializers.CharField(max_length=200, required=False, allow_blank=True, default="",
+                                     help_text="only rows whose metadata field meta_key holds meta_value")
+    meta_value = serializers.CharField(max_length=1000, required=False, allow_blank=True, default="")
     sample = serializers.IntegerField(required=False, allow_null=True, default=None)
     seed = serializers.IntegerField(required=False, default=0)
     suggestion_model = serializers.IntegerField(required=False, allow_null=True, default=None)

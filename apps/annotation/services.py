@@ -20,7 +20,7 @@ from apps.annotation import schema as schema_rules
 from apps.annotation.models import Annotation, AnnotationExport, Campaign, Draft, Item, LabelSchema, Lease
 from apps.core.errors import Conflict, Invalid, NotFound
 from apps.datasets.models import DatasetRow
-from apps.datasets.selectors import readable_version
+from apps.datasets.selectors import readable_version, with_metadata
 from apps.projects import policy
 from apps.projects.audit import audit_record
 from apps.projects.models import Membership, Project
@@ -95,7 +95,8 @@ def _name(name) -> str:
 def campaign_create(*, user, project: Project, name: str, dataset_version_id, schema_id, guidelines: str = "",
                     overlap: int = 1, assignees: list[str] | None = None, due_at=None, lease_seconds: int = 600,
                     split: str = "", label: str = "", sample: int | None = None, seed: int = 0,
-                    suggestion_model_id=None, token=None, ip_address=None) -> Campaign:
+                    meta_key: str = "", meta_value: str = "", suggestion_model_id=None, token=None,
+                    ip_address=None) -> Campaign:
     policy.require(user, "campaign.manage", project, token)
     name = _name(name)
     version = readable_version(user, project, dataset_version_id, token)
@@ -125,17 +126,23 @@ def campaign_create(*, user, project: Project, name: str, dataset_version_id, sc
         rows = rows.filter(split=split)
     if label:
         rows = rows.filter(label=label)
+    if meta_key:
+        if meta_key not in version.schema.get("metadata_keys", []):
+            raise Invalid(f"Version {version.number} has no metadata field {meta_key[:100]!r}.", field="meta_key")
+        rows = with_metadata(rows, meta_key, meta_value)
     with transaction.atomic():
         campaign = Campaign.objects.create(
             project=project, name=name, dataset_version=version, schema=schema, guidelines=guidelines,
             overlap=overlap, assignment=Campaign.Assignment.NAMED if people else Campaign.Assignment.ALL,
             due_at=due_at, lease_seconds=lease_seconds, suggestion_model=suggestion_model, created_by=user,
-            selection={"split": split, "label": label, "sample": sample, "seed": seed})
+            selection={"split": split, "label": label, "meta_key": meta_key, "meta_value": meta_value,
+                       "sample": sample, "seed": seed})
         if people:
             campaign.assignees.set(people)
         campaign.item_count = _create_items(campaign, rows, sample, seed)
         if campaign.item_count == 0:
-            raise Invalid("no rows of the version match this selection", field="split" if split else "label")
+            raise Invalid("no rows of the version match this selection",
+                          field="split" if split else "meta_key" if meta_key else "label")
         if suggestion_model is not None:
             campaign.suggestion_state = "queued"
         campaign.save(update_fields=["item_count", "suggestion_state"])

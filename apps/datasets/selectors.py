@@ -32,6 +32,14 @@ def readable_version(user, project, version_id, token=None, *, field: str = "dat
     return version
 
 
+def with_metadata(rows: QuerySet[DatasetRow], key: str, value: str) -> QuerySet[DatasetRow]:
+    """The rows whose metadata field `key` holds the text `value`."""
+    # KeyTextTransform, not a `metadata__<key>` lookup: a key may hold "__" or any character.
+    # The Cast: compared as plain text on every backend (SQLite would compare it as JSON).
+    return rows.annotate(meta_value=Cast(KeyTextTransform(key, "metadata"), output_field=TextField())).filter(
+        meta_value=value)
+
+
 def ready_versions(dataset) -> QuerySet[DatasetVersion]:
     return dataset.versions.filter(status=DatasetVersion.Status.READY).select_related("author", "parent")
 
@@ -60,10 +68,7 @@ def version_rows(*, version: DatasetVersion, after: int | None = None, q: str = 
     `meta`: (metadata field, text) keeps the rows whose field holds that text."""
     rows = DatasetRow.objects.filter(version=version)
     if meta is not None:
-        # KeyTextTransform, not a `metadata__<key>` lookup: a key may hold "__" or any character.
-        # The Cast: compared as plain text on every backend (SQLite would compare it as JSON).
-        rows = rows.annotate(meta_value=Cast(KeyTextTransform(meta[0], "metadata"), output_field=TextField())
-                             ).filter(meta_value=meta[1])
+        rows = with_metadata(rows, *meta)
     if label:
         rows = rows.filter(label=label)
     if split:

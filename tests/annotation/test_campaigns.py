@@ -25,7 +25,9 @@ def test_a_scientist_creates_a_campaign_over_a_split_sample_of_a_version(client,
     assert positions == list(Item.objects.filter(campaign_id=again["id"]).values_list("row__position", flat=True))
     labelled = make_campaign(client, project, review_version, label="negative")
     assert labelled["item_count"] == 5
-    assert AuditEvent.objects.filter(action="campaign.create").count() == 3
+    north = make_campaign(client, project, review_version, meta_key="shop", meta_value="north", label="negative")
+    assert north["item_count"] == 2 and north["selection"]["meta_key"] == "shop"  # rows 1 and 3
+    assert AuditEvent.objects.filter(action="campaign.create").count() == 4
 
 
 @pytest.mark.parametrize("change, field", [
@@ -37,6 +39,8 @@ def test_a_scientist_creates_a_campaign_over_a_split_sample_of_a_version(client,
     ({"assignees": ["nobody"]}, "assignees"),
     ({"assignees": ["sofia", "victor"]}, "assignees"),  # victor is a viewer: may not annotate
     ({"sample": 0}, "sample"),
+    ({"meta_key": "weather", "meta_value": "x"}, "meta_key"),
+    ({"meta_key": "shop", "meta_value": "east"}, "meta_key"),
 ])
 def test_bad_campaign_settings_are_refused_naming_the_field(client, scientist, viewer, project, review_version,
                                                             change, field):
