@@ -65,3 +65,18 @@ def review_payload(item: Item) -> dict:
 def my_annotations(campaign: Campaign, user, limit: int = 50):
     return (Annotation.objects.filter(item__campaign=campaign, annotator=user)
             .select_related("annotator", "schema").order_by("-created_at", "-id")[:limit])
+
+
+def annotation_filter(user, version, value: str):
+    """For browsing a dataset version by annotation status: `value` is "<campaign id>:done" or
+    "<campaign id>:todo" for a campaign over this version the person may see. Returns the
+    campaigns to offer and the (row ids, keep?) filter, or None when `value` names none."""
+    from apps.annotation.services import visible_campaigns
+
+    campaigns = list(visible_campaigns(user, version.dataset.project).filter(dataset_version=version))
+    campaign_id, _, status = (value or "").partition(":")
+    chosen = next((c for c in campaigns if str(c.pk) == campaign_id), None)
+    if chosen is None or status not in ("done", "todo"):
+        return campaigns, None
+    done = Item.objects.filter(campaign=chosen, completed__gte=chosen.overlap).values("row_id")
+    return campaigns, (done, status == "done")

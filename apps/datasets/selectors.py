@@ -63,10 +63,14 @@ def search(rows: QuerySet[DatasetRow], q: str) -> QuerySet[DatasetRow]:
 
 def version_rows(*, version: DatasetVersion, after: int | None = None, q: str = "", label: str = "",
                  split: str = "", limit: int = PAGE_ROWS,
-                 meta: tuple[str, str] | None = None) -> tuple[list[DatasetRow], int | None]:
+                 meta: tuple[str, str] | None = None,
+                 rows_in: tuple[QuerySet, bool] | None = None) -> tuple[list[DatasetRow], int | None]:
     """One page of rows after position `after`, and the cursor of the next page (or None).
-    `meta`: (metadata field, text) keeps the rows whose field holds that text."""
+    `meta`: (metadata field, text) keeps the rows whose field holds that text. `rows_in`:
+    (a query of row ids, True to keep them / False to leave them out), e.g. annotated rows."""
     rows = DatasetRow.objects.filter(version=version)
+    if rows_in is not None:
+        rows = rows.filter(pk__in=rows_in[0]) if rows_in[1] else rows.exclude(pk__in=rows_in[0])
     if meta is not None:
         rows = with_metadata(rows, *meta)
     if label:

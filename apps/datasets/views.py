@@ -144,12 +144,18 @@ def version_page(request: HttpRequest, project_id: int, dataset_id: int, number:
     active_jobs = DeriveJob.objects.filter(parent=version, state__in=ImportJob.ACTIVE).order_by("created_at")
     export_jobs = version.exports.all()[:10] if "dataset.export" in policy.permissions_on(request.user, dataset) \
         else []
-    rows, next_after = selectors.version_rows(version=version, after=after, q=q, label=label, split=split, meta=meta)
+    from apps.annotation.selectors import annotation_filter
+
+    annotation = request.GET.get("annotation", "")[:40]
+    campaigns, rows_in = annotation_filter(request.user, version, annotation)
+    rows, next_after = selectors.version_rows(version=version, after=after, q=q, label=label, split=split, meta=meta,
+                                              rows_in=rows_in)
     return render(request, "datasets/version.html", _context(request, dataset, version=version, rows=rows,
                                                              next_after=next_after, q=q, label=label, split=split,
                                                              split_form=SplitForm(), pii_scan=pii_scan,
                                                              active_jobs=active_jobs, meta_keys=meta_keys,
-                                                             export_jobs=export_jobs,
+                                                             export_jobs=export_jobs, campaigns=campaigns,
+                                                             annotation=annotation if rows_in else "",
                                                              meta_key=meta_key if meta else "",
                                                              meta_value=meta_value if meta else "",
                                                              split_counts=_split_counts(version)))

@@ -390,3 +390,22 @@ def test_the_raw_export_lists_every_annotation_with_formula_safe_csv(client, sci
     assert "'=cmd|" in csv_text and "anna" in csv_text and ",900," in csv_text
     bad = client.get(f"/api/campaigns/{campaign['id']}/annotations/?export_format=xlsx")
     assert bad.status_code == 400 and bad.json()["field"] == "export_format"
+
+
+def test_a_version_is_browsed_by_annotation_status(client, scientist, annotator, viewer, project, review_version):
+    client.force_login(scientist)
+    campaign = make_campaign(client, project, review_version)
+    client.force_login(annotator)
+    for _ in range(3):
+        item = next_item(client, campaign).json()
+        submit(client, campaign, item["id"], answer())
+    url = f"/projects/{project.pk}/datasets/{review_version.dataset_id}/versions/1/"
+    client.force_login(scientist)
+    done = client.get(url, {"annotation": f"{campaign['id']}:done"}).content.decode()
+    todo = client.get(url, {"annotation": f"{campaign['id']}:todo"}).content.decode()
+    assert "Review 0:" in done and "Review 2:" in done and "Review 3:" not in done
+    assert "Review 3:" in todo and "Review 0:" not in todo
+    assert "Support replies: done" in done  # offered for this version's campaigns
+    client.force_login(viewer)  # sees the dataset, not the campaigns: no such filter, all rows
+    page = client.get(url, {"annotation": f"{campaign['id']}:done"}).content.decode()
+    assert "Support replies" not in page and "Review 3:" in page
