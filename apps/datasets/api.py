@@ -16,13 +16,13 @@ from apps.datasets.serializers import (
     DeriveJobSerializer,
     EditSerializer,
     ExportJobSerializer,
-    ExportStartSerializer,
     ImportCreateSerializer,
     ImportSerializer,
     ImportStartSerializer,
     RowPageSerializer,
     RowSerializer,
     SplitSerializer,
+    VersionExportStartSerializer,
     VersionSerializer,
 )
 from apps.projects import policy
@@ -235,10 +235,10 @@ class VersionExportJobsApi(APIView):
         policy.require(request.user, "dataset.export", version.dataset, request.auth)
         return Response(ExportJobSerializer(version.exports.select_related("version")[:50], many=True).data)
 
-    @extend_schema(request=ExportStartSerializer, responses={202: ExportJobSerializer})
+    @extend_schema(request=VersionExportStartSerializer, responses={202: ExportJobSerializer})
     def post(self, request: Request, dataset_id: int, number: int) -> Response:
         version = _version(request, dataset_id, number)
-        data = ExportStartSerializer(data=request.data)
+        data = VersionExportStartSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         job = services.export_start(user=request.user, version=version, export_format=data.validated_data["format"],
                                     token=request.auth, ip_address=client_ip(request))

@@ -87,7 +87,7 @@ class DeriveJobSerializer(serializers.ModelSerializer):
                   "finished_at"]
 
 
-class ExportStartSerializer(serializers.Serializer):
+class VersionExportStartSerializer(serializers.Serializer):
     format = serializers.ChoiceField(choices=["jsonl", "csv", "parquet", "datasets"])
 
 

@@ -48,6 +48,10 @@ def run_generation(generation_id: int) -> None:
     if not claimed:
         return  # already run (a redelivered message) or gone
     generation = Generation.objects.select_related("model__base_model").get(pk=generation_id)
+    if generation.cancel_requested:  # stopped while it waited for a worker: no token is generated
+        generation.finish_reason = "cancelled"
+        _end(generation)
+        return
     params = dict(generation.params)
     if "stop" in params:
         params["stop"] = tuple(params["stop"])
@@ -73,14 +77,15 @@ def run_generation(generation_id: int) -> None:
 
 
 class CancelCheck:
-    """Asked after every token by the batcher's thread: reads the cancel flag at most every
-    CHECK_EVERY_S, so a stop lands within a fraction of a second without a query per token."""
+    """Asked after every token by the batcher's thread: reads the cancel flag after the first
+    token, then at most every CHECK_EVERY_S, so a stop lands within a fraction of a second
+    without a query per token."""
 
-    CHECK_EVERY_S = 0.2
+    CHECK_EVERY_S = 0.1
 
     def __init__(self, generation_id: int) -> None:
         self.generation_id = generation_id
-        self.checked_at = time.monotonic()
+        self.checked_at = -self.CHECK_EVERY_S  # the first token checks at once
         self.cancelled = False
 
     def __call__(self) -> bool:
@@ -98,5 +103,7 @@ class CancelCheck:
 def _end(generation: Generation, *, error: str = "", field: str = "") -> None:
     generation.state = Generation.State.FAILED if error else Generation.State.SUCCEEDED
     generation.error, generation.error_field, generation.finished_at = error, field, timezone.now()
-    generation.save()
+    # Only what the run produced: a cancel requested meanwhile stays recorded.
+    generation.save(update_fields=["state", "error", "error_field", "finished_at", "output", "finish_reason",
+                                   "prompt_tokens", "completion_tokens", "time_to_first_token_s", "total_s"])
     events.finished(generation)
