@@ -215,6 +215,7 @@ TRAINING_HEARTBEAT_STALE_S = env_float("TRAINING_HEARTBEAT_STALE_S", 90.0)
 TRAINING_MAX_RUNS = env_int("TRAINING_MAX_RUNS", 3)
 TRAINING_MAX_ACTIVE_JOBS_PER_USER = env_int("TRAINING_MAX_ACTIVE_JOBS_PER_USER", 4)
 TRAINING_MAX_ACTIVE_JOBS_PER_PROJECT = env_int("TRAINING_MAX_ACTIVE_JOBS_PER_PROJECT", 8)
+COMPARISON_MAX_ACTIVE_PER_PROJECT = env_int("COMPARISON_MAX_ACTIVE_PER_PROJECT", 4)
 # --- Serving (playground, OpenAI-compatible API) -----------------------------------------
 # Generations run in `inference` workers (`--pool threads`): one model cache per process.
 INFERENCE_MEMORY_BUDGET_BYTES = env_int("INFERENCE_MEMORY_BUDGET_BYTES", 8 * 2**30)

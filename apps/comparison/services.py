@@ -9,12 +9,13 @@ dataset version of the project), sane sampling parameters.
 import random
 import uuid
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
 from apps.comparison.models import Comparison, Contestant, Output, Pair, Prompt, Vote
-from apps.core.errors import Conflict, Invalid, NotFound
+from apps.core.errors import Conflict, Invalid, NotFound, QuotaExceeded
 from apps.core.jobs import enqueue
 from apps.datasets.models import Dataset, DatasetVersion
 from apps.datasets.selectors import readable_version
@@ -58,6 +59,11 @@ def comparison_create(*, user, project: Project, name: str, models: list, prompt
     else:
         rows, source = _typed_rows(prompts, references), {"kind": "ad_hoc"}
     with transaction.atomic():
+        Project.objects.select_for_update().filter(pk=project.pk).first()  # serialises the count below
+        active = Comparison.objects.filter(project=project, state__in=Comparison.ACTIVE).count()
+        if active >= settings.COMPARISON_MAX_ACTIVE_PER_PROJECT:
+            raise QuotaExceeded(f"This project already has {active} comparisons queued or running; wait for one to "
+                                "end or cancel one.")
         comparison = Comparison.objects.create(
             project=project, name=name, params=_params_json(sampling), source=source, dataset_version=version,
             cells_total=len(rows) * len(chosen), created_by=user)

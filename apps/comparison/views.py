@@ -7,7 +7,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 from apps.comparison import events, selectors, services
 from apps.comparison.forms import CreateForm
 from apps.comparison.models import Comparison
-from apps.core.errors import Conflict, Invalid, NotFound, PermissionDenied
+from apps.core.errors import Conflict, Invalid, NotFound, PermissionDenied, QuotaExceeded
 from apps.core.http import client_ip
 from apps.datasets.models import Dataset, DatasetVersion
 from apps.projects import policy
@@ -60,7 +60,7 @@ def comparison_create(request: HttpRequest, project_id: int) -> HttpResponse:
         try:
             comparison = services.comparison_create(user=request.user, project=project, ip_address=client_ip(request),
                                                     **form.create_arguments())
-        except Invalid as exc:
+        except (Invalid, QuotaExceeded) as exc:
             form.add_error(form.field_for(exc.field), exc.message)
         else:
             messages.success(request, f"Comparison “{comparison.name}” queued.")

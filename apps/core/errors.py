@@ -41,3 +41,10 @@ class Conflict(DomainError):
 
 class Gone(DomainError):
     status = 410
+
+
+class QuotaExceeded(DomainError):
+    """Too much running at once for this person or project: answered 429 with Retry-After."""
+
+    status = 429
+    retry_after_s = 60

@@ -17,7 +17,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from apps.core.errors import Conflict, DomainError, Invalid, NotFound, PermissionDenied
+from apps.core.errors import Conflict, DomainError, Invalid, NotFound, PermissionDenied, QuotaExceeded
 from apps.core.jobs import enqueue
 from apps.datasets.models import DatasetVersion
 from apps.datasets.selectors import readable_version
@@ -26,13 +26,6 @@ from apps.projects.audit import audit_record
 from apps.projects.models import Project
 from apps.registry.models import RegisteredModel
 from apps.training.models import TrainingJob
-
-
-class QuotaExceeded(DomainError):
-    """Too many active jobs: answered 429 with Retry-After."""
-
-    status = 429
-    retry_after_s = 60
 
 
 def job_launch(*, user, project: Project, name: str, base_model: int, dataset_version: int, train_split: str = "",

@@ -37,6 +37,18 @@ def test_a_scientist_creates_a_comparison_of_typed_prompts_and_it_is_queued(clie
     assert AuditEvent.objects.filter(action="comparison.create", target_id=str(comparison.pk)).count() == 1
 
 
+def test_a_project_runs_a_bounded_number_of_comparisons_at_once(client, scientist, project, two_models, settings):
+    settings.COMPARISON_MAX_ACTIVE_PER_PROJECT = 1
+    client.force_login(scientist)
+    models = [m.pk for m in two_models]
+    assert create(client, project, models=models).status_code == 201
+    refused = create(client, project, models=models)
+    assert refused.status_code == 429 and refused["Retry-After"] == "60" and "1 comparisons" in refused.json()["detail"]
+    assert Comparison.objects.count() == 1
+    Comparison.objects.update(state="cancelled")
+    assert create(client, project, models=models).status_code == 201
+
+
 @pytest.mark.parametrize("models, message", [
     ("one", "Compare 2 to 4 models"),
     ("five", "Compare 2 to 4 models"),
