@@ -85,7 +85,7 @@ class ProjectCampaignsApi(APIView):
 class CampaignDetailApi(APIView):
     @extend_schema(responses=CampaignSerializer)
     def get(self, request: Request, campaign_id: int) -> Response:
-        campaign = _visible_campaign(request, campaign_id)
+        campaign = services.visible_campaign(request.user, campaign_id, request.auth)
         return Response({**CampaignSerializer(campaign).data, "progress": services.progress(campaign, request.user)})
 
 
@@ -96,15 +96,6 @@ class CampaignCloseApi(APIView):
         campaign = services.campaign_close(user=request.user, campaign=campaign, token=request.auth,
                                            ip_address=client_ip(request))
         return Response(CampaignSerializer(campaign).data)
-
-
-def _visible_campaign(request: Request, campaign_id):
-    """Managers and reviewers see any campaign of their project; annotators the ones they are in."""
-    campaign = services.get_campaign(request.user, campaign_id, "project.view", request.auth)
-    permissions = policy.project_permissions(request.user, campaign.project, request.auth)
-    if permissions & {"campaign.manage", "annotation.review"}:
-        return campaign
-    return services.get_campaign(request.user, campaign_id, "annotation.submit", request.auth)
 
 
 # --- annotating ---------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from django.utils import timezone
 from apps.annotation.models import Annotation, AnnotationExport, Campaign, Item
 from apps.annotation.quality import answers_by_item, resolve
 from apps.annotation.schema import candidate_keys, row_value
+from apps.annotation.services import row_dict
 from apps.core.exports import csv_lines
 from apps.datasets.models import Dataset
 from apps.datasets.writer import write_version
@@ -115,11 +116,12 @@ def _resolved_row(fields, item: Item, resolved: dict, score: float, annotators: 
 def _preference_rows(fields, item: Item, resolved: dict, annotations) -> list[dict]:
     rows = []
     prompt = item.row.prompt if item.row.prompt is not None else json.dumps(item.row.messages, ensure_ascii=False)
+    row = row_dict(item.row)
     for field in fields:
         if field["type"] not in ("preference", "ranking") or field["name"] not in resolved:
             continue
         keys = candidate_keys(len(field["candidates"]))
-        texts = {key: row_value(_row(item), path) for key, path in zip(keys, field["candidates"], strict=True)}
+        texts = {key: row_value(row, path) for key, path in zip(keys, field["candidates"], strict=True)}
         answer = resolved[field["name"]]
         if field["type"] == "preference":
             if answer not in keys:
@@ -136,11 +138,6 @@ def _preference_rows(fields, item: Item, resolved: dict, annotations) -> list[di
                          "rejected_candidate": field["candidates"][keys.index(rejected)],
                          "annotators": sorted({a.annotator.username for a in annotations})})
     return rows
-
-
-def _row(item: Item) -> dict:
-    row = item.row
-    return {"prompt": row.prompt, "response": row.response, "reference": row.reference, "metadata": row.metadata}
 
 
 RAW_COLUMNS = ["annotation_id", "item_id", "example_id", "position", "annotator", "skipped", "values", "comment",

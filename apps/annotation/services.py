@@ -227,19 +227,37 @@ def visible_campaigns(user, project: Project, token=None):
     return campaigns.none()
 
 
+def with_progress(campaigns, user) -> list[tuple[Campaign, dict]]:
+    """Campaigns with their progress and the person's, counted in the same query (for lists)."""
+    answered = Q(items__annotations__skipped=False)
+    rows = campaigns.annotate(annotation_total=Count("items__annotations", filter=answered),
+                              mine=Count("items__annotations", filter=answered & Q(items__annotations__annotator=user)))
+    return [(c, {"items": c.item_count, "annotations": c.annotation_total, "mine": c.mine,
+                 "annotations_needed": c.item_count * c.overlap}) for c in rows]
+
+
+def visible_campaign(user, campaign_id, token=None) -> Campaign:
+    """One campaign to look at: managers and reviewers see any of their project's, annotators the
+    ones they are in (anyone else: NotFound)."""
+    campaign = get_campaign(user, campaign_id, "project.view", token)
+    if policy.project_permissions(user, campaign.project, token) & {"campaign.manage", "annotation.review"}:
+        return campaign
+    return get_campaign(user, campaign_id, "annotation.submit", token)
+
+
 def get_campaign(user, campaign_id, permission: str, token=None) -> Campaign:
     """A campaign for a principal; for annotation.submit they must also be assigned to it."""
     campaign = policy.get_object(user, Campaign, campaign_id, "project.view", token)
     permissions = policy.project_permissions(user, campaign.project, token)
     if permission == "annotation.submit":
-        if "annotation.submit" not in permissions or not _assigned(user, campaign):
+        if "annotation.submit" not in permissions or not is_assigned(user, campaign):
             raise NotFound()
     else:
         policy.require(user, permission, campaign, token)
     return campaign
 
 
-def _assigned(user, campaign: Campaign) -> bool:
+def is_assigned(user, campaign: Campaign) -> bool:
     return campaign.assignment == Campaign.Assignment.ALL or campaign.assignees.filter(pk=user.pk).exists()
 
 

@@ -35,9 +35,9 @@ def _campaign(request, project_id, campaign_id, permission: str) -> Campaign:
 
 
 def _visible_campaign(request, project_id, campaign_id) -> Campaign:
-    campaign = _campaign(request, project_id, campaign_id, "project.view")
-    if not policy.project_permissions(request.user, campaign.project) & {"campaign.manage", "annotation.review"}:
-        return _campaign(request, project_id, campaign_id, "annotation.submit")
+    campaign = services.visible_campaign(request.user, campaign_id)
+    if campaign.project_id != int(project_id):
+        raise NotFound()
     return campaign
 
 
@@ -46,10 +46,9 @@ def all_campaigns(request: HttpRequest) -> HttpResponse:
     """The campaigns I work or run, across my projects."""
     request.nav_section = "annotation"
     rows = []
-    for project_id in policy.project_ids_with(request.user, "project.view"):
-        project = policy.get_project(request.user, project_id)
-        for campaign in services.visible_campaigns(request.user, project).select_related("project")[:100]:
-            rows.append((campaign, services.progress(campaign, request.user)))
+    for project in policy.visible_projects(request.user):
+        campaigns = services.visible_campaigns(request.user, project).select_related("project")[:100]
+        rows += services.with_progress(campaigns, request.user)
     return render(request, "annotation/all.html", {"rows": rows})
 
 
@@ -57,7 +56,7 @@ def all_campaigns(request: HttpRequest) -> HttpResponse:
 def campaign_list(request: HttpRequest, project_id: int) -> HttpResponse:
     project = policy.get_project(request.user, project_id)
     campaigns = services.visible_campaigns(request.user, project).select_related("schema", "dataset_version__dataset")
-    rows = [(c, services.progress(c, request.user)) for c in campaigns[:200]]
+    rows = services.with_progress(campaigns[:200], request.user)
     return render(request, "annotation/list.html", _context(request, project, rows=rows))
 
 
@@ -114,7 +113,7 @@ def campaign_detail(request: HttpRequest, project_id: int, campaign_id: int) -> 
     return render(request, "annotation/detail.html", _context(
         request, campaign.project, campaign=campaign, progress=services.progress(campaign, request.user),
         guidelines_html=render_markdown(campaign.guidelines), can_review=can_review,
-        can_annotate="annotation.submit" in perms and services._assigned(request.user, campaign),
+        can_annotate="annotation.submit" in perms and services.is_assigned(request.user, campaign),
         quality=quality.campaign_quality(campaign) if can_review else None,
         exports=campaign.exports.select_related("version", "dataset")[:20] if "campaign.manage" in perms else [],
         export_form=ExportForm() if "campaign.manage" in perms else None))

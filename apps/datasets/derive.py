@@ -43,7 +43,7 @@ def run_derive(job_id: int) -> None:
     if job.state == DeriveJob.State.RUNNING:
         discard_version(job.version)  # its worker died mid-way: start again
     version = None
-    if job.kind not in (DeriveJob.Kind.PII_SCAN, DeriveJob.Kind.TOKEN_STATS):
+    if job.kind not in DeriveJob.REPORT_KINDS:
         version = _new_version(job)
     job.version, job.state = version, DeriveJob.State.RUNNING
     job.save(update_fields=["version", "state"])

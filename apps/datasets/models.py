@@ -143,6 +143,8 @@ class DeriveJob(models.Model):
         EDIT = "edit", "Edit"  # rows fixed or dropped in the browser or the API
         TOKEN_STATS = "token_stats", "Token lengths"  # reads only: histograms with a model's tokenizer
 
+    REPORT_KINDS = (Kind.PII_SCAN, Kind.TOKEN_STATS)  # their result is a report, not a new version
+
     State = ImportJob.State
 
     parent = models.ForeignKey(DatasetVersion, on_delete=models.CASCADE, related_name="derive_jobs")
