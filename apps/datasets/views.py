@@ -193,6 +193,7 @@ def version_stats(request: HttpRequest, project_id: int, dataset_id: int, number
     return render(request, "datasets/stats.html", _context(
         request, dataset, version=version, stats=version.stats, models=models,
         token_stats=token_stats.result if token_stats else None,
+        token_failure=token_jobs.exclude(state__in=ImportJob.ACTIVE).first() if not token_stats else None,
         active_jobs=token_jobs.filter(state__in=ImportJob.ACTIVE)))
 
 

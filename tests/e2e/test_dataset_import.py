@@ -191,6 +191,11 @@ def test_a_viewer_counts_tokens_and_sees_the_token_length_chart(page, viewer, ow
     page.goto(f"/projects/{project.pk}/datasets/{dataset.pk}/versions/1/stats/")
     page.get_by_label("Count tokens with").select_option(label=tiny_model.name)
     page.get_by_role("button", name="Count tokens").click()
+    from apps.datasets.models import DeriveJob
+
+    job = wait_for(lambda: (j := DeriveJob.objects.get(kind="token_stats")).state in ("succeeded", "failed") and j,
+                   timeout=60, what="the token count")
+    assert job.state == "succeeded", job.error
     chart = page.get_by_test_id("chart-tokens")
     expect(chart.locator("svg.main-svg").first).to_be_visible(timeout=60_000)  # the page reloads when done
     expect(page.get_by_test_id("token-lengths")).to_contain_text("longest prompt 4, response 4, total 8 tokens")
