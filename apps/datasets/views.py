@@ -140,8 +140,10 @@ def version_page(request: HttpRequest, project_id: int, dataset_id: int, number:
     meta_key, meta_value = request.GET.get("meta_key", ""), request.GET.get("meta_value", "")[:1000]
     meta_keys = version.schema.get("metadata_keys", [])
     meta = (meta_key, meta_value) if meta_key in meta_keys else None
-    pii_scan = DeriveJob.objects.filter(parent=version, kind=DeriveJob.Kind.PII_SCAN).first()
-    active_jobs = DeriveJob.objects.filter(parent=version, state__in=ImportJob.ACTIVE).order_by("created_at")
+    # One read of the jobs: a job finishing between two reads would show neither its result nor its progress.
+    jobs = list(DeriveJob.objects.filter(parent=version))  # newest first
+    pii_scan = next((job for job in jobs if job.kind == DeriveJob.Kind.PII_SCAN), None)
+    active_jobs = [job for job in reversed(jobs) if job.state in ImportJob.ACTIVE]
     export_jobs = version.exports.all()[:10] if "dataset.export" in policy.permissions_on(request.user, dataset) \
         else []
     from apps.annotation.selectors import annotation_filter
@@ -186,15 +188,17 @@ def version_stats(request: HttpRequest, project_id: int, dataset_id: int, number
         except Invalid as exc:
             messages.error(request, exc.message)
         return redirect("datasets:stats", project_id=project_id, dataset_id=dataset_id, number=number)
-    token_jobs = DeriveJob.objects.filter(parent=version, kind=DeriveJob.Kind.TOKEN_STATS)
-    token_stats = token_jobs.filter(state=DeriveJob.State.SUCCEEDED).first()
+    # One read of the jobs: a job finishing between two reads would show neither its result nor its progress.
+    token_jobs = list(DeriveJob.objects.filter(parent=version, kind=DeriveJob.Kind.TOKEN_STATS))  # newest first
+    token_stats = next((job for job in token_jobs if job.state == DeriveJob.State.SUCCEEDED), None)
     models = policy.visible_in_project(request.user, RegisteredModel, dataset.project, "model.view").filter(
         status=RegisteredModel.Status.READY, kind=RegisteredModel.Kind.BASE).order_by("name")
     return render(request, "datasets/stats.html", _context(
         request, dataset, version=version, stats=version.stats, models=models,
         token_stats=token_stats.result if token_stats else None,
-        token_failure=token_jobs.exclude(state__in=ImportJob.ACTIVE).first() if not token_stats else None,
-        active_jobs=token_jobs.filter(state__in=ImportJob.ACTIVE)))
+        token_failure=next((job for job in token_jobs if job.state not in ImportJob.ACTIVE), None)
+        if not token_stats else None,
+        active_jobs=[job for job in token_jobs if job.state in ImportJob.ACTIVE]))
 
 
 @login_required

@@ -151,6 +151,9 @@ def test_a_scientist_opens_a_chat_row_sees_it_rendered_safely_and_fixes_it_into_
     page.get_by_role("button", name="Save as a new version").click()
     expect(page.get_by_role("status")).to_contain_text("Writing the new version")
     wait_for(lambda: DeriveJob.objects.get(kind="edit").state == "succeeded", timeout=60, what="the edit")
+    # The page follows the job over its socket and reloads when it ends; navigating away before that
+    # reload lands would race with it.
+    expect(page.get_by_test_id("derive-job")).to_have_count(0, timeout=30_000)
     page.goto(f"/projects/{project.pk}/datasets/{dataset.pk}/versions/2/")
     expect(page.get_by_test_id("rows")).to_contain_text("a kinder answer")
     assert version.rows.get().response == "old answer"
