@@ -147,7 +147,27 @@ class VersionListApi(ListAPIView):
     def get_queryset(self):
         dataset = policy.get_object(self.request.user, Dataset, self.kwargs["dataset_id"], "dataset.view",
                                     self.request.auth)
-        return selectors.ready_versions(dataset)
+        return selectors.history(dataset)
+
+
+class VersionDetailApi(APIView):
+    """One version (ready or purged); DELETE purges its rows for good unless a fine-tune, a
+    comparison or an annotation campaign uses it (409 naming them)."""
+
+    @extend_schema(responses={200: VersionSerializer})
+    def get(self, request: Request, dataset_id: int, number: int) -> Response:
+        dataset = policy.get_object(request.user, Dataset, dataset_id, "dataset.view", request.auth)
+        version = selectors.history(dataset).filter(number=number).first()
+        if version is None:
+            raise NotFound()
+        return Response(VersionSerializer(version).data)
+
+    @extend_schema(responses={202: DeriveJobSerializer})
+    def delete(self, request: Request, dataset_id: int, number: int) -> Response:
+        version = _version(request, dataset_id, number)
+        job = services.version_purge_start(user=request.user, version=version, token=request.auth,
+                                           ip_address=client_ip(request))
+        return Response(DeriveJobSerializer(job).data, status=status.HTTP_202_ACCEPTED)
 
 
 class RowListApi(APIView):

@@ -8,6 +8,7 @@ urlpatterns = [
          name="api-dataset-imports"),
     path("datasets/<int:dataset_id>/", api.DatasetDetailApi.as_view(), name="api-dataset"),
     path("datasets/<int:dataset_id>/versions/", api.VersionListApi.as_view(), name="api-dataset-versions"),
+    path("datasets/<int:dataset_id>/versions/<int:number>/", api.VersionDetailApi.as_view(), name="api-version"),
     path("datasets/<int:dataset_id>/versions/<int:number>/rows/", api.RowListApi.as_view(), name="api-version-rows"),
     path("datasets/<int:dataset_id>/versions/<int:number>/export.<str:export_format>", api.VersionExportApi.as_view(),
          name="api-version-export"),

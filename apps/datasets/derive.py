@@ -2,7 +2,8 @@
 
 - split: rows copied inside the database (INSERT … SELECT), then assigned in batches;
 - redact: rows rewritten with typed placeholders where PII was found (new hashes);
-- pii_scan: a report (counts per type and column, masked examples); no new version.
+- pii_scan: a report (counts per type and column, masked examples); no new version;
+- purge: the parent's rows deleted for good, in batches (it was marked purged when asked).
 A new version stays BUILDING until done; a failure or cancel removes it, as for imports.
 """
 
@@ -50,7 +51,7 @@ def run_derive(job_id: int) -> None:
     events.derive_progress(job)
     try:
         {DeriveJob.Kind.SPLIT: _split, DeriveJob.Kind.REDACT: _redact, DeriveJob.Kind.PII_SCAN: _scan,
-         DeriveJob.Kind.EDIT: _edit, DeriveJob.Kind.TOKEN_STATS: _token_stats}[job.kind](
+         DeriveJob.Kind.EDIT: _edit, DeriveJob.Kind.TOKEN_STATS: _token_stats, DeriveJob.Kind.PURGE: _purge}[job.kind](
             job, version)
     except DeriveCancelled:
         _end(job, version, DeriveJob.State.CANCELLED)
@@ -245,3 +246,45 @@ def _token_stats(job: DeriveJob, version: None) -> None:
             _progress(job, done)
     job.rows_done = done
     job.result = {**lengths.as_dict(), "model": model.pk, "model_name": model.name}
+
+
+PURGE_BATCH = 10_000
+
+
+def _purge(job: DeriveJob, version: None) -> None:
+    """Delete the purged parent's rows and exports, unless something pinned it after it was marked
+    (a launch racing the purge): then it is READY again and the job fails saying what pins it."""
+    import shutil
+    from pathlib import Path
+
+    from django.conf import settings
+
+    from apps.datasets.services import version_pins
+
+    target = job.parent
+    with transaction.atomic():
+        target = DatasetVersion.objects.select_for_update().get(pk=target.pk)
+        pins = version_pins(target)
+        if pins:
+            target.status, target.purged_at, target.purged_by = DatasetVersion.Status.READY, None, None
+            target.save(update_fields=["status", "purged_at", "purged_by"])
+    if pins:
+        raise RuntimeError(f"Not purged: {', '.join(pins)} started using version {target.number}.")
+    for export in target.exports.all():
+        shutil.rmtree(Path(settings.ARTIFACT_ROOT) / "exports" / str(export.pk), ignore_errors=True)
+        export.delete()
+    done = 0
+    last_position = DatasetRow.objects.filter(version=target).order_by("-position").values_list(
+        "position", flat=True).first()
+    start = 0
+    while last_position is not None and start <= last_position:
+        with connection.cursor() as cursor:  # plain SQL: nothing in Python refers to these rows any more
+            cursor.execute("DELETE FROM datasets_datasetrow WHERE version_id = %s AND position >= %s AND position < %s",
+                           [target.pk, start, start + PURGE_BATCH])
+            done += cursor.rowcount
+        start += PURGE_BATCH
+        job.rows_done = done
+        DeriveJob.objects.filter(pk=job.pk).update(rows_done=done)
+        events.derive_progress(job)  # never cancelled: half a purge would be neither version
+    job.rows_done = done
+    job.result = {"rows_deleted": done}

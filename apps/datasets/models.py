@@ -41,6 +41,7 @@ class DatasetVersion(models.Model):
     class Status(models.TextChoices):
         BUILDING = "building"  # rows are being written; invisible everywhere
         READY = "ready"
+        PURGED = "purged"  # rows deleted for good; the row stays as a record in the history
 
     dataset = models.ForeignKey(Dataset, on_delete=models.CASCADE, related_name="versions")
     number = models.PositiveIntegerField()
@@ -54,6 +55,9 @@ class DatasetVersion(models.Model):
     source = models.JSONField(default=dict)  # how it was made: import file, format, mapping
     author = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
+    purged_at = models.DateTimeField(null=True, blank=True)
+    purged_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                  related_name="+")
 
     class Meta:
         ordering = ["-number"]
@@ -142,8 +146,9 @@ class DeriveJob(models.Model):
         REDACT = "redact", "Redaction"
         EDIT = "edit", "Edit"  # rows fixed or dropped in the browser or the API
         TOKEN_STATS = "token_stats", "Token lengths"  # reads only: histograms with a model's tokenizer
+        PURGE = "purge", "Purge"  # deletes the parent's rows for good; no new version
 
-    REPORT_KINDS = (Kind.PII_SCAN, Kind.TOKEN_STATS)  # their result is a report, not a new version
+    REPORT_KINDS = (Kind.PII_SCAN, Kind.TOKEN_STATS, Kind.PURGE)  # no new version comes out of these
 
     State = ImportJob.State
 

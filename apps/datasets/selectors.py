@@ -44,6 +44,12 @@ def ready_versions(dataset) -> QuerySet[DatasetVersion]:
     return dataset.versions.filter(status=DatasetVersion.Status.READY).select_related("author", "parent")
 
 
+def history(dataset) -> QuerySet[DatasetVersion]:
+    """Every finished version, purged ones included (the record of what existed stays)."""
+    return dataset.versions.exclude(status=DatasetVersion.Status.BUILDING).select_related(
+        "author", "parent", "purged_by")
+
+
 def search(rows: QuerySet[DatasetRow], q: str) -> QuerySet[DatasetRow]:
     """Rows whose prompt, response or reference contain every word of `q` (indexed)."""
     words = _WORD.findall(q)[:20]

@@ -22,7 +22,8 @@ class VersionSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = DatasetVersion
-        fields = ["id", "number", "parent", "content_hash", "row_count", "schema", "message", "author", "created_at"]
+        fields = ["id", "number", "parent", "status", "content_hash", "row_count", "schema", "message", "author",
+                  "created_at", "purged_at"]
 
 
 class RowSerializer(serializers.ModelSerializer):

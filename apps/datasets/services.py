@@ -1,5 +1,6 @@
 import os
 from dataclasses import asdict
+from datetime import timedelta
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -296,6 +297,68 @@ def version_redact_start(*, user, version, message: str = "", token=None, ip_add
     """Queue a new version with every PII finding replaced by a typed placeholder."""
     return _derive_start(user=user, version=version, kind="redact", audit_action="dataset.redact", token=token,
                          ip_address=ip_address, params={"message": (message or "PII redacted")[:500]})
+
+
+def version_pins(version) -> list[str]:
+    """What keeps a version's rows from being purged: the fine-tunes, comparisons and annotation
+    campaigns that read them (their lineage must stay reproducible)."""
+    pins = [f"fine-tune #{pk}" for pk in version.training_jobs.values_list("pk", flat=True)[:5]]
+    pins += [f"comparison “{name}”" for name in version.comparisons.values_list("name", flat=True)[:5]]
+    pins += [f"annotation campaign “{name}”" for name in version.campaigns.values_list("name", flat=True)[:5]]
+    return pins
+
+
+def version_purge_start(*, user, version, token=None, ip_address: str | None = None):
+    """Delete a version's rows for good (a worker does it, in batches). The version disappears at
+    once and stays in the history as purged. Refused while anything pins it."""
+    policy.require(user, "dataset.delete", version.dataset, token)
+    with transaction.atomic():
+        job = _purge(version, user=user, ip_address=ip_address)
+    version.refresh_from_db(fields=["status", "purged_at", "purged_by"])
+    return job
+
+
+def purge_deleted_datasets(*, older_than_days: int) -> dict:
+    """Purge every unpinned version of the datasets soft-deleted more than `older_than_days` ago
+    (the retention an operator runs from cron). Returns the count, and the versions kept and why."""
+    from apps.datasets.models import DatasetVersion
+
+    cutoff = timezone.now() - timedelta(days=older_than_days)
+    purged, kept = 0, []
+    for version in DatasetVersion.objects.filter(dataset__in=Dataset.all_objects.filter(deleted_at__lt=cutoff),
+                                                 status=DatasetVersion.Status.READY).select_related("dataset"):
+        try:
+            with transaction.atomic():
+                _purge(version, user=None)
+            purged += 1
+        except Conflict as exc:
+            kept.append({"dataset": version.dataset_id, "version": version.number, "reason": exc.message})
+    return {"purged": purged, "kept": kept}
+
+
+def _purge(version, *, user, ip_address: str | None = None):
+    """Inside a transaction: mark `version` purged and queue the deletion of its rows."""
+    from apps.datasets.models import DatasetVersion, DeriveJob
+
+    # Locked: a launch pinning the version at the same moment waits on its foreign key, and
+    # the worker checks the pins again before it deletes anything.
+    locked = DatasetVersion.objects.select_for_update().select_related("dataset__project").get(pk=version.pk)
+    if locked.status != DatasetVersion.Status.READY:
+        raise Conflict(f"Version {locked.number} is already purged.")
+    pins = version_pins(locked)
+    if pins:
+        raise Conflict(f"Version {locked.number} cannot be purged: {', '.join(pins)} uses it.")
+    if DeriveJob.objects.filter(parent=locked, state__in=ImportJob.ACTIVE).exists():
+        raise Conflict(f"Version {locked.number} has a job running on it: wait for it or cancel it first.")
+    locked.status, locked.purged_at, locked.purged_by = DatasetVersion.Status.PURGED, timezone.now(), user
+    locked.save(update_fields=["status", "purged_at", "purged_by"])
+    job = DeriveJob.objects.create(parent=locked, kind=DeriveJob.Kind.PURGE, created_by=user,
+                                   params={"rows": locked.row_count})
+    audit_record(actor=user, action="dataset.purge_version", project=locked.dataset.project, target=locked.dataset,
+                 ip_address=ip_address, before={"version": locked.number, "rows": locked.row_count,
+                                                "content_hash": locked.content_hash})
+    transaction.on_commit(lambda: _enqueue(job.pk))
+    return job
 
 
 def _enqueue(job_id: int) -> None:

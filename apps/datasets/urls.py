@@ -16,6 +16,7 @@ urlpatterns = [
     path(base + "versions/<int:number>/exports/", views.version_export_job, name="export"),
     path(base + "versions/<int:number>/stats/", views.version_stats, name="stats"),
     path(base + "versions/<int:number>/split/", views.version_split, name="split"),
+    path(base + "versions/<int:number>/purge/", views.version_purge, name="purge"),
     path(base + "versions/<int:number>/pii/<str:action>/", views.version_pii, name="pii"),
     path(base + "diff/", views.version_diff, name="diff"),
 ]

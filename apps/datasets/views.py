@@ -73,7 +73,7 @@ def import_upload(request: HttpRequest, project_id: int, dataset_id: int) -> Htt
 
 def _detail(request, dataset, form) -> HttpResponse:
     return render(request, "datasets/detail.html", _context(
-        request, dataset, form=form, versions=selectors.ready_versions(dataset),
+        request, dataset, form=form, versions=selectors.history(dataset),
         derive_jobs=DeriveJob.objects.filter(parent__dataset=dataset).select_related("parent", "version")[:10],
         imports=dataset.imports.select_related("version", "created_by")[:10]), status=400 if form.errors else 200)
 
@@ -219,6 +219,22 @@ def version_diff(request: HttpRequest, project_id: int, dataset_id: int) -> Http
         new, old = versions[0], versions[1]
     return render(request, "datasets/diff.html", _context(request, dataset, versions=versions,
                                                           diff=selectors.version_diff(old=old, new=new)))
+
+
+@login_required
+@require_POST
+def version_purge(request: HttpRequest, project_id: int, dataset_id: int, number: int) -> HttpResponse:
+    dataset = policy.get_object(request.user, Dataset, dataset_id, "dataset.view", project_id=project_id)
+    version = selectors.ready_versions(dataset).filter(number=number).first()
+    if version is None:
+        raise NotFound()
+    try:
+        services.version_purge_start(user=request.user, version=version, ip_address=client_ip(request))
+    except Conflict as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(request, f"Purging v{version.number}: its rows are being deleted for good.")
+    return redirect("datasets:detail", project_id=project_id, dataset_id=dataset_id)
 
 
 @login_required

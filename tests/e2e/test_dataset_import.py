@@ -202,3 +202,36 @@ def test_a_viewer_counts_tokens_and_sees_the_token_length_chart(page, viewer, ow
     chart = page.get_by_test_id("chart-tokens")
     expect(chart.locator("svg.main-svg").first).to_be_visible(timeout=60_000)  # the page reloads when done
     expect(page.get_by_test_id("token-lengths")).to_contain_text("longest prompt 4, response 4, total 8 tokens")
+
+
+def test_an_owner_purges_an_old_version_and_is_told_why_a_pinned_one_stays(page, owner, project, celery_worker):
+    from apps.datasets.models import Dataset, DatasetRow
+    from apps.datasets.writer import write_version
+    from tests.training.fixtures import make_job
+
+    dataset = Dataset.objects.create(project=project, name="Tickets", created_by=owner)
+    roles = {"prompt": "prompt", "response": "response"}
+    old = write_version(dataset=dataset, author=owner, roles=roles, message="first dump",
+                        records=[{"prompt": f"q{i}", "response": f"a{i}"} for i in range(40)])
+    used = write_version(dataset=dataset, author=owner, roles=roles, parent=old, message="cleaned",
+                         records=[{"prompt": "q1", "response": "a1"}])
+    job = make_job(project, owner, state="succeeded")
+    job.dataset_version = used
+    job.save(update_fields=["dataset_version"])
+
+    browser_login(page, owner.username)
+    page.goto(f"/projects/{project.pk}/datasets/{dataset.pk}/")
+    page.get_by_label("Purge v2…").click()
+    page.get_by_role("button", name="Purge v2 for good").click()
+    expect(page.get_by_role("status")).to_contain_text(
+        f"Version 2 cannot be purged: fine-tune #{job.pk} uses it.")
+    page.get_by_label("Purge v1…").click()
+    page.get_by_role("button", name="Purge v1 for good").click()
+    expect(page.get_by_role("status")).to_contain_text("Purging v1")
+    purged = page.get_by_test_id("purged-version")
+    expect(purged).to_contain_text("v1")
+    expect(purged).to_contain_text("purged")
+    expect(purged).to_contain_text(f"by {owner.username}")
+    expect(purged.get_by_role("link")).to_have_count(0)  # nothing left to open
+    wait_for(lambda: not DatasetRow.objects.filter(version=old).exists(), timeout=60, what="the worker's purge")
+    assert DatasetRow.objects.filter(version=used).count() == 1
