@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from apps.core import storage
 from apps.datasets import events
+from apps.datasets.bulk import RowWriter, row_tuple
 from apps.datasets.models import DatasetRow, DatasetVersion, ImportJob
 from workers.ingest import BadRows, ColumnMapping, IngestError, SourceFormat, VersionHasher, canonical_row, read_records
 from workers.ingest.errors import record_bad_row
@@ -128,45 +129,46 @@ def _load_rows(job: ImportJob, version: DatasetVersion, path: Path, fmt: SourceF
     seen_ids: set[int] = set()  # 8-byte digests of ids: a million ids in ~70 MB, not ~150
     stats = VersionStats()
     metadata_keys: set[str] = set()
-    batch: list[DatasetRow] = []
+    batch: list[tuple] = []
     started = last_progress = time.monotonic()
     position = 0
     skip_bad_rows = bool(options.get("skip_bad_rows"))
     records = read_records(path, fmt, delimiter=options.get("delimiter"), has_header=options.get("has_header"),
                            skip_bad_rows=skip_bad_rows, bad_rows=bad_rows)
     id_column = next((column for column, role in job.mapping.items() if role == "id"), None)
-    for line, record in records:
-        try:
-            row = canonical_row(record, mapping, line)
-        except IngestError as exc:  # e.g. no prompt in this row: skippable like a parse error
-            if not skip_bad_rows:
-                raise
-            record_bad_row(bad_rows, exc)
-            continue
-        for field, limit in SHORT_FIELDS.items():
-            if row[field] is not None and len(row[field]) > limit:
-                column = next((c for c, r in job.mapping.items() if r == ("id" if field == "ext_id" else field)), None)
-                raise IngestError(f"{field.replace('ext_', '')} is longer than {limit} characters", line=line,
-                                  column=column)
-        if row["ext_id"] is not None:
-            id_digest = hash_id(row["ext_id"])
-            if id_digest in seen_ids:
-                raise IngestError(f"duplicate id {row['ext_id']!r}", line=line, column=id_column)
-            seen_ids.add(id_digest)
-        metadata_keys.update(row["metadata"])
-        stats.add(position, row)
-        batch.append(DatasetRow(version=version, position=position, row_hash=hasher.update(row), **row))
-        position += 1
-        if len(batch) >= BATCH_ROWS:
-            DatasetRow.objects.bulk_create(batch)
-            batch.clear()
-            job.rows_done = position
-            now = time.monotonic()
-            if now - last_progress >= PROGRESS_INTERVAL_S:
-                last_progress = now
-                _report(job, position, now - started)
-    if batch:
-        DatasetRow.objects.bulk_create(batch)
+    with RowWriter() as writer:
+        for line, record in records:
+            try:
+                row = canonical_row(record, mapping, line)
+            except IngestError as exc:  # e.g. no prompt in this row: skippable like a parse error
+                if not skip_bad_rows:
+                    raise
+                record_bad_row(bad_rows, exc)
+                continue
+            for field, limit in SHORT_FIELDS.items():
+                if row[field] is not None and len(row[field]) > limit:
+                    role = "id" if field == "ext_id" else field
+                    column = next((c for c, r in job.mapping.items() if r == role), None)
+                    raise IngestError(f"{field.replace('ext_', '')} is longer than {limit} characters", line=line,
+                                      column=column)
+            if row["ext_id"] is not None:
+                id_digest = hash_id(row["ext_id"])
+                if id_digest in seen_ids:
+                    raise IngestError(f"duplicate id {row['ext_id']!r}", line=line, column=id_column)
+                seen_ids.add(id_digest)
+            metadata_keys.update(row["metadata"])
+            stats.add(position, row)
+            batch.append(row_tuple(version.pk, position, hasher.update(row), row))
+            position += 1
+            if len(batch) >= BATCH_ROWS:
+                writer.write(batch)
+                batch = []  # the writer thread holds the last one
+                job.rows_done = position
+                now = time.monotonic()
+                if now - last_progress >= PROGRESS_INTERVAL_S:
+                    last_progress = now
+                    _report(job, position, now - started)
+        writer.write(batch)
     if position == 0:
         raise IngestError("no rows to import" + (f" ({len(bad_rows)} bad rows skipped)" if bad_rows else ""))
     job.rows_done = position

@@ -9,8 +9,9 @@ from collections.abc import Iterable
 
 from django.db import transaction
 
+from apps.datasets.bulk import insert_rows, row_tuple
 from apps.datasets.importer import BATCH_ROWS, SHORT_FIELDS, discard_version, next_version_number
-from apps.datasets.models import Dataset, DatasetRow, DatasetVersion
+from apps.datasets.models import Dataset, DatasetVersion
 from workers.ingest import ColumnMapping, IngestError, VersionHasher, canonical_row
 from workers.ingest.stats import VersionStats
 
@@ -39,7 +40,7 @@ def _write_rows(version: DatasetVersion, records: Iterable[dict], mapping: Colum
     hasher, stats = VersionHasher(), VersionStats()
     split_of = iter(splits) if splits is not None else None
     metadata_keys: set[str] = set()
-    batch: list[DatasetRow] = []
+    batch: list[tuple] = []
     position = 0
     for number, record in enumerate(records, start=1):
         row = canonical_row(record, mapping, number)
@@ -49,14 +50,12 @@ def _write_rows(version: DatasetVersion, records: Iterable[dict], mapping: Colum
         metadata_keys.update(row["metadata"])
         stats.add(position, row)
         split = next(split_of, "") if split_of is not None else ""
-        batch.append(DatasetRow(version=version, position=position, row_hash=hasher.update(row), split=split or "",
-                                **row))
+        batch.append(row_tuple(version.pk, position, hasher.update(row), row, split or ""))
         position += 1
         if len(batch) >= BATCH_ROWS:
-            DatasetRow.objects.bulk_create(batch)
+            insert_rows(batch)
             batch.clear()
-    if batch:
-        DatasetRow.objects.bulk_create(batch)
+    insert_rows(batch)
     if position == 0:
         raise IngestError("no rows to write")
     version.row_count = position

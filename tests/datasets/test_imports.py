@@ -233,3 +233,30 @@ def test_skipping_bad_rows_also_skips_rows_without_a_prompt(scientist_client, da
     job = run_import(scientist_client, dataset, content, "holes.jsonl", skip_bad_rows=True)
     assert job["state"] == "succeeded", job["error"]
     assert job["rows_done"] == 3 and [bad["line"] for bad in job["bad_rows"]] == [2]
+
+
+@pytest.mark.slow
+def test_a_duplicate_id_many_batches_in_fails_and_leaves_no_row(scientist_client, dataset, celery_worker):
+    """Batches already written by the time the bad row is read are removed with the version."""
+    many = [{"id": f"r{i}", "prompt": f"question {i}"} for i in range(9000)] + [{"id": "r5", "prompt": "again"}]
+    job = run_import(scientist_client, dataset, jsonl(many), "late-dup.jsonl",
+                     mapping={"id": "id", "prompt": "prompt"})
+    assert job["state"] == "failed"
+    assert "duplicate id 'r5'" in job["error"] and "line 9001" in job["error"]
+    assert not DatasetVersion.objects.filter(dataset=dataset).exists()
+    assert not DatasetRow.objects.exists()
+
+
+def test_a_row_the_database_refuses_is_raised_by_the_row_writer(dataset):
+    """An error inside the writer's own thread (PostgreSQL) reaches the import, which fails."""
+    from django.db import IntegrityError
+
+    from apps.datasets.bulk import RowWriter, row_tuple
+
+    row = {"ext_id": None, "prompt": "p", "response": None, "messages": None, "label": None, "reference": None,
+           "metadata": {}}
+    with pytest.raises(IntegrityError):
+        with RowWriter() as writer:
+            writer.write([row_tuple(987654, 0, "0" * 64, row)])  # no such version
+            writer.write([row_tuple(987654, 1, "0" * 64, row)])
+    assert not DatasetRow.objects.exists()

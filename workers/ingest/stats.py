@@ -6,6 +6,7 @@ row for duplicate detection.
 """
 
 import hashlib
+from bisect import bisect_right
 from collections import Counter
 
 # Character-length histogram bin edges; the last bin is open-ended.
@@ -16,11 +17,7 @@ MAX_EXAMPLES = 10
 
 
 def _bin(length: int) -> int:
-    index = 0
-    for i, edge in enumerate(LENGTH_BINS):
-        if length >= edge:
-            index = i
-    return index
+    return bisect_right(LENGTH_BINS, length) - 1
 
 
 def _text_length(row: dict, field: str) -> int:
