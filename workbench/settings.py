@@ -267,6 +267,18 @@ STORAGES = {
 MEDIA_ROOT = Path(env_str("MEDIA_ROOT", str(DATA_DIR / "media")))
 MEDIA_URL = "/media/"
 ARTIFACT_ROOT = Path(env_str("ARTIFACT_ROOT", str(DATA_DIR / "artifacts")))
+# Uploaded originals (content-addressed, apps/core/storage.py) go to this S3-compatible bucket when
+# it is named, else under ARTIFACT_ROOT/blobs. Credentials come from boto3's standard chain
+# (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE, an instance role), never from settings.
+ARTIFACT_S3_BUCKET = env_str("ARTIFACT_S3_BUCKET", "")
+ARTIFACT_S3_ENDPOINT_URL = env_str("ARTIFACT_S3_ENDPOINT_URL")  # MinIO, Ceph, R2…; unset: AWS
+ARTIFACT_S3_REGION = env_str("ARTIFACT_S3_REGION")  # unset: boto3's (AWS_DEFAULT_REGION, the profile)
+ARTIFACT_S3_PREFIX = env_str("ARTIFACT_S3_PREFIX", "blobs/")
+# Self-hosted servers (MinIO, Ceph) usually answer only path-style requests, AWS prefers virtual-hosted.
+ARTIFACT_S3_ADDRESSING_STYLE = env_str("ARTIFACT_S3_ADDRESSING_STYLE",
+                                       "path" if ARTIFACT_S3_ENDPOINT_URL else "auto")
+if ARTIFACT_S3_ADDRESSING_STYLE not in {"auto", "path", "virtual"}:
+    raise ImproperlyConfigured("ARTIFACT_S3_ADDRESSING_STYLE must be auto, path or virtual")
 MODEL_ROOTS = [Path(p).resolve() for p in env_list("MODEL_ROOTS", [str(DATA_DIR / "models")])]
 DATA_ROOTS = [Path(p).resolve() for p in env_list("DATA_ROOTS", [str(DATA_DIR / "imports")])]
 # Models registered by hub id come from the local Hugging Face cache; the server downloads one

@@ -40,7 +40,7 @@ class ImportCancelled(Exception):
 
 
 def source_path(job: ImportJob) -> Path:
-    return Path(job.server_path) if job.server_path else storage.blob_path(job.artifact_sha256)
+    return Path(job.server_path) if job.server_path else storage.local_blob(job.artifact_sha256)
 
 
 def estimate_rows(path: Path, fmt: SourceFormat) -> int | None:

@@ -74,7 +74,7 @@ def import_create(*, user, dataset: Dataset, upload=None, server_path: str = "",
                 raise Invalid("The file is empty.", field="file")
             sha256, size = storage.store_stream(upload)
             filename = os.path.basename(upload.name or "upload")[:255]
-            fmt = detect_format(storage.blob_path(sha256), filename)
+            fmt = detect_format(storage.local_blob(sha256), filename)
             server = ""
         else:
             path = importer.data_root_path(server_path)
