@@ -15,6 +15,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from apps.datasets import events
+from apps.datasets.bulk import insert_rows, row_tuple
 from apps.datasets.importer import BATCH_ROWS, discard_version, next_version_number
 from apps.datasets.models import DatasetRow, DatasetVersion, DeriveJob
 from workers.ingest import VersionHasher
@@ -186,7 +187,7 @@ def _rewrite(job: DeriveJob, version: DatasetVersion, transform) -> int:
     renumbered from 0, hashed and counted as an import does; the version is READY at the end.
     Returns how many rows changed."""
     hasher, stats = VersionHasher(), VersionStats()
-    batch: list[DatasetRow] = []
+    batch: list[tuple] = []
     position = done = changed = 0
     for row in _parent_rows(job):
         done += 1
@@ -196,14 +197,13 @@ def _rewrite(job: DeriveJob, version: DatasetVersion, transform) -> int:
         stats.add(position, content)
         row_hash = hasher.update(content)
         changed += row_hash != row.row_hash
-        batch.append(DatasetRow(version=version, position=position, row_hash=row_hash, split=row.split, **content))
+        batch.append(row_tuple(version.pk, position, row_hash, content, row.split))
         position += 1
         if len(batch) >= BATCH_ROWS:
-            DatasetRow.objects.bulk_create(batch)
+            insert_rows(batch)
             batch.clear()
             _progress(job, done)
-    if batch:
-        DatasetRow.objects.bulk_create(batch)
+    insert_rows(batch)
     job.rows_done = done
     version.row_count = position
     version.content_hash = hasher.hexdigest()
