@@ -64,7 +64,9 @@ SMALL_ITEMS = 10_000
 LARGE_ITEMS = int(os.environ.get("BENCH_ANNOTATE_ROWS", "1000000"))
 ANNOTATORS = 50
 PHASE_S = float(os.environ.get("BENCH_ANNOTATE_PHASE_S", "20"))
-ROUNDS = int(os.environ.get("BENCH_ANNOTATE_ROUNDS", "2"))  # each round: small, large, large, small
+ROUNDS = int(os.environ.get("BENCH_ANNOTATE_ROUNDS", "2"))
+# As many web processes as `manage.py up` starts on PostgreSQL here (settings.WEB_WORKERS) unless set.
+WEB_WORKERS = int(os.environ.get("BENCH_ANNOTATE_WEB_WORKERS", "0")) or None  # each round: small, large, large, small
 WARMUP_S = 4.0
 TARGET_RATIO = 1.5
 TARGET_P99_MS = 250.0
@@ -83,8 +85,9 @@ SCHEMA = [{"name": "sentiment", "type": "single_label", "labels": LABELS}]
 
 def _setup_django(database: str, data_dir: str) -> None:
     admin_execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)', f'CREATE DATABASE "{database}"')
+    # No connection pool in the harness: its idle connections would block the TEMPLATE copy.
     os.environ.update(WORKBENCH_DATA_DIR=data_dir, DJANGO_SETTINGS_MODULE="workbench.settings",
-                      DATABASE_URL=f"{PG_URL}/{database}", REDIS_URL=REDIS_URL)
+                      DATABASE_URL=f"{PG_URL}/{database}", REDIS_URL=REDIS_URL, DB_POOL="0")
     os.environ.pop("CELERY_BROKER_URL", None)
     import django
 
@@ -188,11 +191,13 @@ def _start_server(database: str, data_dir: str) -> tuple[subprocess.Popen, str]:
 
     port = _free_port()
     env = {**os.environ, "DATABASE_URL": f"{PG_URL}/{database}", "REDIS_URL": REDIS_URL,
-           "WORKBENCH_DATA_DIR": data_dir, "TOKEN_RATE_LIMIT": "1000000/min", "USER_RATE_LIMIT": "1000000/min"}
+           "WORKBENCH_DATA_DIR": data_dir, "TOKEN_RATE_LIMIT": "1000000/min", "USER_RATE_LIMIT": "1000000/min",
+           "DB_POOL": "1"}  # the server as deployed
     env.pop("DJANGO_SETTINGS_MODULE", None)
     process = subprocess.Popen(
         [sys.executable, "-m", "uvicorn", "workbench.asgi:application", "--host", "127.0.0.1", "--port", str(port),
-         "--lifespan", "off", "--ws", "websockets-sansio", "--no-server-header", "--log-level", "warning"],
+         "--lifespan", "off", "--ws", "websockets-sansio", "--no-server-header", "--log-level", "warning",
+         "--workers", str(_web_workers())],
         cwd=ROOT, env=env, stdin=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
@@ -207,6 +212,12 @@ def _start_server(database: str, data_dir: str) -> tuple[subprocess.Popen, str]:
         time.sleep(0.2)
     process.terminate()
     raise RuntimeError(f"the server for {database} did not answer /healthz within 60 s")
+
+
+def _web_workers() -> int:
+    from django.conf import settings
+
+    return WEB_WORKERS or settings.WEB_WORKERS
 
 
 def _stop_server(process: subprocess.Popen) -> None:

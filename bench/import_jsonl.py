@@ -83,8 +83,9 @@ def rerun_in_child(module: str, names: list[str]) -> list[dict]:
 def setup_django(database: str, data_dir: str) -> None:
     """Point Django at a fresh PostgreSQL database and Redis db 2, set it up and migrate."""
     fresh_database(database)
+    # No connection pool in the harness: its idle connections would block TEMPLATE copies.
     os.environ.update(WORKBENCH_DATA_DIR=data_dir, DJANGO_SETTINGS_MODULE="workbench.settings",
-                      DATABASE_URL=f"{PG_URL}/{database}", REDIS_URL=REDIS_URL)
+                      DATABASE_URL=f"{PG_URL}/{database}", REDIS_URL=REDIS_URL, DB_POOL="0")
     os.environ.pop("CELERY_BROKER_URL", None)
     import django
 

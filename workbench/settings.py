@@ -136,6 +136,12 @@ TEMPLATES = [
 DATABASE_URL = env_str("DATABASE_URL")
 if DATABASE_URL:
     DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0, conn_health_checks=True)}
+    if env_bool("DB_POOL", True) and DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+        # A connection pool per process (psycopg_pool): without it every request opened a new
+        # PostgreSQL connection, a server process forked for it, which was a large share of
+        # an API request's cost. Celery's prefork children each make their own after the fork.
+        DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+            "min_size": 1, "max_size": env_int("DB_POOL_MAX_SIZE", 10), "timeout": env_float("DB_POOL_TIMEOUT_S", 10)}
 elif PRODUCTION:
     raise ImproperlyConfigured("DATABASE_URL must be set in production (PostgreSQL)")
 else:
@@ -182,9 +188,14 @@ CHANNEL_LAYERS = {
                    "capacity": 5000},
     }
 }
+# Web server processes `manage.py up` starts (uvicorn --workers): one Python process runs on one
+# core at a time (the GIL), so on PostgreSQL one per core, up to 4. The embedded SQLite default
+# keeps one (its writers would only queue on the file lock).
+WEB_WORKERS = env_int("WEB_WORKERS", min(os.cpu_count() or 1, 4) if DATABASE_URL else 1)
+
 CACHES = {
     "default": {
-        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "BACKEND": "apps.core.cache.SharedRedisCache",
         "LOCATION": REDIS_URL,
         "KEY_PREFIX": "workbench",
     }

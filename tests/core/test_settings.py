@@ -75,3 +75,20 @@ def test_embedded_default_uses_sqlite_and_a_unix_socket_redis(tmp_path):
     assert engine == "django.db.backends.sqlite3"
     assert broker == f"redis+socket://{tmp_path}/redis.sock"
     assert channels_host == f"unix://{tmp_path}/redis.sock"
+
+
+def test_postgresql_gets_a_connection_pool_and_a_web_process_per_core(tmp_path):
+    show = ("import django, os; django.setup(); from django.conf import settings; "
+            "print(settings.DATABASES['default'].get('OPTIONS', {}).get('pool'), settings.WEB_WORKERS, "
+            "min(os.cpu_count() or 1, 4))")
+    env = {"DATABASE_URL": "postgres://postgres@127.0.0.1:5432/any", "REDIS_URL": "redis://127.0.0.1:6379/0",
+           "WORKBENCH_DATA_DIR": str(tmp_path)}
+    pooled = run_django(env, show)
+    assert pooled.returncode == 0, pooled.stderr
+    pool, workers, cores = pooled.stdout.rsplit(" ", 2)
+    assert pool == "{'min_size': 1, 'max_size': 10, 'timeout': 10}" and workers == cores.strip()
+    tuned = run_django({**env, "DB_POOL_MAX_SIZE": "3", "WEB_WORKERS": "3"}, show)
+    assert tuned.stdout.startswith("{'min_size': 1, 'max_size': 3, 'timeout': 10} 3 ")
+    assert run_django({**env, "DB_POOL": "0"}, show).stdout.startswith("None ")
+    embedded = run_django({"WORKBENCH_DATA_DIR": str(tmp_path / "embedded")}, show)
+    assert embedded.stdout.startswith("None 1 "), embedded.stderr  # SQLite: no pool, one web process

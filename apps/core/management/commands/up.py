@@ -59,7 +59,8 @@ class Command(BaseCommand):
             python = sys.executable
             self._spawn("web", [python, "-m", "uvicorn", "workbench.asgi:application",
                                 "--host", host, "--port", str(port), "--lifespan", "off",
-                                "--ws", "websockets-sansio", "--no-server-header", "--log-level", "warning"])
+                                "--ws", "websockets-sansio", "--no-server-header", "--log-level", "warning",
+                                "--workers", str(settings.WEB_WORKERS)])
             if not no_worker:
                 self._spawn("worker", [python, "-m", "celery", "-A", "workbench", "--quiet", "worker",
                                        "-Q", "default,gpu", "--concurrency", "2",
