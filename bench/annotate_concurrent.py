@@ -1,7 +1,8 @@
 """50 annotators working a campaign at once over HTTP: next item + submit, 1,000,000 vs 10,000 examples.
 
-Ours: the production web server (`python -m uvicorn workbench.asgi:application`, one process, as
-`manage.py up` starts it) on PostgreSQL, driven by 50 client threads, each with its own
+Ours: the production web server (`python -m uvicorn workbench.asgi:application --workers N`, N =
+settings.WEB_WORKERS as `manage.py up` starts it on PostgreSQL: one per core, 2 here; set
+BENCH_ANNOTATE_WEB_WORKERS to change it) on PostgreSQL, driven by 50 client threads, each with its own
 `requests.Session`, its own annotator and API token (`Authorization: Bearer`), looping
 `POST /api/campaigns/<id>/next/` then `POST .../items/<item>/submit/` (a fresh client_id, one
 single_label field: the measurement is the queue, not validation). Overlap 1, leases of 600 s.
@@ -31,6 +32,11 @@ throughput, with our p99 under 250 ms. Without Label Studio that result says "La
 installed", has no baseline value and no ratio, carries the issue's figure (18 annotations/s,
 p99 1.3 s, Label Studio 1.23 on PostgreSQL, 16 clients, another machine) for reference only, and
 counts as not met.
+
+Those annotators never pause, so their latency is N / throughput (Little's law) whatever the
+server does. A paced phase follows at 1M: the same 50 annotators, each pausing a random 0-2 x
+BENCH_ANNOTATE_THINK_S seconds (mean 1 s, far faster than people label) before their first item
+and after each one; its p99 of next and submit is annotate_paced_request_p99 (target < 250 ms).
 
 The bench also checks, after the run, that every 201 is exactly one annotation row, and lists
 items that got more annotations than the overlap (printed as a WARNING, kept in the JSON).
@@ -66,7 +72,8 @@ ANNOTATORS = 50
 PHASE_S = float(os.environ.get("BENCH_ANNOTATE_PHASE_S", "20"))
 ROUNDS = int(os.environ.get("BENCH_ANNOTATE_ROUNDS", "2"))
 # As many web processes as `manage.py up` starts on PostgreSQL here (settings.WEB_WORKERS) unless set.
-WEB_WORKERS = int(os.environ.get("BENCH_ANNOTATE_WEB_WORKERS", "0")) or None  # each round: small, large, large, small
+WEB_WORKERS = int(os.environ.get("BENCH_ANNOTATE_WEB_WORKERS", "0")) or None
+THINK_S = float(os.environ.get("BENCH_ANNOTATE_THINK_S", "1.0"))  # mean pause of the paced phase  # each round: small, large, large, small
 WARMUP_S = 4.0
 TARGET_RATIO = 1.5
 TARGET_P99_MS = 250.0
@@ -282,8 +289,11 @@ def _label_studio_cycle(side: Side, session) -> tuple[float, float, float, int |
     return started, between, ended, task, None
 
 
-def _drive(side: Side, seconds: float, record: bool) -> None:
-    """All annotators loop next -> submit for `seconds`; a cycle started before the deadline ends."""
+def _drive(side: Side, seconds: float, record: bool, think_s: float = 0.0) -> None:
+    """All annotators loop next -> submit for `seconds`; a cycle started before the deadline ends.
+    With think_s, each pauses a random 0 to 2 x think_s seconds after each cycle (reading, choosing)."""
+    import random
+
     sessions = side.sessions
     lock = threading.Lock()
     barrier = threading.Barrier(len(sessions) + 1)
@@ -292,8 +302,11 @@ def _drive(side: Side, seconds: float, record: bool) -> None:
 
     def work(session) -> None:
         next_ms, submit_ms, cycle_ms, items, errors = [], [], [], [], []
+        rng = random.Random(id(session))
         barrier.wait()
         deadline = clock["deadline"]
+        if think_s:  # people do not all click at the same moment
+            time.sleep(rng.uniform(0, 2 * think_s))
         while time.perf_counter() < deadline:
             try:
                 started, between, ended, item, error = cycle(side, session)
@@ -307,6 +320,8 @@ def _drive(side: Side, seconds: float, record: bool) -> None:
             submit_ms.append((ended - between) * 1000)
             cycle_ms.append((ended - started) * 1000)
             items.append(item)
+            if think_s:
+                time.sleep(rng.uniform(0, 2 * think_s))
         with lock:
             side.errors += errors
             side.submitted_items += items
@@ -524,7 +539,7 @@ def _check_label_studio(project: int, side: Side) -> dict:
 
 def run() -> list[dict]:
     names = ["annotate_cycle_p99", "annotate_next_p99", "annotate_submit_p99", "annotate_request_p99_abs",
-             "annotate_throughput_vs_label_studio"]
+             "annotate_paced_request_p99", "annotate_throughput_vs_label_studio"]
     if django_already_set_up():
         return rerun_in_child("bench.annotate_concurrent", names)
     data_dir = tempfile.mkdtemp(prefix="bench-annotate-")
@@ -586,9 +601,14 @@ def run() -> list[dict]:
                 _drive(sides[name], PHASE_S / 2, record=True)
                 print(f"  round {round_ + 1} {name}: {sides[name].annotations} annotations so far"
                       f"{', errors: ' + str(len(sides[name].errors)) if sides[name].errors else ''}", flush=True)
+        # People pause between items: the same 50 annotators at 1M, each thinking THINK_S on average.
+        paced = Side("large", large_url, large_campaign.pk, LARGE_ITEMS, sessions)
+        _drive(paced, PHASE_S, record=True, think_s=THINK_S)
+        print(f"  paced (think {THINK_S:g} s) large: {paced.annotations} annotations", flush=True)
         for server in servers:
             _stop_server(server)
         servers.clear()
+        sides["large"].submitted_items += paced.submitted_items  # both phases' answers are in that database
         checks = {"small": _check(SMALL_DB, seeded["small_campaign"], sides["small"]),
                   "large": _check(LARGE_DB, large_campaign.pk, sides["large"])}
         if "label_studio" in sides:
@@ -614,7 +634,7 @@ def run() -> list[dict]:
         shutil.rmtree(data_dir, ignore_errors=True)
 
     small, large = sides["small"], sides["large"]
-    clean = not small.errors and not large.errors and checks["small"]["nothing_lost"] and \
+    clean = not small.errors and not large.errors and not paced.errors and checks["small"]["nothing_lost"] and \
         checks["large"]["nothing_lost"]
     over_overlap = len(checks["small"]["items_over_overlap"]) + len(checks["large"]["items_over_overlap"])
     if over_overlap:
@@ -656,6 +676,14 @@ def run() -> list[dict]:
         name="annotate_request_p99_abs", metric=f"p99 of next and of submit (the larger), {LARGE_ITEMS:,} examples",
         unit="ms", value=worst, baseline_what=f"same, {SMALL_ITEMS:,} examples", baseline_value=worst_small,
         target=f"< {TARGET_P99_MS:g} ms", passed=worst < TARGET_P99_MS and clean, extra=common))
+    paced_worst = max(percentile(paced.next_ms, 99), percentile(paced.submit_ms, 99))
+    results.append(result(
+        name="annotate_paced_request_p99", unit="ms", value=paced_worst,
+        metric=f"p99 of next and of submit (the larger), {ANNOTATORS} annotators pausing 0-{2 * THINK_S:g} s "
+               f"(mean {THINK_S:g} s) after each item, {LARGE_ITEMS:,} examples",
+        baseline_what=f"same annotators without pausing (annotate_request_p99_abs), {LARGE_ITEMS:,} examples",
+        baseline_value=worst, target=f"< {TARGET_P99_MS:g} ms", passed=paced_worst < TARGET_P99_MS and clean,
+        extra={**common, "paced": stats(paced), "think_s": THINK_S}))
     throughput = large.annotations / large.seconds
     target = f">= {TARGET_VS_LABEL_STUDIO:g}x LS, p99 < {TARGET_P99_MS:g} ms"
     metric = f"annotations/s, {ANNOTATORS} concurrent annotators (next + submit), {LARGE_ITEMS:,} examples"
