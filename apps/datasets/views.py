@@ -9,8 +9,17 @@ from apps.core.http import client_ip
 from apps.core.pages import run_service
 from apps.datasets import selectors, services
 from apps.datasets.forms import DatasetForm, MappingForm, SplitForm, UploadForm
-from apps.datasets.models import Dataset, DeriveJob, ImportJob
+from apps.datasets.models import Dataset, DatasetVersion, DeriveJob, ImportJob
 from apps.projects import policy
+
+
+def _dataset_version(request, project_id: int, dataset_id: int, number: int) -> tuple[Dataset, DatasetVersion]:
+    """A dataset the user may view and one of its READY versions, else 404."""
+    dataset = policy.get_object(request.user, Dataset, dataset_id, "dataset.view", project_id=project_id)
+    version = selectors.ready_versions(dataset).filter(number=number).first()
+    if version is None:
+        raise NotFound()
+    return dataset, version
 
 
 def _context(request, dataset, **extra) -> dict:
@@ -126,10 +135,7 @@ def import_cancel(request: HttpRequest, project_id: int, dataset_id: int, import
 @login_required
 def version_page(request: HttpRequest, project_id: int, dataset_id: int, number: int) -> HttpResponse:
     """Browse one version: search, filter by label, keyset pages."""
-    dataset = policy.get_object(request.user, Dataset, dataset_id, "dataset.view", project_id=project_id)
-    version = selectors.ready_versions(dataset).filter(number=number).first()
-    if version is None:
-        raise NotFound()
+    dataset, version = _dataset_version(request, project_id, dataset_id, number)
     try:
         after = int(request.GET["after"]) if request.GET.get("after") else None
     except ValueError:
@@ -174,10 +180,7 @@ def _split_counts(version) -> list[tuple[str, int]]:
 @login_required
 @require_http_methods(["GET", "POST"])
 def version_stats(request: HttpRequest, project_id: int, dataset_id: int, number: int) -> HttpResponse:
-    dataset = policy.get_object(request.user, Dataset, dataset_id, "dataset.view", project_id=project_id)
-    version = selectors.ready_versions(dataset).filter(number=number).first()
-    if version is None:
-        raise NotFound()
+    dataset, version = _dataset_version(request, project_id, dataset_id, number)
     from apps.registry.models import RegisteredModel
 
     if request.method == "POST":
@@ -224,10 +227,7 @@ def version_diff(request: HttpRequest, project_id: int, dataset_id: int) -> Http
 @login_required
 @require_POST
 def version_purge(request: HttpRequest, project_id: int, dataset_id: int, number: int) -> HttpResponse:
-    dataset = policy.get_object(request.user, Dataset, dataset_id, "dataset.view", project_id=project_id)
-    version = selectors.ready_versions(dataset).filter(number=number).first()
-    if version is None:
-        raise NotFound()
+    dataset, version = _dataset_version(request, project_id, dataset_id, number)
     try:
         services.version_purge_start(user=request.user, version=version, ip_address=client_ip(request))
     except Conflict as exc:
@@ -240,10 +240,7 @@ def version_purge(request: HttpRequest, project_id: int, dataset_id: int, number
 @login_required
 @require_POST
 def version_split(request: HttpRequest, project_id: int, dataset_id: int, number: int) -> HttpResponse:
-    dataset = policy.get_object(request.user, Dataset, dataset_id, "dataset.view", project_id=project_id)
-    version = selectors.ready_versions(dataset).filter(number=number).first()
-    if version is None:
-        raise NotFound()
+    dataset, version = _dataset_version(request, project_id, dataset_id, number)
     form = SplitForm(request.POST)
     if not form.is_valid():
         messages.error(request, " ".join(f"{name}: {' '.join(errors)}" for name, errors in form.errors.items()))
@@ -265,10 +262,9 @@ def version_split(request: HttpRequest, project_id: int, dataset_id: int, number
 @require_POST
 def version_pii(request: HttpRequest, project_id: int, dataset_id: int, number: int, action: str) -> HttpResponse:
     """Start a PII scan of a version, or a redacted copy of it."""
-    dataset = policy.get_object(request.user, Dataset, dataset_id, "dataset.view", project_id=project_id)
-    version = selectors.ready_versions(dataset).filter(number=number).first()
-    if version is None or action not in ("scan", "redact"):
+    if action not in ("scan", "redact"):
         raise NotFound()
+    dataset, version = _dataset_version(request, project_id, dataset_id, number)
     if action == "scan":
         services.version_pii_scan_start(user=request.user, version=version, ip_address=client_ip(request))
         messages.success(request, "PII scan started; refresh to see the report.")
@@ -288,9 +284,8 @@ def row_page(request: HttpRequest, project_id: int, dataset_id: int, number: int
     version, written by a worker)."""
     from apps.core.rendering import render_markdown
 
-    dataset = policy.get_object(request.user, Dataset, dataset_id, "dataset.view", project_id=project_id)
-    version = selectors.ready_versions(dataset).filter(number=number).first()
-    row = version.rows.filter(position=position).first() if version else None
+    dataset, version = _dataset_version(request, project_id, dataset_id, number)
+    row = version.rows.filter(position=position).first()
     if row is None:
         raise NotFound()
     if request.method == "POST":
@@ -320,10 +315,7 @@ def row_page(request: HttpRequest, project_id: int, dataset_id: int, number: int
 @login_required
 @require_POST
 def version_export_job(request: HttpRequest, project_id: int, dataset_id: int, number: int) -> HttpResponse:
-    dataset = policy.get_object(request.user, Dataset, dataset_id, "dataset.view", project_id=project_id)
-    version = selectors.ready_versions(dataset).filter(number=number).first()
-    if version is None:
-        raise NotFound()
+    dataset, version = _dataset_version(request, project_id, dataset_id, number)
     try:
         services.export_start(user=request.user, version=version, export_format=request.POST.get("format", ""),
                               ip_address=client_ip(request))
