@@ -1,4 +1,4 @@
-"""Writing many dataset rows at once.
+"""Writing many dataset rows at once, and counting over them where they are stored.
 
 On PostgreSQL rows go in with COPY: per row, the ORM's bulk_create builds a model instance and
 a parameterised INSERT, which was half of an import's time; COPY streams plain tuples. Other
@@ -6,6 +6,9 @@ databases (the embedded SQLite) take bulk_create.
 
 RowWriter also overlaps the two halves of an import on PostgreSQL: while the server indexes
 one batch (the full-text GIN index is most of its work), the worker parses the next.
+
+Labels, exact duplicates and repeated ids are counted by the database once the rows are in, so
+a writer holds nothing per row and its memory stays the same whatever the size of the version.
 """
 
 import json
@@ -15,6 +18,7 @@ import threading
 from django.db import connection, connections
 
 from apps.datasets.models import DatasetRow
+from workers.ingest.stats import MAX_EXAMPLES, MAX_LABELS
 
 # The order of the tuples given to insert_rows.
 COLUMNS = ("version_id", "position", "row_hash", "ext_id", "prompt", "response", "messages", "label", "reference",
@@ -89,3 +93,43 @@ class RowWriter:
 
     def __exit__(self, *exc_info) -> None:
         self.close()
+
+
+def _content_key() -> str:
+    # What makes two rows exact duplicates: their content, not their id or metadata. PostgreSQL
+    # sorts the md5 of the row value (NULL and "" differ in it) instead of the long texts.
+    if connection.vendor == "postgresql":
+        return "md5(row(prompt, response, messages, label, reference)::text)"
+    return "prompt, response, messages, label, reference"
+
+
+def stored_tallies(version_id: int) -> dict:
+    """The labels (top MAX_LABELS and how many distinct) and the exact duplicates (count, first
+    positions) of a version's stored rows: VersionStats.as_dict's keys for them."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT label, count(*) FROM datasets_datasetrow WHERE version_id = %s AND label IS NOT NULL "
+                       "GROUP BY label ORDER BY count(*) DESC, label LIMIT %s", [version_id, MAX_LABELS])
+        labels = dict(cursor.fetchall())
+        cursor.execute("SELECT count(DISTINCT label) FROM datasets_datasetrow WHERE version_id = %s", [version_id])
+        (labels_distinct,) = cursor.fetchone()
+        # count(*) OVER () counts every duplicate before LIMIT keeps the first examples: one pass.
+        cursor.execute(f"""
+            SELECT count(*) OVER (), position FROM (
+                SELECT position, row_number() OVER (PARTITION BY {_content_key()} ORDER BY position) AS nth
+                FROM datasets_datasetrow WHERE version_id = %s) numbered
+            WHERE nth > 1 ORDER BY position LIMIT %s""", [version_id, MAX_EXAMPLES])
+        found = cursor.fetchall()
+    return {"labels": labels, "labels_distinct": labels_distinct, "duplicates": found[0][0] if found else 0,
+            "duplicate_examples": [position for _, position in found]}
+
+
+def first_repeated_id(version_id: int) -> tuple[str, int] | None:
+    """The id seen again earliest in a version's rows, and the position where it comes again."""
+    with connection.cursor() as cursor:
+        cursor.execute("""
+            SELECT ext_id, position FROM (
+                SELECT ext_id, position, row_number() OVER (PARTITION BY ext_id ORDER BY position) AS nth
+                FROM datasets_datasetrow WHERE version_id = %s AND ext_id IS NOT NULL) numbered
+            WHERE nth = 2 ORDER BY position LIMIT 1""", [version_id])
+        found = cursor.fetchone()
+    return (found[0], found[1]) if found else None

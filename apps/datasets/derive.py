@@ -15,7 +15,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from apps.datasets import events
-from apps.datasets.bulk import insert_rows, row_tuple
+from apps.datasets.bulk import insert_rows, row_tuple, stored_tallies
 from apps.datasets.importer import BATCH_ROWS, discard_version, next_version_number
 from apps.datasets.models import DatasetRow, DatasetVersion, DeriveJob
 from workers.ingest import VersionHasher
@@ -186,7 +186,7 @@ def _rewrite(job: DeriveJob, version: DatasetVersion, transform) -> int:
     """Write the parent's rows in order, each as `transform(row)` returns it (None drops it),
     renumbered from 0, hashed and counted as an import does; the version is READY at the end.
     Returns how many rows changed."""
-    hasher, stats = VersionHasher(), VersionStats()
+    hasher, stats = VersionHasher(), VersionStats(tally=False)  # labels, duplicates: stored_tallies
     batch: list[tuple] = []
     position = done = changed = 0
     for row in _parent_rows(job):
@@ -208,7 +208,8 @@ def _rewrite(job: DeriveJob, version: DatasetVersion, transform) -> int:
     version.row_count = position
     version.content_hash = hasher.hexdigest()
     kept_splits = "splits" in job.parent.stats and position == job.parent.row_count  # no row dropped
-    version.stats = {**stats.as_dict(), **({"splits": job.parent.stats["splits"]} if kept_splits else {})}
+    version.stats = {**stats.as_dict(), **stored_tallies(version.pk),
+                     **({"splits": job.parent.stats["splits"]} if kept_splits else {})}
     version.status = DatasetVersion.Status.READY
     version.save(update_fields=["row_count", "content_hash", "stats", "status"])
     return changed

@@ -7,7 +7,6 @@ to the job's websocket group. Redelivery of a job that already ended does nothin
 RUNNING (its worker died) is cleaned up and run again from the start.
 """
 
-import hashlib
 import logging
 import time
 import traceback
@@ -20,7 +19,7 @@ from django.utils import timezone
 
 from apps.core import storage
 from apps.datasets import events
-from apps.datasets.bulk import RowWriter, row_tuple
+from apps.datasets.bulk import RowWriter, first_repeated_id, row_tuple, stored_tallies
 from apps.datasets.models import DatasetRow, DatasetVersion, ImportJob
 from workers.ingest import BadRows, ColumnMapping, IngestError, SourceFormat, VersionHasher, canonical_row, read_records
 from workers.ingest.errors import record_bad_row
@@ -122,40 +121,15 @@ def run_import(job_id: int) -> None:
 
 
 def _load_rows(job: ImportJob, version: DatasetVersion, path: Path, fmt: SourceFormat) -> None:
-    mapping = ColumnMapping(roles=job.mapping)
-    options = job.options or {}
     bad_rows = BadRows()
     hasher = VersionHasher()
-    seen_ids: set[int] = set()  # 8-byte digests of ids: a million ids in ~70 MB, not ~150
-    stats = VersionStats()
+    stats = VersionStats(tally=False)  # labels and duplicates are counted by the database below
     metadata_keys: set[str] = set()
     batch: list[tuple] = []
     started = last_progress = time.monotonic()
     position = 0
-    skip_bad_rows = bool(options.get("skip_bad_rows"))
-    records = read_records(path, fmt, delimiter=options.get("delimiter"), has_header=options.get("has_header"),
-                           skip_bad_rows=skip_bad_rows, bad_rows=bad_rows)
-    id_column = next((column for column, role in job.mapping.items() if role == "id"), None)
     with RowWriter() as writer:
-        for line, record in records:
-            try:
-                row = canonical_row(record, mapping, line)
-            except IngestError as exc:  # e.g. no prompt in this row: skippable like a parse error
-                if not skip_bad_rows:
-                    raise
-                record_bad_row(bad_rows, exc)
-                continue
-            for field, limit in SHORT_FIELDS.items():
-                if row[field] is not None and len(row[field]) > limit:
-                    role = "id" if field == "ext_id" else field
-                    column = next((c for c, r in job.mapping.items() if r == role), None)
-                    raise IngestError(f"{field.replace('ext_', '')} is longer than {limit} characters", line=line,
-                                      column=column)
-            if row["ext_id"] is not None:
-                id_digest = hash_id(row["ext_id"])
-                if id_digest in seen_ids:
-                    raise IngestError(f"duplicate id {row['ext_id']!r}", line=line, column=id_column)
-                seen_ids.add(id_digest)
+        for _, row in _canonical_rows(job, path, fmt, bad_rows):
             metadata_keys.update(row["metadata"])
             stats.add(position, row)
             batch.append(row_tuple(version.pk, position, hasher.update(row), row))
@@ -171,6 +145,13 @@ def _load_rows(job: ImportJob, version: DatasetVersion, path: Path, fmt: SourceF
         writer.write(batch)
     if position == 0:
         raise IngestError("no rows to import" + (f" ({len(bad_rows)} bad rows skipped)" if bad_rows else ""))
+    # Ids are checked once the rows are stored (an index-free pass in the database), not in a set
+    # in memory that would grow with the file.
+    repeated = first_repeated_id(version.pk)
+    if repeated is not None:
+        ext_id, again_at = repeated
+        id_column = next((column for column, role in job.mapping.items() if role == "id"), None)
+        raise IngestError(f"duplicate id {ext_id!r}", line=_line_of(job, path, fmt, again_at), column=id_column)
     job.rows_done = position
     job.bad_rows = list(bad_rows)
     if bad_rows.total:
@@ -178,13 +159,42 @@ def _load_rows(job: ImportJob, version: DatasetVersion, path: Path, fmt: SourceF
     version.row_count = position
     version.content_hash = hasher.hexdigest()
     version.schema = {"roles": job.mapping, "metadata_keys": sorted(metadata_keys)}
-    version.stats = stats.as_dict()
+    version.stats = {**stats.as_dict(), **stored_tallies(version.pk)}
     version.status = DatasetVersion.Status.READY
     version.save(update_fields=["row_count", "content_hash", "schema", "stats", "status", "source"])
 
 
-def hash_id(ext_id: str) -> int:
-    return int.from_bytes(hashlib.blake2b(ext_id.encode(), digest_size=8).digest(), "big")
+def _canonical_rows(job: ImportJob, path: Path, fmt: SourceFormat, bad_rows: BadRows):
+    """(line, canonical row) for each record the import keeps, in order; bad ones skipped into
+    `bad_rows` when the job says so, else raised."""
+    mapping = ColumnMapping(roles=job.mapping)
+    options = job.options or {}
+    skip_bad_rows = bool(options.get("skip_bad_rows"))
+    records = read_records(path, fmt, delimiter=options.get("delimiter"), has_header=options.get("has_header"),
+                           skip_bad_rows=skip_bad_rows, bad_rows=bad_rows)
+    for line, record in records:
+        try:
+            row = canonical_row(record, mapping, line)
+        except IngestError as exc:  # e.g. no prompt in this row: skippable like a parse error
+            if not skip_bad_rows:
+                raise
+            record_bad_row(bad_rows, exc)
+            continue
+        for field, limit in SHORT_FIELDS.items():
+            if row[field] is not None and len(row[field]) > limit:
+                role = "id" if field == "ext_id" else field
+                column = next((c for c, r in job.mapping.items() if r == role), None)
+                raise IngestError(f"{field.replace('ext_', '')} is longer than {limit} characters", line=line,
+                                  column=column)
+        yield line, row
+
+
+def _line_of(job: ImportJob, path: Path, fmt: SourceFormat, position: int) -> int:
+    """The source line of the row stored at `position` (read again: only an error needs it)."""
+    for index, (line, _) in enumerate(_canonical_rows(job, path, fmt, BadRows())):
+        if index == position:
+            return line
+    raise AssertionError(f"no row at position {position}")
 
 
 def _report(job: ImportJob, rows: int, elapsed_s: float) -> None:

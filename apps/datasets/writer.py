@@ -9,7 +9,7 @@ from collections.abc import Iterable
 
 from django.db import transaction
 
-from apps.datasets.bulk import insert_rows, row_tuple
+from apps.datasets.bulk import insert_rows, row_tuple, stored_tallies
 from apps.datasets.importer import BATCH_ROWS, SHORT_FIELDS, discard_version, next_version_number
 from apps.datasets.models import Dataset, DatasetVersion
 from workers.ingest import ColumnMapping, IngestError, VersionHasher, canonical_row
@@ -37,7 +37,7 @@ def write_version(*, dataset: Dataset, records: Iterable[dict], roles: dict[str,
 
 
 def _write_rows(version: DatasetVersion, records: Iterable[dict], mapping: ColumnMapping, splits) -> None:
-    hasher, stats = VersionHasher(), VersionStats()
+    hasher, stats = VersionHasher(), VersionStats(tally=False)  # labels, duplicates: stored_tallies
     split_of = iter(splits) if splits is not None else None
     metadata_keys: set[str] = set()
     batch: list[tuple] = []
@@ -61,6 +61,6 @@ def _write_rows(version: DatasetVersion, records: Iterable[dict], mapping: Colum
     version.row_count = position
     version.content_hash = hasher.hexdigest()
     version.schema = {"roles": dict(mapping.roles), "metadata_keys": sorted(metadata_keys)}
-    version.stats = stats.as_dict()
+    version.stats = {**stats.as_dict(), **stored_tallies(version.pk)}
     version.status = DatasetVersion.Status.READY
     version.save(update_fields=["row_count", "content_hash", "schema", "stats", "status"])

@@ -55,3 +55,19 @@ def test_a_diff_shows_rows_added_removed_and_changed(scientist_client, dataset, 
     assert change["id"] == "r2" and change["after"].response == "Use textContent, never innerHTML."
     html = page.content.decode()
     assert "<script>alert(1)</script>" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+
+
+def test_labels_and_duplicates_are_counted_where_the_rows_are_stored(dataset, owner):
+    """The writer keeps nothing per row; the database counts (top 50 labels, all distinct ones,
+    exact duplicates: same content whatever the id or metadata)."""
+    from apps.datasets.writer import write_version
+
+    records = [{"id": f"r{i}", "prompt": f"q{i}", "label": f"label-{i:02d}"} for i in range(60)]
+    records += [{"id": "again", "prompt": "q7", "label": "label-07", "shop": "north"},  # r7's content again
+                {"id": "relabelled", "prompt": "q8", "label": "label-09"}]  # r8's prompt, another label
+    version = write_version(dataset=dataset, author=owner, records=records,
+                            roles={"id": "id", "prompt": "prompt", "response": "response", "label": "label"})
+    stats = version.stats
+    assert stats["labels_distinct"] == 60 and len(stats["labels"]) == 50
+    assert list(stats["labels"].items())[:2] == [("label-07", 2), ("label-09", 2)]
+    assert stats["duplicates"] == 1 and stats["duplicate_examples"] == [60]

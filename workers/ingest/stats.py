@@ -35,7 +35,12 @@ def content_digest(row: dict) -> int:
 
 
 class VersionStats:
-    def __init__(self) -> None:
+    """One pass over a version's rows. With tally=False it keeps no per-row or per-label state
+    (fixed memory whatever the size): labels and duplicates are then left to the caller, which
+    counts them where the rows are stored (apps.datasets.bulk.stored_tallies)."""
+
+    def __init__(self, tally: bool = True) -> None:
+        self.tally = tally
         self.rows = 0
         self.labels: Counter[str] = Counter()
         self.missing: Counter[str] = Counter()
@@ -49,12 +54,14 @@ class VersionStats:
         for field in FIELDS:
             if row.get(field) in (None, "", []):
                 self.missing[field] += 1
-        if row.get("label") is not None:
+        if self.tally and row.get("label") is not None:
             self.labels[row["label"]] += 1
         prompt, response = _text_length(row, "prompt"), _text_length(row, "response")
         self.lengths["prompt"][_bin(prompt)] += 1
         self.lengths["response"][_bin(response)] += 1
         self.lengths["total"][_bin(prompt + response)] += 1
+        if not self.tally:
+            return
         digest = content_digest(row)
         if digest in self.seen:
             self.duplicates += 1
