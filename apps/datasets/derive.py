@@ -186,7 +186,7 @@ def _rewrite(job: DeriveJob, version: DatasetVersion, transform) -> int:
     """Write the parent's rows in order, each as `transform(row)` returns it (None drops it),
     renumbered from 0, hashed and counted as an import does; the version is READY at the end.
     Returns how many rows changed."""
-    hasher, stats = VersionHasher(), VersionStats(tally=False)  # labels, duplicates: stored_tallies
+    hasher, stats = VersionHasher(), VersionStats()
     batch: list[tuple] = []
     position = done = changed = 0
     for row in _parent_rows(job):
@@ -194,7 +194,7 @@ def _rewrite(job: DeriveJob, version: DatasetVersion, transform) -> int:
         content = transform(row)
         if content is None:
             continue
-        stats.add(position, content)
+        stats.add(content)
         row_hash = hasher.update(content)
         changed += row_hash != row.row_hash
         batch.append(row_tuple(version.pk, position, row_hash, content, row.split))

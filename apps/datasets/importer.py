@@ -123,7 +123,7 @@ def run_import(job_id: int) -> None:
 def _load_rows(job: ImportJob, version: DatasetVersion, path: Path, fmt: SourceFormat) -> None:
     bad_rows = BadRows()
     hasher = VersionHasher()
-    stats = VersionStats(tally=False)  # labels and duplicates are counted by the database below
+    stats = VersionStats()
     metadata_keys: set[str] = set()
     batch: list[tuple] = []
     started = last_progress = time.monotonic()
@@ -131,7 +131,7 @@ def _load_rows(job: ImportJob, version: DatasetVersion, path: Path, fmt: SourceF
     with RowWriter() as writer:
         for _, row in _canonical_rows(job, path, fmt, bad_rows):
             metadata_keys.update(row["metadata"])
-            stats.add(position, row)
+            stats.add(row)
             batch.append(row_tuple(version.pk, position, hasher.update(row), row))
             position += 1
             if len(batch) >= BATCH_ROWS:

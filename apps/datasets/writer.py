@@ -37,7 +37,7 @@ def write_version(*, dataset: Dataset, records: Iterable[dict], roles: dict[str,
 
 
 def _write_rows(version: DatasetVersion, records: Iterable[dict], mapping: ColumnMapping, splits) -> None:
-    hasher, stats = VersionHasher(), VersionStats(tally=False)  # labels, duplicates: stored_tallies
+    hasher, stats = VersionHasher(), VersionStats()
     split_of = iter(splits) if splits is not None else None
     metadata_keys: set[str] = set()
     batch: list[tuple] = []
@@ -48,7 +48,7 @@ def _write_rows(version: DatasetVersion, records: Iterable[dict], mapping: Colum
             if row[field] is not None and len(row[field]) > limit:
                 raise IngestError(f"{field.replace('ext_', '')} is longer than {limit} characters", line=number)
         metadata_keys.update(row["metadata"])
-        stats.add(position, row)
+        stats.add(row)
         split = next(split_of, "") if split_of is not None else ""
         batch.append(row_tuple(version.pk, position, hasher.update(row), row, split or ""))
         position += 1
