@@ -32,6 +32,9 @@ logger = logging.getLogger(__name__)
 BATCH_ROWS = 2000
 PROGRESS_INTERVAL_S = 0.5
 SHORT_FIELDS = {"ext_id": 200, "label": 200}  # indexed columns have a length limit
+# Metadata fields listed in a version's schema (its filters): rows whose keys all differ would
+# otherwise make the list, and the import's memory, grow with the file.
+MAX_METADATA_KEYS = 1000
 
 
 class ImportCancelled(Exception):
@@ -130,7 +133,8 @@ def _load_rows(job: ImportJob, version: DatasetVersion, path: Path, fmt: SourceF
     position = 0
     with RowWriter() as writer:
         for _, row in _canonical_rows(job, path, fmt, bad_rows):
-            metadata_keys.update(row["metadata"])
+            if len(metadata_keys) < MAX_METADATA_KEYS:
+                metadata_keys.update(row["metadata"])
             stats.add(row)
             batch.append(row_tuple(version.pk, position, hasher.update(row), row))
             position += 1

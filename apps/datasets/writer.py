@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from django.db import transaction
 
 from apps.datasets.bulk import insert_rows, row_tuple, stored_tallies
-from apps.datasets.importer import BATCH_ROWS, SHORT_FIELDS, discard_version, next_version_number
+from apps.datasets.importer import BATCH_ROWS, MAX_METADATA_KEYS, SHORT_FIELDS, discard_version, next_version_number
 from apps.datasets.models import Dataset, DatasetVersion
 from workers.ingest import ColumnMapping, IngestError, VersionHasher, canonical_row
 from workers.ingest.stats import VersionStats
@@ -47,7 +47,8 @@ def _write_rows(version: DatasetVersion, records: Iterable[dict], mapping: Colum
         for field, limit in SHORT_FIELDS.items():
             if row[field] is not None and len(row[field]) > limit:
                 raise IngestError(f"{field.replace('ext_', '')} is longer than {limit} characters", line=number)
-        metadata_keys.update(row["metadata"])
+        if len(metadata_keys) < MAX_METADATA_KEYS:
+            metadata_keys.update(row["metadata"])
         stats.add(row)
         split = next(split_of, "") if split_of is not None else ""
         batch.append(row_tuple(version.pk, position, hasher.update(row), row, split or ""))

@@ -71,3 +71,13 @@ def test_labels_and_duplicates_are_counted_where_the_rows_are_stored(dataset, ow
     assert stats["labels_distinct"] == 60 and len(stats["labels"]) == 50
     assert list(stats["labels"].items())[:2] == [("label-07", 2), ("label-09", 2)]
     assert stats["duplicates"] == 1 and stats["duplicate_examples"] == [60]
+
+
+def test_a_version_lists_at_most_a_thousand_metadata_fields(dataset, owner):
+    from apps.datasets.importer import MAX_METADATA_KEYS
+    from apps.datasets.writer import write_version
+
+    records = [{"prompt": f"q{i}", f"field_{i}": "x"} for i in range(MAX_METADATA_KEYS + 50)]
+    version = write_version(dataset=dataset, author=owner, records=records, roles={"prompt": "prompt"})
+    assert len(version.schema["metadata_keys"]) == MAX_METADATA_KEYS
+    assert version.rows.get(position=MAX_METADATA_KEYS + 10).metadata == {f"field_{MAX_METADATA_KEYS + 10}": "x"}
