@@ -58,7 +58,6 @@ def _ingest_invalid(exc) -> Invalid:
     return Invalid(str(exc), field="file")
 
 
-@transaction.atomic
 def import_create(*, user, dataset: Dataset, upload=None, server_path: str = "", token=None,
                   ip_address: str | None = None) -> ImportJob:
     """Keep the uploaded file (content-addressed) or check a server-side path, detect its
@@ -89,10 +88,12 @@ def import_create(*, user, dataset: Dataset, upload=None, server_path: str = "",
             filename = path.name[:255]
     except IngestError as exc:
         raise Invalid(str(exc), field="server_path" if server_path else "file") from None
-    job = ImportJob.objects.create(dataset=dataset, created_by=user, filename=filename, artifact_sha256=sha256,
-                                   server_path=server, size_bytes=size, source_format=asdict(fmt))
-    audit_record(actor=user, action="dataset.import_upload", project=dataset.project, target=dataset,
-                 ip_address=ip_address, after={"filename": filename, "sha256": sha256, "bytes": size})
+    # Only now a transaction: storing the file (up to 2 GiB, perhaps to a bucket) held one open.
+    with transaction.atomic():
+        job = ImportJob.objects.create(dataset=dataset, created_by=user, filename=filename, artifact_sha256=sha256,
+                                       server_path=server, size_bytes=size, source_format=asdict(fmt))
+        audit_record(actor=user, action="dataset.import_upload", project=dataset.project, target=dataset,
+                     ip_address=ip_address, after={"filename": filename, "sha256": sha256, "bytes": size})
     return job
 
 
