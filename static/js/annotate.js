@@ -79,6 +79,10 @@
     keymap.t = { field: preference, value: "tie" };
     keymap.x = { field: preference, value: "both_bad" };
   }
+  var ranking = fields.filter(function (f) { return f.type === "ranking"; })[0];
+  if (ranking && !preference) {  // the letters are free: they rank
+    ranking.candidates.forEach(function (_, i) { keymap[LETTERS[i]] = { field: ranking, value: LETTERS[i].toUpperCase() }; });
+  }
   var list = dialog.querySelector("[data-testid=shortcut-list]");
   Object.keys(keymap).forEach(function (key) {
     list.append(el("li", {}, key + " — " + keymap[key].field.name + ": " + keymap[key].value));
@@ -87,6 +91,10 @@
     .forEach(function (pair) { list.append(el("li", {}, pair[0] + " — " + pair[1])); });
 
   function press(binding) {
+    if (binding.field.type === "ranking") {
+      fieldBox.querySelector("[data-field='" + binding.field.name + "']").rank(binding.value);
+      return;
+    }
     var inputs = fieldBox.querySelectorAll("[name='" + binding.field.name + "']");
     inputs.forEach(function (input) {
       if (input.value !== binding.value) return;
@@ -126,17 +134,24 @@
     } else if (html.prompt !== null) {
       box.append(el("h2", { "class": "h3" }, "Prompt"), safeHtml("div", html.prompt));
     }
-    var candidates = preference ? example.candidates[preference.name] : null;
-    if (candidates) {
-      var grid = el("div", { "class": "grid two candidates" });
-      candidates.forEach(function (candidate) {
+    // The responses a preference or ranking field compares, once per distinct set of candidates.
+    var shown = {};
+    var compared = fields.filter(function (f) {
+      var key = (f.candidates || []).join("|");
+      if ((f.type !== "preference" && f.type !== "ranking") || shown[key]) return false;
+      return (shown[key] = true);
+    });
+    compared.forEach(function (field) {
+      var grid = el("div", { "class": "grid two candidates", "data-testid": "candidates-" + field.name });
+      example.candidates[field.name].forEach(function (candidate) {
         var column = el("div", { "class": "candidate", "data-testid": "candidate-" + candidate.key });
         column.append(el("h3", { "class": "h3" }, "Response " + candidate.key));
         column.append(safeHtml("div", candidate.html));
         grid.append(column);
       });
       box.append(grid);
-    } else if (html.response !== null) {
+    });
+    if (!compared.length && html.response !== null) {
       box.append(el("h2", { "class": "h3" }, "Response"), safeHtml("div", html.response));
     }
   }
@@ -197,16 +212,7 @@
         set.append(choice(field, "radio", "tie", "[t] tie", value === "tie"));
         set.append(choice(field, "radio", "both_bad", "[x] both bad", value === "both_bad"));
       } else if (field.type === "ranking") {
-        field.candidates.forEach(function (_, rank) {
-          var select = el("select", { name: field.name, "aria-label": field.name + " rank " + (rank + 1) });
-          select.append(el("option", { value: "" }, "rank " + (rank + 1) + "…"));
-          field.candidates.forEach(function (_, i) {
-            var option = el("option", { value: LETTERS[i].toUpperCase() }, LETTERS[i].toUpperCase());
-            option.selected = value && value[rank] === LETTERS[i].toUpperCase();
-            select.append(option);
-          });
-          set.append(select);
-        });
+        renderRanking(set, field, value);
       } else if (field.type === "text") {
         var original = field.prefill === "response" ? example.response : field.prefill === "suggestion" ? suggestion : "";
         var area = el("textarea", { name: field.name, rows: "5", maxlength: String(field.max_length),
@@ -225,6 +231,38 @@
       }
       fieldBox.append(set);
     });
+  }
+
+  // Ranking: pick the candidates best first (buttons, or their letter keys); picking a ranked one
+  // again takes it and those after it back. Hidden inputs hold the order for collect().
+  function renderRanking(set, field, value) {
+    var names = field.candidates.map(function (_, i) { return LETTERS[i].toUpperCase(); });
+    set.ranking = (value || []).filter(function (name) { return names.indexOf(name) >= 0; });
+    var order = el("ol", { "class": "ranking", "aria-live": "polite", "data-testid": "ranking-" + field.name });
+    var hidden = names.map(function () { return el("input", { type: "hidden", name: field.name }); });
+    var buttons = names.map(function (name) {
+      var button = el("button", { type: "button", "aria-label": "rank " + name + " next" }, name);
+      button.addEventListener("click", function () { set.rank(name); });
+      return button;
+    });
+    function draw() {
+      order.replaceChildren();
+      set.ranking.forEach(function (name, place) { order.append(el("li", {}, (place === 0 ? "best: " : "") + name)); });
+      hidden.forEach(function (input, place) { input.value = set.ranking[place] || ""; });
+      buttons.forEach(function (button, i) { button.setAttribute("aria-pressed", String(set.ranking.indexOf(names[i]) >= 0)); });
+    }
+    set.rank = function (name) {
+      var at = set.ranking.indexOf(name);
+      if (at >= 0) set.ranking = set.ranking.slice(0, at); else set.ranking.push(name);
+      draw();
+      saveDraftSoon();
+    };
+    set.append(el("p", { "class": "help" }, "Pick the best first" + (preference ? "." : " (keys " +
+      names.join(", ").toLowerCase() + ").")));
+    buttons.forEach(function (button) { set.append(button); });
+    set.append(order);
+    hidden.forEach(function (input) { set.append(input); });
+    draw();
   }
 
   function renderSpans(set, field, example, spans) {
@@ -339,7 +377,7 @@
   function markInvalid(field) {
     var name = (field || "").replace(/^values\./, "").replace(/[\[.].*$/, "");
     var set = fieldBox.querySelector("[data-field='" + name + "']");
-    if (set) { set.setAttribute("aria-invalid", "true"); var input = set.querySelector("input, textarea, select"); if (input) input.focus(); }
+    if (set) { set.setAttribute("aria-invalid", "true"); var input = set.querySelector("input:not([type=hidden]), textarea, select, button"); if (input) input.focus(); }
   }
 
   function submit() {

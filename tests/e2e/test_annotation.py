@@ -133,3 +133,28 @@ def test_a_reviewer_settles_a_disagreement_and_the_admin_sees_the_agreement_char
     chart = page.get_by_test_id("agreement-chart")
     expect(chart.locator(".main-svg").first).to_be_visible()
     expect(chart).to_contain_text("Agreement per field")
+
+
+def test_an_annotator_ranks_three_responses_with_the_keyboard(page, client, scientist, annotator, project,
+                                                               review_version):
+    client.force_login(scientist)
+    fields = [{"name": "order", "type": "ranking",
+               "candidates": ["response", "metadata.response_b", "metadata.shop"]}]
+    campaign = make_campaign(client, project, review_version, schema=make_schema(client, project, fields))
+    browser_login(page, "anna")
+    page.goto(f"/projects/{project.pk}/campaigns/{campaign['id']}/annotate/")
+    candidates = page.get_by_test_id("candidates-order")
+    expect(candidates.get_by_test_id("candidate-A")).to_contain_text("Thanks for review 0!")  # what is ranked
+    expect(candidates.get_by_test_id("candidate-C")).to_contain_text("north")
+    ranking = page.get_by_test_id("ranking-order")
+    page.keyboard.press("b")
+    page.keyboard.press("c")
+    expect(ranking).to_have_text("best: BC")
+    page.keyboard.press("c")  # taken back
+    page.keyboard.press("a")
+    page.get_by_role("button", name="rank C next").click()
+    expect(ranking.get_by_role("listitem")).to_have_text(["best: B", "A", "C"])
+    expect(page.get_by_role("button", name="rank A next")).to_have_attribute("aria-pressed", "true")
+    page.keyboard.press("Control+Enter")
+    expect(page.get_by_test_id("item-title")).to_have_text("Example 2")
+    assert Annotation.objects.get(annotator=annotator).values == {"order": ["B", "A", "C"]}
