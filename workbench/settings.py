@@ -285,6 +285,8 @@ ARTIFACT_S3_BUCKET = env_str("ARTIFACT_S3_BUCKET", "")
 ARTIFACT_S3_ENDPOINT_URL = env_str("ARTIFACT_S3_ENDPOINT_URL")  # MinIO, Ceph, R2…; unset: AWS
 ARTIFACT_S3_REGION = env_str("ARTIFACT_S3_REGION")  # unset: boto3's (AWS_DEFAULT_REGION, the profile)
 ARTIFACT_S3_PREFIX = env_str("ARTIFACT_S3_PREFIX", "blobs/")
+# Local copies of bucket blobs (for the readers that need a file), least recently used evicted.
+ARTIFACT_BLOB_CACHE_MAX_BYTES = env_int("ARTIFACT_BLOB_CACHE_MAX_BYTES", 10 * 2**30)
 # Self-hosted servers (MinIO, Ceph) usually answer only path-style requests, AWS prefers virtual-hosted.
 ARTIFACT_S3_ADDRESSING_STYLE = env_str("ARTIFACT_S3_ADDRESSING_STYLE",
                                        "path" if ARTIFACT_S3_ENDPOINT_URL else "auto")

@@ -117,12 +117,34 @@ def store_stream(stream: BinaryIO) -> tuple[str, int]:
     finally:
         if os.path.exists(temp.name):
             os.unlink(temp.name)
+    if _s3_enabled():
+        _evict_cache(keep=target)
     return sha256, size
 
 
 def store_file(path: Path) -> tuple[str, int]:
     with open(path, "rb") as handle:
         return store_stream(handle)
+
+
+def _evict_cache(keep: Path) -> None:
+    """Keep the local copies of bucket blobs under ARTIFACT_BLOB_CACHE_MAX_BYTES: the least
+    recently used go first (each use touches its file), `keep` never. An evicted blob is only
+    downloaded again when read again; a reader that has it open keeps reading it."""
+    root = Path(settings.ARTIFACT_ROOT) / "blob-cache"
+    files = []
+    for path in root.glob("*/*"):
+        try:
+            files.append((path.stat().st_mtime, path.stat().st_size, path))
+        except FileNotFoundError:  # evicted by another process meanwhile
+            continue
+    total = sum(size for _, size, _ in files)
+    for _, size, path in sorted(files):
+        if total <= settings.ARTIFACT_BLOB_CACHE_MAX_BYTES:
+            break
+        if path != keep and not path.name.startswith("."):
+            path.unlink(missing_ok=True)
+            total -= size
 
 
 def local_blob(sha256: str) -> Path:
@@ -135,6 +157,7 @@ def local_blob(sha256: str) -> Path:
         return blob_path(sha256)
     target = _cache_path(sha256)
     if target.exists():
+        os.utime(target)  # recently used: evicted last
         return target
     from botocore.exceptions import ClientError
 
@@ -159,6 +182,7 @@ def local_blob(sha256: str) -> Path:
     finally:
         if os.path.exists(temp):
             os.unlink(temp)
+    _evict_cache(keep=target)
     return target
 
 

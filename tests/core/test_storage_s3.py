@@ -229,3 +229,16 @@ def test_an_uploaded_import_is_kept_in_the_bucket_and_imported_from_it(s3, setti
     assert list(version.rows.order_by("position").values_list("ext_id", "prompt")) == [("q1", "2+2?"),
                                                                                       ("q2", "3+3?")]
     assert (settings.ARTIFACT_ROOT / "blob-cache" / sha256[:2] / sha256).read_bytes() == content
+
+
+def test_the_local_cache_keeps_under_its_size_evicting_the_least_recently_used(s3, settings):
+    settings.ARTIFACT_BLOB_CACHE_MAX_BYTES = 2500
+    blobs = [storage.store_stream(io.BytesIO(bytes([n]) * 1000))[0] for n in range(2)]  # 2,000 bytes cached
+    os.utime(storage.local_blob(blobs[0]), (1, 1))  # used long ago
+    os.utime(storage.local_blob(blobs[1]), (2, 2))
+    storage.local_blob(blobs[0])  # used again now: blobs[1] is the least recently used
+    third = storage.store_stream(io.BytesIO(b"\x07" * 1000))[0]  # 3,000 bytes: one must go
+    cached = sorted(p.name for p in (settings.ARTIFACT_ROOT / "blob-cache").glob("*/*"))
+    assert cached == sorted([blobs[0], third])
+    # An evicted blob comes back from the bucket when read again.
+    assert storage.local_blob(blobs[1]).read_bytes() == b"\x01" * 1000
