@@ -151,10 +151,10 @@ def _load_rows(job: ImportJob, version: DatasetVersion, path: Path, fmt: SourceF
         raise IngestError("no rows to import" + (f" ({len(bad_rows)} bad rows skipped)" if bad_rows else ""))
     # Ids are checked once the rows are stored (an index-free pass in the database), not in a set
     # in memory that would grow with the file.
-    repeated = first_repeated_id(version.pk)
+    id_column = next((column for column, role in job.mapping.items() if role == "id"), None)
+    repeated = first_repeated_id(version.pk) if id_column else None
     if repeated is not None:
         ext_id, again_at = repeated
-        id_column = next((column for column, role in job.mapping.items() if role == "id"), None)
         raise IngestError(f"duplicate id {ext_id!r}", line=_line_of(job, path, fmt, again_at), column=id_column)
     job.rows_done = position
     job.bad_rows = list(bad_rows)
