@@ -64,7 +64,15 @@ import threading
 import time
 import uuid
 
-from bench.import_jsonl import PG_URL, ROOT, admin_execute, django_already_set_up, drop_database, rerun_in_child
+from bench.import_jsonl import (
+    PG_URL,
+    ROOT,
+    admin_execute,
+    clear_redis,
+    django_already_set_up,
+    rerun_in_child,
+    tear_down,
+)
 
 SMALL_ITEMS = 10_000
 LARGE_ITEMS = int(os.environ.get("BENCH_ANNOTATE_ROWS", "1000000"))
@@ -621,17 +629,7 @@ def run() -> list[dict]:
             _stop_server(server)
         if label_studio is not None:
             _stop_label_studio(label_studio[0])
-        try:
-            from django.db import connection
-
-            connection.close()
-        except Exception:  # noqa: BLE001 - Django may not be set up if the database could not be made
-            pass
-        drop_database(LARGE_DB)
-        drop_database(SMALL_DB)
-        drop_database(LS_DB)
-        _clear_redis()
-        shutil.rmtree(data_dir, ignore_errors=True)
+        tear_down(LARGE_DB, SMALL_DB, LS_DB, data_dir=data_dir, clear=lambda: clear_redis(REDIS_URL))
 
     small, large = sides["small"], sides["large"]
     clean = not small.errors and not large.errors and not paced.errors and checks["small"]["nothing_lost"] and \
@@ -710,13 +708,6 @@ def run() -> list[dict]:
     return publish(results)
 
 
-def _clear_redis() -> None:
-    import redis
-
-    client = redis.Redis.from_url(REDIS_URL)
-    for key in client.scan_iter("workbench*"):
-        client.delete(key)
-    client.close()
 
 
 if __name__ == "__main__":

@@ -28,7 +28,6 @@ import gc
 import hashlib
 import importlib
 import os
-import shutil
 import tempfile
 import time
 
@@ -37,13 +36,12 @@ from bench.import_jsonl import (
     NEEDLE,
     PG_URL,
     admin_execute,
-    clear_redis,
     django_already_set_up,
-    drop_database,
     make_owner_dataset,
     records,
     rerun_in_child,
     setup_django,
+    tear_down,
 )
 
 SMALL_ROWS = 10_000
@@ -187,16 +185,7 @@ def run() -> list[dict]:
         _use(SMALL_DB)
         connection.close()
     finally:
-        try:
-            from django.db import connection
-
-            connection.close()
-        except Exception:  # noqa: BLE001 - Django may not be set up if the database could not be made
-            pass
-        drop_database(LARGE_DB)
-        drop_database(SMALL_DB)
-        clear_redis()
-        shutil.rmtree(data_dir, ignore_errors=True)
+        tear_down(LARGE_DB, SMALL_DB, data_dir=data_dir)
 
     what = {"first_page": "the first page", "deep_page": "a keyset page at the middle position",
             "search": f"a full-text search for a word in 1% of rows (q={NEEDLE})",

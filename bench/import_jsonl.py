@@ -97,14 +97,29 @@ def setup_django(database: str, data_dir: str) -> None:
     call_command("migrate", verbosity=0)
 
 
-def clear_redis() -> None:
+def clear_redis(url: str = REDIS_URL) -> None:
     """Delete the keys this process wrote into the benchmark's Redis database."""
     import redis
 
-    client = redis.Redis.from_url(REDIS_URL)
+    client = redis.Redis.from_url(url)
     for key in client.scan_iter("workbench*"):
         client.delete(key)
     client.close()
+
+
+def tear_down(*databases: str, data_dir: str, clear=clear_redis) -> None:
+    """The end of every PostgreSQL benchmark: close Django's connection (when Django got that far),
+    drop the benchmark's databases, clear its Redis keys, remove its data folder."""
+    try:
+        from django.db import connection
+
+        connection.close()
+    except Exception:  # noqa: BLE001 - Django may not be set up if the database could not be made
+        pass
+    for name in databases:
+        drop_database(name)
+    clear()
+    shutil.rmtree(data_dir, ignore_errors=True)
 
 
 def make_owner_dataset():
@@ -355,15 +370,7 @@ def run() -> list[dict]:
               f"COPY with the row table's indexes {floors[1]['indexed_copy_s']:.2f} s", flush=True)
         connection.close()
     finally:
-        try:
-            from django.db import connection
-
-            connection.close()
-        except Exception:  # noqa: BLE001 - Django may not be set up if the database could not be made
-            pass
-        drop_database(DATABASE)
-        clear_redis()
-        shutil.rmtree(data_dir, ignore_errors=True)
+        tear_down(DATABASE, data_dir=data_dir)
 
     read_s = sum(f["read_s"] for f in floors) / len(floors)
     copy_s = sum(f["copy_s"] for f in floors) / len(floors)

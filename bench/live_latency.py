@@ -25,14 +25,13 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
 import tempfile
 import time
 
-from bench.import_jsonl import PG_URL, ROOT, admin_execute, django_already_set_up, drop_database, rerun_in_child
+from bench.import_jsonl import PG_URL, ROOT, admin_execute, django_already_set_up, rerun_in_child, tear_down
 
 REDIS_URL = os.environ.get("BENCH_LIVE_REDIS_URL", "redis://127.0.0.1:6379/5")
 DATABASE = "bench_live_latency"
@@ -299,15 +298,7 @@ def run() -> list[dict]:
             stop_process(publisher)
         if server is not None:
             stop_process(server)
-        try:
-            from django.db import connection
-
-            connection.close()
-        except Exception:  # noqa: BLE001 - Django may not be set up if the database could not be made
-            pass
-        drop_database(DATABASE)
-        clear_redis()
-        shutil.rmtree(data_dir, ignore_errors=True)
+        tear_down(DATABASE, data_dir=data_dir, clear=clear_redis)
 
     many, one = measured["many_ms"], measured["one_ms"]
     complete = len(many) == measured["many_expected"] and len(one) == measured["one_expected"]

@@ -34,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.import_jsonl import django_already_set_up, drop_database, rerun_in_child
+from bench.import_jsonl import django_already_set_up, rerun_in_child, tear_down
 
 # OpenMP's default spin-waiting makes a small step many times slower when other work shares the
 # cores (see train_lora); set before torch is imported (it is not, when run as `python -m bench`).
@@ -232,15 +232,7 @@ def run() -> list[dict]:
                         {"batch_size": 2, "max_seq_len": 128, "target_modules": ["q_proj", "v_proj"]},
                         DEMO_STEPS, DEMO_ROUNDS, _job(project, owner, "demo"), work)
     finally:
-        try:
-            from django.db import connection
-
-            connection.close()
-        except Exception:  # noqa: BLE001 - Django may not be set up if the database could not be made
-            pass
-        drop_database(DATABASE)
-        clear_redis()
-        shutil.rmtree(data_dir, ignore_errors=True)
+        tear_down(DATABASE, data_dir=data_dir, clear=clear_redis)
     common = {"load_average_end": os.getloadavg(),
               "callback_breakdown_ms": breakdown, "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
              "callbacks": "apps.training.runner.JobCallbacks (PostgreSQL upsert + job update + channel-layer "

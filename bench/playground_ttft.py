@@ -28,14 +28,13 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
 import tempfile
 import time
 
-from bench.import_jsonl import ROOT, django_already_set_up, drop_database, rerun_in_child
+from bench.import_jsonl import ROOT, django_already_set_up, rerun_in_child, tear_down
 
 DATABASE = "bench_live_ttft"
 REQUESTS = int(os.environ.get("BENCH_TTFT_REQUESTS", "20"))
@@ -161,15 +160,7 @@ def run() -> list[dict]:
         for process in (worker, server):
             if process is not None:
                 stop_process(process)
-        try:
-            from django.db import connection
-
-            connection.close()
-        except Exception:  # noqa: BLE001 - Django may not be set up if the database could not be made
-            pass
-        drop_database(DATABASE)
-        clear_redis()
-        shutil.rmtree(data_dir, ignore_errors=True)
+        tear_down(DATABASE, data_dir=data_dir, clear=clear_redis)
 
     stack_ms = [r["ttft_s"] * 1000 for r in measured["stack"]]
     solo_ms = [r["ttft_s"] * 1000 for r in measured["solo"]]
