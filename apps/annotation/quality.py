@@ -80,18 +80,30 @@ def campaign_quality(campaign: Campaign) -> dict:
             entry["last"] = max(filter(None, [entry["last"], annotation.created_at]))
     people = []
     for username, entry in sorted(annotators.items()):
-        hours = (entry["last"] - entry["first"]).total_seconds() / 3600 if entry["annotations"] > 1 else None
+        median_s = statistics.median(entry["times_ms"]) / 1000 if entry["times_ms"] else None
         rates = consensus_rates.get(username)
         scored = gold_scores.get(username)
         people.append({
-            "annotator": username, "annotations": entry["annotations"],
-            "median_time_s": statistics.median(entry["times_ms"]) / 1000 if entry["times_ms"] else None,
-            "per_hour": entry["annotations"] / hours if hours else None,
+            "annotator": username, "annotations": entry["annotations"], "median_time_s": median_s,
+            "per_hour": _per_hour(entry["annotations"], entry["first"], entry["last"], median_s),
             "consensus_agreement": sum(rates) / len(rates) if rates else None,
             "gold_items": scored["items"] if scored else 0,
             "gold_accuracy": scored["correct"] / scored["items"] if scored and scored["items"] else None,
         })
     return {"fields": per_field, "annotators": people}
+
+
+def _per_hour(annotations: int, first, last, median_s: float | None) -> float | None:
+    """Items an hour at this annotator's pace: from the time they spent per item when the client
+    recorded it, else from the span of their submissions (gaps of n items over n - 1 intervals),
+    when that span is long enough to mean something (a script's burst is not a pace)."""
+    if median_s:
+        return 3600 / median_s
+    span_s = (last - first).total_seconds() if annotations > 1 else 0
+    return (annotations - 1) * 3600 / span_s if span_s >= MIN_PACE_SPAN_S else None
+
+
+MIN_PACE_SPAN_S = 60
 
 
 def disagreement_item_ids(campaign: Campaign) -> list[int]:

@@ -335,6 +335,7 @@ def test_review_adjudication_gold_and_quality_numbers(client, scientist, annotat
     # Gold accuracy counts each field of the gold answer: anna missed the sentiment, not the other two.
     assert people["ben"]["gold_accuracy"] == 1.0 and people["anna"]["gold_accuracy"] == pytest.approx(2 / 3)
     assert people["anna"]["annotations"] == 3 and people["anna"]["median_time_s"] == 1.5
+    assert people["anna"]["per_hour"] == 2400  # 1.5 s an item
     # The reviewer settles the disagreement; it leaves the queue.
     settled = client.post(f"/api/campaigns/{campaign['id']}/items/{items[0].pk}/adjudicate/",
                           {"values": answer(sentiment="negative")}, content_type="application/json")
@@ -409,3 +410,15 @@ def test_a_version_is_browsed_by_annotation_status(client, scientist, annotator,
     client.force_login(viewer)  # sees the dataset, not the campaigns: no such filter, all rows
     page = client.get(url, {"annotation": f"{campaign['id']}:done"}).content.decode()
     assert "Support replies" not in page and "Review 3:" in page
+
+
+def test_an_annotators_pace_comes_from_time_per_item_else_from_a_long_enough_span():
+    from datetime import datetime, timedelta, timezone
+
+    from apps.annotation.quality import _per_hour
+
+    start = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    assert _per_hour(10, start, start + timedelta(seconds=3), 2.0) == 1800  # recorded: 2 s an item
+    assert _per_hour(3, start, start + timedelta(milliseconds=60), None) is None  # a burst is not a pace
+    assert _per_hour(7, start, start + timedelta(minutes=3), None) == 120  # 6 gaps in 3 minutes
+    assert _per_hour(1, start, start, None) is None
