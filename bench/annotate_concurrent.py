@@ -208,6 +208,8 @@ def _start_server(database: str, data_dir: str) -> tuple[subprocess.Popen, str]:
     env = {**os.environ, "DATABASE_URL": f"{PG_URL}/{database}", "REDIS_URL": REDIS_URL,
            "WORKBENCH_DATA_DIR": data_dir, "TOKEN_RATE_LIMIT": "1000000/min", "USER_RATE_LIMIT": "1000000/min",
            "DB_POOL": "1"}  # the server as deployed
+    if _web_workers() > 1:  # as manage.py up runs them: request metrics shared through files
+        env["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="prometheus-", dir=data_dir)
     env.pop("DJANGO_SETTINGS_MODULE", None)
     process = subprocess.Popen(
         [sys.executable, "-m", "uvicorn", "workbench.asgi:application", "--host", "127.0.0.1", "--port", str(port),

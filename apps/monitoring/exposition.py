@@ -2,7 +2,9 @@
 client library's process metrics), and figures read from the database and the broker at
 scrape time, so they are as fresh as the scrape and need no bookkeeping in between."""
 
-from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
+import os
+
+from prometheus_client import REGISTRY, CollectorRegistry, generate_latest, multiprocess
 from prometheus_client.core import GaugeMetricFamily
 
 from apps.datasets.models import ImportJob
@@ -48,8 +50,13 @@ class ScrapeTimeCollector:
 
 
 def exposition() -> bytes:
-    """The text format. With prometheus_client's multiprocess mode this would collect REGISTRY's
-    part through multiprocess.MultiProcessCollector instead (see http_metrics)."""
+    """The text format: the request histogram (every web process's in multiprocess mode, see
+    http_metrics; this process's, with the client library's process metrics, otherwise) and the
+    scrape-time figures."""
     scrape = CollectorRegistry(auto_describe=False)  # describing would query everything at registration
     scrape.register(ScrapeTimeCollector())
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        merged = CollectorRegistry()
+        multiprocess.MultiProcessCollector(merged)
+        return generate_latest(merged) + generate_latest(scrape)
     return generate_latest(REGISTRY) + generate_latest(scrape)

@@ -6,14 +6,15 @@
   rate alert can be evaluated anywhere, by the periodic task in a worker included.
 
 One uvicorn process serves the web in the embedded default, so the histogram is that process's
-whole story. With several web processes each keeps its own histogram: Prometheus then scrapes
-each one, or the processes share files in prometheus_client's multiprocess mode
-(PROMETHEUS_MULTIPROC_DIR set before start, and /metrics collecting with
-multiprocess.MultiProcessCollector).
+whole story. With several web processes (`manage.py up` on PostgreSQL starts one per core) they
+share it through prometheus_client's multiprocess mode: PROMETHEUS_MULTIPROC_DIR set before they
+start (`up` sets it), each writes its samples to files there, and readers (route_stats, /metrics)
+merge every process's files.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections import defaultdict
@@ -144,10 +145,22 @@ class RouteStats:
         return None
 
 
+def request_metrics():
+    """The request histogram as collected metrics: this process's, or in multiprocess mode every
+    web process's, merged."""
+    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        return REQUEST_DURATION.collect()
+    from prometheus_client import CollectorRegistry, multiprocess
+
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry)
+    return [metric for metric in registry.collect() if metric.name == "workbench_http_request_duration_seconds"]
+
+
 def route_stats() -> list[RouteStats]:
-    """This process's requests per route since it started, busiest first."""
+    """Requests per route since the web processes started, busiest first."""
     routes: dict[str, RouteStats] = {}
-    for metric in REQUEST_DURATION.collect():
+    for metric in request_metrics():
         for sample in metric.samples:
             stats = routes.setdefault(sample.labels["route"], RouteStats(route=sample.labels["route"], buckets={}))
             if sample.name.endswith("_count"):

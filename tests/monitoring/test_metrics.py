@@ -100,3 +100,25 @@ def test_workers_online_and_queue_depths_are_scraped_from_the_broker():
     assert samples[("workbench_broker_up", ())] == 1
     assert samples[("workbench_celery_workers_online", ())] == 0  # the no_workers fixture
     assert ("workbench_celery_queue_messages", (("queue", "gpu"),)) in samples
+
+
+def test_several_web_processes_share_one_request_histogram(tmp_path):
+    """`manage.py up` starts several web processes on PostgreSQL: the monitoring page and /metrics
+    read every process's requests (prometheus_client's multiprocess mode), not only their own."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "prometheus"),
+           "DJANGO_SETTINGS_MODULE": "workbench.settings", "WORKBENCH_DATA_DIR": str(tmp_path / "data")}
+    (tmp_path / "prometheus").mkdir()
+    record = ("import django; django.setup(); from apps.monitoring import http_metrics; "
+              "http_metrics.REQUEST_DURATION.labels(route='api/things/', method='GET', status='{status}')"
+              ".observe(0.05)")
+    for status in ("2xx", "5xx"):  # two processes, one request each
+        subprocess.run([sys.executable, "-c", record.format(status=status)], env=env, check=True, timeout=60)
+    read = ("import django; django.setup(); from apps.monitoring import http_metrics; "
+            "stats = [r for r in http_metrics.route_stats() if r.route == 'api/things/'][0]; "
+            "print(stats.requests, stats.server_errors, round(stats.seconds_total, 2))")
+    merged = subprocess.run([sys.executable, "-c", read], env=env, capture_output=True, text=True, timeout=60)
+    assert merged.stdout.split() == ["2", "1", "0.1"], merged.stderr

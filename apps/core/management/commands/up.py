@@ -9,6 +9,7 @@ so no orphan is left even after a kill -9.
 import ctypes
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -57,10 +58,16 @@ class Command(BaseCommand):
             call_command("migrate", interactive=False, verbosity=0)
             call_command("seed_demo")
             python = sys.executable
+            web_env = None
+            if settings.WEB_WORKERS > 1:  # their request metrics are merged from files (http_metrics)
+                metrics_dir = settings.DATA_DIR / "prometheus"
+                shutil.rmtree(metrics_dir, ignore_errors=True)  # a previous run's processes are gone
+                metrics_dir.mkdir(parents=True)
+                web_env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir)}
             self._spawn("web", [python, "-m", "uvicorn", "workbench.asgi:application",
                                 "--host", host, "--port", str(port), "--lifespan", "off",
                                 "--ws", "websockets-sansio", "--no-server-header", "--log-level", "warning",
-                                "--workers", str(settings.WEB_WORKERS)])
+                                "--workers", str(settings.WEB_WORKERS)], env=web_env)
             if not no_worker:
                 self._spawn("worker", [python, "-m", "celery", "-A", "workbench", "--quiet", "worker",
                                        "-Q", "default,gpu", "--concurrency", "2",
@@ -80,8 +87,8 @@ class Command(BaseCommand):
         finally:
             self._stop_all()
 
-    def _spawn(self, name: str, argv: list[str]) -> None:
-        process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, preexec_fn=_child_setup)
+    def _spawn(self, name: str, argv: list[str], env: dict | None = None) -> None:
+        process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, preexec_fn=_child_setup, env=env)
         self.children.append((name, process))
 
     def _on_signal(self, signum, frame) -> None:
