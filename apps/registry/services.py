@@ -97,6 +97,12 @@ def _enqueue_conversion(model_id: int) -> None:
         pk=model_id).update(status=RegisteredModel.Status.FAILED, error=reason))
 
 
+def conversion_resume(model: RegisteredModel) -> None:
+    """Queue again the conversion of a GGUF model still waiting for one (its worker stopped mid-way)."""
+    if model.status == RegisteredModel.Status.CONVERTING and model.format == RegisteredModel.Format.GGUF:
+        _enqueue_conversion(model.pk)
+
+
 def conversion_dir(model: RegisteredModel) -> Path:
     """Where a GGUF file's safetensors conversion is cached: by source path and size, so the
     same file registered twice (in two projects) is converted once."""

@@ -131,6 +131,29 @@ def test_the_demo_gguf_is_registered_then_converted_by_a_worker(scientist_client
     assert (Path(ready.weights_path) / "model.safetensors").exists()
 
 
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_demo_model_whose_conversion_was_cut_short_is_converted_at_the_next_start(celery_worker):
+    """`manage.py up` stopped during the first conversion: the worker was killed, its message
+    waits out the broker's visibility timeout. The next start (seed_demo) asks again."""
+    from django.core.management import call_command
+
+    from apps.core.management.commands.seed_demo import DEMO_MODEL, DEMO_PROJECT, DEMO_USERNAME
+    from apps.projects.services import project_create
+    from tests.factories import UserFactory
+    from workers.models import demo_model_gguf
+
+    admin = UserFactory(username=DEMO_USERNAME)
+    project = project_create(user=admin, name=DEMO_PROJECT)
+    stuck = RegisteredModel.objects.create(project=project, name=DEMO_MODEL, format="gguf", info={},
+                                           source_path=str(demo_model_gguf()), status="converting")
+    call_command("seed_demo")
+    ready = wait_for(lambda: RegisteredModel.objects.filter(pk=stuck.pk, status__in=["ready", "failed"]).first(),
+                     timeout=240, interval=1, what="the conversion asked for again")
+    assert ready.status == "ready", ready.error
+    assert RegisteredModel.objects.filter(name=DEMO_MODEL).count() == 1  # not registered twice
+
+
 def test_a_model_can_be_shared_with_one_person_without_a_project_role(client, admin, outsider, project, model_root):
     path, _ = tiny_model_dir(model_root / "tiny")
     client.force_login(admin)

