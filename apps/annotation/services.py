@@ -247,7 +247,8 @@ def visible_campaign(user, campaign_id, token=None) -> Campaign:
 
 def get_campaign(user, campaign_id, permission: str, token=None) -> Campaign:
     """A campaign for a principal; for annotation.submit they must also be assigned to it."""
-    campaign = policy.get_object(user, Campaign, campaign_id, "project.view", token)
+    # With its schema: answering and showing an item both need it.
+    campaign = policy.get_object(user, Campaign, campaign_id, "project.view", token, related=("schema",))
     permissions = policy.project_permissions(user, campaign.project, token)
     if permission == "annotation.submit":
         if "annotation.submit" not in permissions or not is_assigned(user, campaign):

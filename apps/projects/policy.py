@@ -129,11 +129,11 @@ def get_project(user, project_id, permission: str = "project.view", token: ApiTo
 
 
 def get_object(user, model: type[Model], pk, permission: str, token: ApiToken | None = None,
-               project_id=None) -> Model:
+               project_id=None, related: tuple[str, ...] = ()) -> Model:
     """Fetch an object for a principal, enforcing `permission`; with `project_id` (from a URL)
-    the object must also belong to that project."""
+    the object must also belong to that project. `related`: more relations to fetch with it."""
     try:
-        objects = model.objects.select_related("project")
+        objects = model.objects.select_related("project", *related)
         if project_id is not None:
             objects = objects.filter(project_id=int(project_id))
         obj = objects.get(pk=int(pk))
