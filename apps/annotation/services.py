@@ -16,6 +16,7 @@ from django.db.models import Count, F, OuterRef, Q, Subquery, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from apps.annotation import events
 from apps.annotation import schema as schema_rules
 from apps.annotation.models import Annotation, AnnotationExport, Campaign, Draft, Item, LabelSchema, Lease
 from apps.core.errors import Conflict, Invalid, NotFound
@@ -390,6 +391,8 @@ def submit(*, user, campaign: Campaign, item: Item, client_id, values=None, comm
         if existing is None:
             raise Conflict("You already annotated this item; edit your annotation instead.") from None
         return existing, False
+    if not skipped:  # the campaign's count moved: its open dashboards count again
+        transaction.on_commit(lambda: events.answers_changed(campaign.pk))
     return annotation, True
 
 
@@ -414,6 +417,7 @@ def edit(*, user, annotation: Annotation, revision, values=None, comment=None) -
             raise StaleEdit(Annotation.objects.get(pk=annotation.pk))
         if annotation.skipped and values is not None:
             Item.objects.filter(pk=annotation.item_id).update(completed=F("completed") + 1)
+            transaction.on_commit(lambda: events.answers_changed(annotation.item.campaign_id))
     annotation.refresh_from_db()
     return annotation
 

@@ -6,7 +6,7 @@ import pytest
 from playwright.sync_api import expect
 
 from apps.annotation.models import Annotation, Campaign, Item
-from tests.annotation.fixtures import make_campaign, make_schema, next_item, submit
+from tests.annotation.fixtures import answer, make_campaign, make_schema, next_item, submit
 from tests.conftest import browser_login
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -158,3 +158,20 @@ def test_an_annotator_ranks_three_responses_with_the_keyboard(page, client, scie
     page.keyboard.press("Control+Enter")
     expect(page.get_by_test_id("item-title")).to_have_text("Example 2")
     assert Annotation.objects.get(annotator=annotator).values == {"order": ["B", "A", "C"]}
+
+
+def test_a_manager_watches_the_campaign_progress_move_as_annotators_answer(page, client, scientist, annotator,
+                                                                            project, review_version):
+    client.force_login(scientist)
+    campaign = make_campaign(client, project, review_version, overlap=2)
+    browser_login(page, "sofia")
+    page.goto(f"/projects/{project.pk}/campaigns/{campaign['id']}/")
+    progress = page.get_by_test_id("campaign-progress")
+    expect(progress).to_contain_text("0 / 20 annotations")
+    expect(progress.locator("[data-field=live]")).to_be_visible()  # listening
+    client.force_login(annotator)
+    for _ in range(2):
+        item = next_item(client, campaign).json()
+        assert submit(client, campaign, item["id"], answer()).status_code == 201
+    expect(progress).to_contain_text("2 / 20 annotations")  # no reload
+    expect(progress.get_by_role("progressbar")).to_have_attribute("value", "2")

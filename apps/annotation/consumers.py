@@ -1,0 +1,63 @@
+import asyncio
+import time
+
+from channels.db import database_sync_to_async
+
+from apps.annotation import events
+from apps.core.consumers import PolicyConsumer
+from apps.projects.events import user_group
+
+RECOUNT_EVERY_S = 1.0
+
+
+class CampaignProgressConsumer(PolicyConsumer):
+    """A campaign's progress for whoever may see the campaign: on connect, then again after
+    answers change (counted at most once every RECOUNT_EVERY_S, the last change always counted)."""
+
+    def allowed(self) -> bool:
+        from django.contrib.auth import get_user_model
+
+        from apps.annotation import services
+        from apps.core.errors import DomainError
+
+        self.campaign_id = self.scope["url_route"]["kwargs"]["campaign_id"]
+        user = get_user_model().objects.filter(pk=self.scope["user"].pk, is_active=True).first()
+        try:
+            return user is not None and services.visible_campaign(user, self.campaign_id) is not None
+        except DomainError:
+            return False
+
+    def groups_to_join(self) -> list[str]:
+        return [events.campaign_group(self.campaign_id), user_group(self.scope["user"].pk)]
+
+    async def on_accepted(self) -> None:
+        self.counted_at, self.dirty, self.recount = 0.0, False, None
+        await self._send_progress()
+
+    async def campaign_changed(self, message) -> None:
+        # Never wait here: the messages behind this one (a revocation among them) keep flowing.
+        self.dirty = True
+        if self.recount is None or self.recount.done():
+            self.recount = asyncio.ensure_future(self._recount())
+
+    async def _recount(self) -> None:
+        while self.dirty:  # a change that arrives while counting gets a count of its own
+            await asyncio.sleep(max(0.0, self.counted_at + RECOUNT_EVERY_S - time.monotonic()))
+            self.dirty = False
+            await self._send_progress()
+
+    async def disconnect(self, code):
+        if getattr(self, "recount", None) is not None:
+            self.recount.cancel()
+        await super().disconnect(code)
+
+    async def _send_progress(self) -> None:
+        self.counted_at = time.monotonic()
+        progress = await database_sync_to_async(self._progress)()
+        await self.send_json({"type": "progress", "progress": progress})
+
+    def _progress(self) -> dict:
+        from apps.annotation import services
+        from apps.annotation.models import Campaign
+
+        return services.progress(Campaign.objects.get(pk=self.campaign_id))
