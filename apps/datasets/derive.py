@@ -275,15 +275,11 @@ def _purge(job: DeriveJob, version: None) -> None:
         shutil.rmtree(Path(settings.ARTIFACT_ROOT) / "exports" / str(export.pk), ignore_errors=True)
         export.delete()
     done = 0
-    last_position = DatasetRow.objects.filter(version=target).order_by("-position").values_list(
-        "position", flat=True).first()
-    start = 0
-    while last_position is not None and start <= last_position:
+    for start in range(0, target.row_count, PURGE_BATCH):  # positions run 0 .. row_count - 1
         with connection.cursor() as cursor:  # plain SQL: nothing in Python refers to these rows any more
             cursor.execute("DELETE FROM datasets_datasetrow WHERE version_id = %s AND position >= %s AND position < %s",
                            [target.pk, start, start + PURGE_BATCH])
             done += cursor.rowcount
-        start += PURGE_BATCH
         job.rows_done = done
         DeriveJob.objects.filter(pk=job.pk).update(rows_done=done)
         events.derive_progress(job)  # never cancelled: half a purge would be neither version

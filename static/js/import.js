@@ -7,8 +7,6 @@
   if (finished.indexOf(box.dataset.state) >= 0) return;
   var bar = box.querySelector("progress");
   var field = function (name) { return box.querySelector("[data-field=" + name + "]"); };
-  var url = (location.protocol === "https:" ? "wss://" : "ws://") + location.host + box.dataset.socket;
-  var delay = 1000;
 
   function render(p) {
     field("state").textContent = p.state;
@@ -36,19 +34,7 @@
     return false;
   }
 
-  function connect() {
-    var socket = new WebSocket(url);
-    var done = false;
-    socket.onopen = function () { delay = 1000; };
-    socket.onmessage = function (message) {
-      var data = JSON.parse(message.data);
-      if (data.type === "progress" && render(data.progress)) { done = true; socket.close(); }
-    };
-    socket.onclose = function (closed) {
-      if (done || closed.code === 4403 || closed.code === 4404) return;
-      setTimeout(connect, delay);
-      delay = Math.min(delay * 2, 30000);
-    };
-  }
-  connect();
+  window.liveSocket(box.dataset.socket, {
+    message: function (data) { return !(data.type === "progress" && render(data.progress)); }
+  });
 })();
