@@ -26,7 +26,6 @@ created fresh, dropped at the end). BENCH_BROWSE_ROWS changes the large size.
 
 import gc
 import hashlib
-import importlib
 import os
 import tempfile
 import time
@@ -63,23 +62,26 @@ def _use(database: str) -> None:
 
 
 def _copy_rows(version_id: int, count: int) -> float:
-    """COPY `count` generated rows into the version; the GIN index is rebuilt afterwards."""
+    """COPY `count` generated rows into the (READY) version, then build its search index as a
+    worker does once a version is ready (apps.datasets.search_index)."""
     import psycopg
     from django.db import connection
 
-    index_sql = importlib.import_module("apps.datasets.migrations.0003_row_search_index").PG_INDEX
+    from apps.datasets import search_index
+
     connection.close()
     started = time.perf_counter()
     with psycopg.connect(f"{PG_URL}/{connection.settings_dict['NAME']}", autocommit=True) as conn:
-        conn.execute("DROP INDEX IF EXISTS datasets_row_search")
         with conn.transaction(), conn.cursor() as cursor, \
                 cursor.copy(f"COPY datasets_datasetrow ({COPY_COLUMNS}) FROM STDIN") as copy:
             for position, (ext_id, prompt, response, label, source) in enumerate(records(count)):
                 copy.write_row((version_id, position, hashlib.sha256(prompt.encode()).hexdigest(), ext_id, prompt,
                                 response, label, f'{{"source": "{source}"}}', ""))
-        conn.execute("SET maintenance_work_mem = '256MB'")
-        conn.execute(index_sql)
-        conn.execute("VACUUM ANALYZE datasets_datasetrow")
+    assert search_index.build(version_id)
+    with connection.cursor() as cursor:
+        cursor.execute("VACUUM ANALYZE datasets_datasetrow")
+        cursor.execute("ANALYZE datasets_rowsearch")
+    connection.close()
     return time.perf_counter() - started
 
 

@@ -256,9 +256,11 @@ def run_child_import(job_id: int, out: Path) -> dict:
         nonlocal polled
         while not done.is_set():
             try:
-                polled = max(polled, watched.memory_info().rss)
+                # The import and the processes it reads parts of the file in, together.
+                polled = max(polled, sum(process.memory_info().rss
+                                         for process in [watched, *watched.children(recursive=True)]))
             except psutil.Error:
-                return
+                pass
             time.sleep(0.05)
 
     poller = threading.Thread(target=poll, daemon=True)
@@ -362,7 +364,16 @@ def run() -> list[dict]:
         job.refresh_from_db()
         assert job.state == ImportJob.State.SUCCEEDED, (job.state, job.error[:2000])
         assert job.version.row_count == ROWS and DatasetRow.objects.filter(version=job.version).count() == ROWS
-        print(f"import_jsonl: ours {ours['seconds']:.1f} s, peak RSS {ours['peak_rss_mb']:.0f} MB", flush=True)
+        print(f"import_jsonl: ours {ours['seconds']:.1f} s, peak RSS {ours['peak_rss_mb']:.0f} MB "
+              f"(with its part processes, polled: {ours['polled_rss_mb']:.0f} MB)", flush=True)
+        # The version is usable (browse, filters, training) from here; full-text search is indexed
+        # after it by a worker task (apps.datasets.search_index), timed here on its own.
+        from apps.datasets import search_index
+
+        started = time.perf_counter()
+        assert search_index.build(job.version_id)
+        search_index_s = time.perf_counter() - started
+        print(f"import_jsonl: then the search index, built in {search_index_s:.1f} s", flush=True)
         floors.append(measure_floor(path, scratch.pk, indexed=True))
         loads.append(os.getloadavg()[0])
         scratch.delete()
@@ -383,20 +394,24 @@ def run() -> list[dict]:
               "floor_runs": [{k: round(v, 3) for k, v in f.items() if v is not None} for f in floors],
               "read_json_rows_per_s": round(ROWS / read_s), "copy_rows_per_s": round(ROWS / copy_s),
               "copy_with_row_indexes_s": round(indexed_copy_s, 3),
+              "search_index_build_s": round(search_index_s, 2),
+              "searchable_after_s": round(ours_s + search_index_s, 2),
               "copy_with_row_indexes_rows_per_s": round(ROWS / indexed_copy_s),
               "loadavg_1m": [round(load, 2) for load in loads],
               "how": "run_import(job_id) in a child process; job made by services.import_create, then set QUEUED "
                      "with import_start's mapping and options (no Celery message); floor = mean of a run before "
                      "and one after ours"}
+    peak_mb = max(ours["peak_rss_mb"], ours["polled_rss_mb"])
     return publish([
         result(name="import_jsonl_time", metric=f"rows/s importing a {ROWS:,}-line JSONL into PostgreSQL",
                unit="rows/s", value=ROWS / ours_s,
                baseline_what="pyarrow.json.read_json + COPY into a plain table (floor), rows/s",
                baseline_value=ROWS / floor_s, ratio=ratio, target=f"time ratio <= {TARGET_RATIO:g}",
                passed=ratio <= TARGET_RATIO, extra=shared),
-        result(name="import_jsonl_peak_rss", metric="peak RSS of the process running the import", unit="MB",
-               value=ours["peak_rss_mb"], baseline_what="target", baseline_value=TARGET_RSS_MB,
-               target=f"< {TARGET_RSS_MB} MB", passed=ours["peak_rss_mb"] < TARGET_RSS_MB,
+        result(name="import_jsonl_peak_rss",
+               metric="peak RSS of the import: its process, or it and its part processes together (polled)",
+               unit="MB", value=peak_mb, baseline_what="target", baseline_value=TARGET_RSS_MB,
+               target=f"< {TARGET_RSS_MB} MB", passed=peak_mb < TARGET_RSS_MB,
                extra={"polled_rss_mb": round(ours["polled_rss_mb"], 1),
                       "ru_maxrss_mb": round(ours["ru_maxrss_mb"], 1), "rows": ROWS}),
     ])

@@ -293,6 +293,10 @@ ARTIFACT_S3_ADDRESSING_STYLE = env_str("ARTIFACT_S3_ADDRESSING_STYLE",
 if ARTIFACT_S3_ADDRESSING_STYLE not in {"auto", "path", "virtual"}:
     raise ImproperlyConfigured("ARTIFACT_S3_ADDRESSING_STYLE must be auto, path or virtual")
 MODEL_ROOTS = [Path(p).resolve() for p in env_list("MODEL_ROOTS", [str(DATA_DIR / "models")])]
+# A JSON Lines import this large or larger is read by several processes (one per core, up to
+# IMPORT_PROCESSES) on PostgreSQL: apps.datasets.importer._load_parts.
+IMPORT_PROCESSES = env_int("IMPORT_PROCESSES", 4)
+IMPORT_PARALLEL_MIN_BYTES = env_int("IMPORT_PARALLEL_MIN_BYTES", 32 * 1024 * 1024)
 DATA_ROOTS = [Path(p).resolve() for p in env_list("DATA_ROOTS", [str(DATA_DIR / "imports")])]
 # Models registered by hub id come from the local Hugging Face cache; the server downloads one
 # only when a deployment turns MODEL_HUB_DOWNLOADS on (safetensors and config files only).

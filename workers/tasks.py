@@ -10,6 +10,13 @@ def import_dataset_task(job_id: int) -> None:
     run_import(job_id)
 
 
+@shared_task(name="datasets.index_search")
+def index_search_task(version_id: int) -> None:
+    from apps.datasets.search_index import build
+
+    build(version_id)
+
+
 @shared_task(name="datasets.derive")
 def derive_version_task(job_id: int) -> None:
     from apps.datasets.derive import run_derive

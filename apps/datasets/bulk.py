@@ -14,6 +14,7 @@ a writer holds nothing per row and its memory stays the same whatever the size o
 import json
 import queue
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 from django.db import connection, connections
 
@@ -106,26 +107,48 @@ def _content_key() -> str:
 def stored_tallies(version_id: int) -> dict:
     """The labels (top MAX_LABELS and how many distinct) and the exact duplicates (count, first
     positions) of a version's stored rows: VersionStats.as_dict's keys for them."""
+    labels, duplicates = concurrently(lambda: _labels(version_id), lambda: _duplicates(version_id))
+    return {**labels, **duplicates}
+
+
+def _labels(version_id: int) -> dict:
     with connection.cursor() as cursor:
         cursor.execute("SELECT label, count(*) FROM datasets_datasetrow WHERE version_id = %s AND label IS NOT NULL "
                        "GROUP BY label ORDER BY count(*) DESC, label LIMIT %s", [version_id, MAX_LABELS])
         labels = dict(cursor.fetchall())
         cursor.execute("SELECT count(DISTINCT label) FROM datasets_datasetrow WHERE version_id = %s", [version_id])
         (labels_distinct,) = cursor.fetchone()
-        # count(*) OVER () counts every duplicate before LIMIT keeps the first examples: one pass.
+    return {"labels": labels, "labels_distinct": labels_distinct}
+
+
+def _duplicates(version_id: int) -> dict:
+    with connection.cursor() as cursor:
+        # How many first (a hash aggregate); where, only when there are some (a window, sorted).
         cursor.execute(f"""
-            SELECT count(*) OVER (), position FROM (
-                SELECT position, row_number() OVER (PARTITION BY {_content_key()} ORDER BY position) AS nth
-                FROM datasets_datasetrow WHERE version_id = %s) numbered
-            WHERE nth > 1 ORDER BY position LIMIT %s""", [version_id, MAX_EXAMPLES])
-        found = cursor.fetchall()
-    return {"labels": labels, "labels_distinct": labels_distinct, "duplicates": found[0][0] if found else 0,
-            "duplicate_examples": [position for _, position in found]}
+            SELECT coalesce(sum(copies - 1), 0) FROM (
+                SELECT count(*) AS copies FROM datasets_datasetrow WHERE version_id = %s
+                GROUP BY {_content_key()} HAVING count(*) > 1) repeated""", [version_id])
+        (count,) = cursor.fetchone()
+        examples = []
+        if count:
+            cursor.execute(f"""
+                SELECT position FROM (
+                    SELECT position, row_number() OVER (PARTITION BY {_content_key()} ORDER BY position) AS nth
+                    FROM datasets_datasetrow WHERE version_id = %s) numbered
+                WHERE nth > 1 ORDER BY position LIMIT %s""", [version_id, MAX_EXAMPLES])
+            examples = [position for (position,) in cursor.fetchall()]
+    return {"duplicates": int(count), "duplicate_examples": examples}
 
 
 def first_repeated_id(version_id: int) -> tuple[str, int] | None:
     """The id seen again earliest in a version's rows, and the position where it comes again."""
     with connection.cursor() as cursor:
+        # Whether any id repeats first (a hash aggregate): which one comes again first is asked
+        # only then, since only a failing import needs it.
+        cursor.execute("SELECT 1 FROM datasets_datasetrow WHERE version_id = %s AND ext_id IS NOT NULL "
+                       "GROUP BY ext_id HAVING count(*) > 1 LIMIT 1", [version_id])
+        if cursor.fetchone() is None:
+            return None
         cursor.execute("""
             SELECT ext_id, position FROM (
                 SELECT ext_id, position, row_number() OVER (PARTITION BY ext_id ORDER BY position) AS nth
@@ -133,3 +156,19 @@ def first_repeated_id(version_id: int) -> tuple[str, int] | None:
             WHERE nth = 2 ORDER BY position LIMIT 1""", [version_id])
         found = cursor.fetchone()
     return (found[0], found[1]) if found else None
+
+
+def concurrently(*reads) -> list:
+    """The results of independent reads: on PostgreSQL outside a transaction, each on a
+    connection of its own at the same time (the server works on them in parallel), else in turn."""
+    if connection.vendor != "postgresql" or connection.in_atomic_block:
+        return [read() for read in reads]
+
+    def on_own_connection(read):
+        try:
+            return read()
+        finally:
+            connections.close_all()  # this thread's
+
+    with ThreadPoolExecutor(max_workers=len(reads), thread_name_prefix="stored-read") as pool:
+        return [future.result() for future in [pool.submit(on_own_connection, read) for read in reads]]

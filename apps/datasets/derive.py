@@ -14,7 +14,7 @@ import traceback
 from django.db import connection, transaction
 from django.utils import timezone
 
-from apps.datasets import events
+from apps.datasets import events, search_index
 from apps.datasets.bulk import insert_rows, row_tuple, stored_tallies
 from apps.datasets.importer import BATCH_ROWS, discard_version, next_version_number
 from apps.datasets.models import DatasetRow, DatasetVersion, DeriveJob
@@ -117,6 +117,7 @@ def _split(job: DeriveJob, version: DatasetVersion) -> None:
     version.stats = {**version.stats, "splits": counts}
     version.status = DatasetVersion.Status.READY
     version.save(update_fields=["schema", "stats", "status"])
+    search_index.after_ready(version)
 
 
 def _texts(row: DatasetRow):
@@ -212,6 +213,7 @@ def _rewrite(job: DeriveJob, version: DatasetVersion, transform) -> int:
                      **({"splits": job.parent.stats["splits"]} if kept_splits else {})}
     version.status = DatasetVersion.Status.READY
     version.save(update_fields=["row_count", "content_hash", "stats", "status"])
+    search_index.after_ready(version)
     return changed
 
 
@@ -271,6 +273,7 @@ def _purge(job: DeriveJob, version: None) -> None:
             target.save(update_fields=["status", "purged_at", "purged_by"])
     if pins:
         raise RuntimeError(f"Not purged: {', '.join(pins)} started using version {target.number}.")
+    search_index.drop(target.pk)
     for export in target.exports.all():
         shutil.rmtree(Path(settings.ARTIFACT_ROOT) / "exports" / str(export.pk), ignore_errors=True)
         export.delete()

@@ -7,23 +7,30 @@ to the job's websocket group. Redelivery of a job that already ended does nothin
 RUNNING (its worker died) is cleaned up and run again from the start.
 """
 
+import gc
 import logging
+import multiprocessing
+import multiprocessing.connection
+import os
+import signal
 import time
 import traceback
 from pathlib import Path
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, connections, transaction
 from django.db.models import Max
 from django.utils import timezone
 
 from apps.core import storage
-from apps.datasets import events
-from apps.datasets.bulk import RowWriter, first_repeated_id, row_tuple, stored_tallies
+from apps.datasets import events, search_index
+from apps.datasets.bulk import RowWriter, concurrently, first_repeated_id, insert_rows, row_tuple, stored_tallies
 from apps.datasets.models import DatasetRow, DatasetVersion, ImportJob
 from workers.ingest import BadRows, ColumnMapping, IngestError, SourceFormat, VersionHasher, canonical_row, read_records
-from workers.ingest.errors import record_bad_row
+from workers.ingest.chunks import Part, Window, count_records, split_lines
+from workers.ingest.errors import DEFAULT_LIMITS, record_bad_row
 from workers.ingest.stats import VersionStats
+from workers.ingest.text import read_jsonl
 
 logger = logging.getLogger(__name__)
 
@@ -121,9 +128,55 @@ def run_import(job_id: int) -> None:
         _finish(job, ImportJob.State.FAILED, f"{type(exc).__name__}: {exc}\n\n{traceback.format_exc()}")
     else:
         _finish(job, ImportJob.State.SUCCEEDED)
+        search_index.after_ready(version)
+
+
+def _parallel_parts(job: ImportJob, path: Path, fmt: SourceFormat) -> list[Part]:
+    """The parts a large JSON Lines file is read in by processes of their own (one per core,
+    up to IMPORT_PROCESSES), or [] to read it in this process. Only where every row's place is
+    known before reading it: uncompressed JSON Lines, bad rows not skipped, into PostgreSQL."""
+    processes = min(os.cpu_count() or 1, settings.IMPORT_PROCESSES)
+    if (processes < 2 or connection.vendor != "postgresql" or fmt.kind != "jsonl" or fmt.compression
+            or (job.options or {}).get("skip_bad_rows") or path.stat().st_size < settings.IMPORT_PARALLEL_MIN_BYTES):
+        return []
+    parts = split_lines(path, processes)
+    return parts if len(parts) > 1 else []
 
 
 def _load_rows(job: ImportJob, version: DatasetVersion, path: Path, fmt: SourceFormat) -> None:
+    started = time.monotonic()
+    parts = _parallel_parts(job, path, fmt)
+    if parts:
+        position, hasher, stats, metadata_keys = _load_parts(job, version, path, parts)
+        bad_rows = BadRows()
+    else:
+        position, hasher, stats, metadata_keys, bad_rows = _load_sequentially(job, version, path, fmt)
+    if position == 0:
+        raise IngestError("no rows to import" + (f" ({len(bad_rows)} bad rows skipped)" if bad_rows else ""))
+    # Ids are checked once the rows are stored (an index-free pass in the database), not in a set
+    # in memory that would grow with the file.
+    loaded = time.monotonic()
+    id_column = next((column for column, role in job.mapping.items() if role == "id"), None)
+    repeated, tallies = concurrently(lambda: first_repeated_id(version.pk) if id_column else None,
+                                     lambda: stored_tallies(version.pk))
+    if repeated is not None:
+        ext_id, again_at = repeated
+        raise IngestError(f"duplicate id {ext_id!r}", line=_line_of(job, path, fmt, again_at), column=id_column)
+    job.rows_done = position
+    job.bad_rows = list(bad_rows)
+    if bad_rows.total:
+        version.source = {**version.source, "bad_rows_skipped": bad_rows.total}
+    version.row_count = position
+    version.content_hash = hasher.hexdigest()
+    version.schema = {"roles": job.mapping, "metadata_keys": sorted(metadata_keys)}
+    version.stats = {**stats.as_dict(), **tallies}
+    version.status = DatasetVersion.Status.READY
+    version.save(update_fields=["row_count", "content_hash", "schema", "stats", "status", "source"])
+    logger.info("import %s: %d rows read and written in %.1f s (%d processes), checked and counted in %.1f s",
+                job.pk, position, loaded - started, max(len(parts), 1), time.monotonic() - loaded)
+
+
+def _load_sequentially(job: ImportJob, version: DatasetVersion, path: Path, fmt: SourceFormat):
     bad_rows = BadRows()
     hasher = VersionHasher()
     stats = VersionStats()
@@ -147,25 +200,135 @@ def _load_rows(job: ImportJob, version: DatasetVersion, path: Path, fmt: SourceF
                     last_progress = now
                     _report(job, position, now - started)
         writer.write(batch)
-    if position == 0:
-        raise IngestError("no rows to import" + (f" ({len(bad_rows)} bad rows skipped)" if bad_rows else ""))
-    # Ids are checked once the rows are stored (an index-free pass in the database), not in a set
-    # in memory that would grow with the file.
-    id_column = next((column for column, role in job.mapping.items() if role == "id"), None)
-    repeated = first_repeated_id(version.pk) if id_column else None
-    if repeated is not None:
-        ext_id, again_at = repeated
-        raise IngestError(f"duplicate id {ext_id!r}", line=_line_of(job, path, fmt, again_at), column=id_column)
-    job.rows_done = position
-    job.bad_rows = list(bad_rows)
-    if bad_rows.total:
-        version.source = {**version.source, "bad_rows_skipped": bad_rows.total}
-    version.row_count = position
-    version.content_hash = hasher.hexdigest()
-    version.schema = {"roles": job.mapping, "metadata_keys": sorted(metadata_keys)}
-    version.stats = {**stats.as_dict(), **stored_tallies(version.pk)}
-    version.status = DatasetVersion.Status.READY
-    version.save(update_fields=["row_count", "content_hash", "schema", "stats", "status", "source"])
+    return position, hasher, stats, metadata_keys, bad_rows
+
+
+def _load_parts(job: ImportJob, version: DatasetVersion, path: Path, parts: list[Part]):
+    """Each part read, checked, hashed and written by a process of its own, in parallel: per-row
+    Python work is most of an import, and one process uses one core. Positions and the version
+    hash are those reading the file in order gives; the first bad line in file order fails it."""
+    context = multiprocessing.get_context("fork")
+    connections.close_all()  # each process opens its own
+    stop = context.Event()
+    counters = [context.Value("q", 0, lock=False) for _ in parts]
+    pipes, processes = [], []
+    for part, counter in zip(parts, counters, strict=True):
+        ours, theirs = context.Pipe()
+        processes.append(_fork(_load_part, theirs, job.mapping, version.pk, path, part, counter, stop))
+        theirs.close()
+        pipes.append(ours)
+    try:
+        counts = [_receive(pipe) for pipe in pipes]
+        for answer in counts:
+            if isinstance(answer, tuple):  # the part could not even be counted
+                raise answer[1] if answer[0] == "error" else RuntimeError(f"a part of the import failed:\n{answer[1]}")
+        first = 0
+        for pipe, count in zip(pipes, counts, strict=True):
+            pipe.send(first)
+            first += count
+        results: dict[int, tuple] = {}
+        started = time.monotonic()
+        while len(results) < len(pipes):
+            waiting = [pipe for index, pipe in enumerate(pipes) if index not in results]
+            for pipe in multiprocessing.connection.wait(waiting, timeout=PROGRESS_INTERVAL_S):
+                results[pipes.index(pipe)] = _receive(pipe)
+                if results[pipes.index(pipe)][0] != "ok":
+                    stop.set()  # the others need not go on
+            rows = sum(counter.value for counter in counters)
+            job.rows_done = rows
+            _report(job, rows, time.monotonic() - started)
+    except BaseException:
+        stop.set()
+        raise
+    finally:
+        for pid in processes:
+            _reap(pid)
+    for kind, *detail in (results[index] for index in range(len(parts))):  # the first part's error first
+        if kind == "error":
+            raise detail[0]
+        if kind == "crash":
+            raise RuntimeError(f"a part of the import failed:\n{detail[0]}")
+    hasher, stats, metadata_keys = VersionHasher(), VersionStats(), set()
+    for _, digests, part_stats, keys in (results[index] for index in range(len(parts))):
+        hasher.update_digests(digests)
+        stats.merge(part_stats)
+        metadata_keys.update(keys)
+    return first, hasher, stats, metadata_keys
+
+
+def _fork(target, *args) -> int:
+    """Run target(*args) in a forked process; its pid. os.fork, not multiprocessing: a Celery
+    prefork worker is a daemonic process, which multiprocessing forbids to have children."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the worker's handlers
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            target(*args)
+            code = 0
+        finally:
+            os._exit(code)  # never the parent's exit handlers
+    return pid
+
+
+def _reap(pid: int, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while os.waitpid(pid, os.WNOHANG) == (0, 0):
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return
+        time.sleep(0.05)
+
+
+def _receive(pipe):
+    try:
+        return pipe.recv()
+    except EOFError:
+        raise RuntimeError("a process reading part of the import ended without a word") from None
+
+
+def _load_part(pipe, roles: dict, version_id: int, path: Path, part: Part, counter, stop) -> None:
+    """In a process of its own: count the part's records, learn the position of its first row,
+    then read, check, hash and write its rows; send back what the whole needs."""
+    # Plain connections here: the parent's pool came along without the threads that serve it.
+    options = connection.settings_dict["OPTIONS"]
+    connection.settings_dict["OPTIONS"] = {key: value for key, value in options.items() if key != "pool"}
+    # What came from the parent lives on: the collector need not walk it again and again (nor
+    # touch its pages, which fork shares until they are written).
+    gc.freeze()
+    try:
+        pipe.send(count_records(path, part))
+        position = pipe.recv()
+        mapping = ColumnMapping(roles=roles)
+        hasher, stats, metadata_keys = VersionHasher(keep_digests=True), VersionStats(), set()
+        batch: list[tuple] = []
+        with Window(path, part) as window:
+            records = read_jsonl(window, DEFAULT_LIMITS, lines_before=part.lines_before, offset=part.start)
+            for line, record in records if part.end > part.start else ():
+                row = canonical_row(record, mapping, line)
+                _check_lengths(row, mapping, line)
+                if len(metadata_keys) < MAX_METADATA_KEYS:
+                    metadata_keys.update(row["metadata"])
+                stats.add(row)
+                batch.append(row_tuple(version_id, position, hasher.update(row), row))
+                position += 1
+                if len(batch) >= BATCH_ROWS:
+                    insert_rows(batch)
+                    counter.value += len(batch)
+                    batch = []
+                    if stop.is_set():
+                        return
+            insert_rows(batch)
+            counter.value += len(batch)
+        pipe.send(("ok", hasher.digests(), stats, metadata_keys))
+    except IngestError as exc:
+        pipe.send(("error", exc))
+    except BaseException as exc:  # noqa: BLE001 (reported to the parent, which fails the import)
+        pipe.send(("crash", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
+    finally:
+        connections.close_all()
 
 
 def _canonical_rows(job: ImportJob, path: Path, fmt: SourceFormat, bad_rows: BadRows):
@@ -184,13 +347,17 @@ def _canonical_rows(job: ImportJob, path: Path, fmt: SourceFormat, bad_rows: Bad
                 raise
             record_bad_row(bad_rows, exc)
             continue
-        for field, limit in SHORT_FIELDS.items():
-            if row[field] is not None and len(row[field]) > limit:
-                role = "id" if field == "ext_id" else field
-                column = next((c for c, r in job.mapping.items() if r == role), None)
-                raise IngestError(f"{field.replace('ext_', '')} is longer than {limit} characters", line=line,
-                                  column=column)
+        _check_lengths(row, mapping, line)
         yield line, row
+
+
+def _check_lengths(row: dict, mapping: ColumnMapping, line: int) -> None:
+    """Indexed columns have a length limit: a row over it fails the import (never skipped)."""
+    for field, limit in SHORT_FIELDS.items():
+        if row[field] is not None and len(row[field]) > limit:
+            role = "id" if field == "ext_id" else field
+            raise IngestError(f"{field.replace('ext_', '')} is longer than {limit} characters", line=line,
+                              column=mapping.column_for(role))
 
 
 def _line_of(job: ImportJob, path: Path, fmt: SourceFormat, position: int) -> int:

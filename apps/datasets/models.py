@@ -56,6 +56,9 @@ class DatasetVersion(models.Model):
     author = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
     purged_at = models.DateTimeField(null=True, blank=True)
+    # When its rows' full-text search index was built (PostgreSQL: apps.datasets.search_index);
+    # None: not yet, a search scans the rows.
+    search_indexed_at = models.DateTimeField(null=True, blank=True)
     purged_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
                                   related_name="+")
 
@@ -74,7 +77,8 @@ class DatasetVersion(models.Model):
 class DatasetRow(models.Model):
     """One row of one version. Rows never change: edits make a new version with new rows."""
 
-    version = models.ForeignKey(DatasetVersion, on_delete=models.CASCADE, related_name="rows")
+    # No index of its own: the (version, position) unique index serves lookups by version.
+    version = models.ForeignKey(DatasetVersion, on_delete=models.CASCADE, related_name="rows", db_index=False)
     position = models.PositiveIntegerField()  # 0-based order within the version; keyset pagination key
     row_hash = models.CharField(max_length=64)
     ext_id = models.CharField(max_length=200, null=True, blank=True)

@@ -8,6 +8,7 @@ from django.db.models.expressions import RawSQL
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast
 
+from apps.datasets import search_index
 from apps.datasets.models import DatasetRow, DatasetVersion
 
 PAGE_ROWS = 50
@@ -50,21 +51,49 @@ def history(dataset) -> QuerySet[DatasetVersion]:
         "author", "parent", "purged_by")
 
 
-def search(rows: QuerySet[DatasetRow], q: str) -> QuerySet[DatasetRow]:
-    """Rows whose prompt, response or reference contain every word of `q` (indexed)."""
+# How long a search may scan a version whose search index is not built yet.
+UNINDEXED_SEARCH_TIMEOUT_MS = 5000
+
+
+def search(rows: QuerySet[DatasetRow], q: str, version: DatasetVersion) -> QuerySet[DatasetRow]:
+    """Rows whose prompt, response or reference contain every word of `q`."""
     words = _WORD.findall(q)[:20]
     if not words:
         return rows
     if connection.vendor == "postgresql":
-        # The condition sits on the row itself, with the GIN index's exact expression, so the
-        # planner can use the index (bench/README.md: browse_scale).
-        return rows.extra(where=[
-            "to_tsvector('simple', coalesce(prompt, '') || ' ' || coalesce(response, '') || ' ' || "
-            "coalesce(reference, '')) @@ plainto_tsquery('simple', %s)"], params=[" ".join(words)])
+        if search_index.is_indexed(version):
+            # Only this version's partition is read (the planner prunes the others).
+            return rows.extra(where=[
+                "datasets_datasetrow.id IN (SELECT row_id FROM datasets_rowsearch WHERE version_id = %s "
+                "AND document @@ plainto_tsquery('simple', %s))"], params=[version.pk, " ".join(words)])
+        return rows.extra(where=[f"{search_index.DOCUMENT} @@ plainto_tsquery('simple', %s)"],
+                          params=[" ".join(words)])
     # FTS5: quote each word so user input never becomes query syntax.
     fts_query = " ".join('"' + word.replace('"', '""') + '"' for word in words)
     return rows.filter(pk__in=RawSQL("SELECT rowid FROM datasets_row_fts WHERE datasets_row_fts MATCH %s",
                                      [fts_query]))
+
+
+def _unindexed_search_page(rows: QuerySet[DatasetRow], version: DatasetVersion) -> list[DatasetRow]:
+    """A search page over a version not indexed yet: a scan, bounded by a statement timeout,
+    and the index queued so that the next searches are fast."""
+    from django.db import OperationalError, transaction
+
+    from apps.core.errors import Invalid
+
+    search_index.queue(version.pk)
+    try:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(f"SET LOCAL statement_timeout = {UNINDEXED_SEARCH_TIMEOUT_MS}")
+            page = list(rows)
+            # Releasing the savepoint would not end SET LOCAL inside a caller's transaction.
+            cursor.execute("SET LOCAL statement_timeout TO DEFAULT")
+            return page
+    except OperationalError as exc:
+        if getattr(getattr(exc, "__cause__", None), "sqlstate", None) != "57014":  # query_canceled
+            raise
+        raise Invalid("This version's search index is still being built, and searching without it took too "
+                      "long. Try again in a minute.", field="q") from None
 
 
 def version_rows(*, version: DatasetVersion, after: int | None = None, q: str = "", label: str = "",
@@ -84,13 +113,15 @@ def version_rows(*, version: DatasetVersion, after: int | None = None, q: str = 
     if split:
         rows = rows.filter(split=split)
     if q:
-        rows = search(rows, q)
+        rows = search(rows, q, version)
     if after is not None:
         rows = rows.filter(position__gt=after)
     # When searching, order by an expression rather than the (version, position) index: walking
     # that index in order and testing every row is what made rare words slow on big versions.
     order = ExpressionWrapper(F("position") + 0, output_field=IntegerField()) if q else F("position")
-    page = list(rows.order_by(order)[: limit + 1])
+    rows = rows.order_by(order)[: limit + 1]
+    unindexed = q and _WORD.search(q) and not search_index.is_indexed(version)
+    page = _unindexed_search_page(rows, version) if unindexed else list(rows)
     next_after = page[limit - 1].position if len(page) > limit else None
     return page[:limit], next_after
 

@@ -7,7 +7,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 from apps.core.errors import Conflict, Invalid, NotFound, PermissionDenied
 from apps.core.http import client_ip
 from apps.core.pages import run_service
-from apps.datasets import selectors, services
+from apps.datasets import search_index, selectors, services
 from apps.datasets.forms import DatasetForm, MappingForm, SplitForm, UploadForm
 from apps.datasets.models import Dataset, DatasetVersion, DeriveJob, ImportJob
 from apps.projects import policy
@@ -156,9 +156,15 @@ def version_page(request: HttpRequest, project_id: int, dataset_id: int, number:
 
     annotation = request.GET.get("annotation", "")[:40]
     campaigns, rows_in = annotation_filter(request.user, version, annotation)
-    rows, next_after = selectors.version_rows(version=version, after=after, q=q, label=label, split=split, meta=meta,
-                                              rows_in=rows_in)
+    try:
+        rows, next_after = selectors.version_rows(version=version, after=after, q=q, label=label, split=split,
+                                                  meta=meta, rows_in=rows_in)
+        search_error = ""
+    except Invalid as exc:  # a search over a version whose index is not built yet took too long
+        rows, next_after, search_error = [], None, exc.message
     return render(request, "datasets/version.html", _context(request, dataset, version=version, rows=rows,
+                                                             search_error=search_error,
+                                                             search_indexed=search_index.is_indexed(version),
                                                              next_after=next_after, q=q, label=label, split=split,
                                                              split_form=SplitForm(), pii_scan=pii_scan,
                                                              active_jobs=active_jobs, meta_keys=meta_keys,

@@ -9,6 +9,7 @@ from collections.abc import Iterable
 
 from django.db import transaction
 
+from apps.datasets import search_index
 from apps.datasets.bulk import insert_rows, row_tuple, stored_tallies
 from apps.datasets.importer import BATCH_ROWS, MAX_METADATA_KEYS, SHORT_FIELDS, discard_version, next_version_number
 from apps.datasets.models import Dataset, DatasetVersion
@@ -65,3 +66,4 @@ def _write_rows(version: DatasetVersion, records: Iterable[dict], mapping: Colum
     version.stats = {**stats.as_dict(), **stored_tallies(version.pk)}
     version.status = DatasetVersion.Status.READY
     version.save(update_fields=["row_count", "content_hash", "schema", "stats", "status"])
+    search_index.after_ready(version)

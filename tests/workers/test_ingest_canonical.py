@@ -153,6 +153,32 @@ def test_canonical_json_is_sorted_compact_utf8():
     assert row_hash(row) == hashlib.sha256(canonical_json(row)).hexdigest()
 
 
+def _random_text(rng) -> str:
+    alphabet = "ab Z09\"\\/\n\t\r\x01\x1f\x7f<>&é中🙂\u2028\u2029'"
+    return "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 12)))
+
+
+def test_canonical_json_of_canonical_rows_is_the_json_encoders_own_output_byte_for_byte():
+    # canonical_json writes canonical rows key by key; stored row and version hashes depend on
+    # it giving exactly what json's sorted, compact, UTF-8 encoding gives, for any value.
+    import random
+
+    encoder = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    rng = random.Random(11)
+    values = [None, lambda: _random_text(rng), lambda: [{"role": "user", "content": _random_text(rng)}],
+              lambda: {_random_text(rng): _random_text(rng), "n": rng.random() * 1e20, "z": [1, None, True]},
+              lambda: rng.randint(-5, 5), lambda: 0.1 + rng.random(), lambda: {}, lambda: []]
+    keys = ("ext_id", "prompt", "response", "messages", "label", "reference", "metadata")
+    for _ in range(3000):
+        row = {key: (lambda pick: pick() if callable(pick) else pick)(rng.choice(values)) for key in keys}
+        assert canonical_json(row) == encoder.encode(row).encode(), row
+    odd = {"prompt": "a", "response": None, "ext_id": None, "label": None, "reference": None, "messages": None,
+           "other": "x"}  # seven keys, not the canonical ones
+    assert canonical_json(odd) == encoder.encode(odd).encode()
+    with pytest.raises(ValueError):
+        canonical_json({**dict.fromkeys(keys), "metadata": {"x": float("nan")}})
+
+
 def test_version_hash_is_the_hash_of_row_hashes_in_order():
     rows = [{"prompt": "a"}, {"prompt": "b"}]
     hasher = VersionHasher()

@@ -14,16 +14,6 @@ MAX_LABELS = 50  # labels kept in a version's stats, most frequent first
 MAX_EXAMPLES = 10  # positions of exact duplicates kept as examples
 
 
-def _bin(length: int) -> int:
-    return bisect_right(LENGTH_BINS, length) - 1
-
-
-def _text_length(row: dict, field: str) -> int:
-    if field == "prompt" and row.get("messages"):
-        return sum(len(turn.get("content") or "") for turn in row["messages"])
-    return len(row.get(field) or "")
-
-
 class VersionStats:
     """What one pass over a version's rows counts in fixed memory, whatever the size: rows,
     empty or missing fields and length histograms. Labels and exact duplicates need memory that
@@ -36,14 +26,26 @@ class VersionStats:
         self.lengths = {name: [0] * len(LENGTH_BINS) for name in ("prompt", "response", "total")}
 
     def add(self, row: dict) -> None:
+        # Called once per row of every import: kept to plain local operations.
         self.rows += 1
+        get = row.get
         for field in FIELDS:
-            if row.get(field) in (None, "", []):
+            if not get(field):  # None, "" or [] (canonical values are text, lists or None)
                 self.missing[field] += 1
-        prompt, response = _text_length(row, "prompt"), _text_length(row, "response")
-        self.lengths["prompt"][_bin(prompt)] += 1
-        self.lengths["response"][_bin(response)] += 1
-        self.lengths["total"][_bin(prompt + response)] += 1
+        messages = get("messages")
+        prompt = sum(len(turn.get("content") or "") for turn in messages) if messages else len(get("prompt") or "")
+        response = len(get("response") or "")
+        lengths = self.lengths
+        lengths["prompt"][bisect_right(LENGTH_BINS, prompt) - 1] += 1
+        lengths["response"][bisect_right(LENGTH_BINS, response) - 1] += 1
+        lengths["total"][bisect_right(LENGTH_BINS, prompt + response) - 1] += 1
+
+    def merge(self, other: "VersionStats") -> None:
+        """Add the counts of another part of the same version."""
+        self.rows += other.rows
+        self.missing.update(other.missing)
+        for name, counts in other.lengths.items():
+            self.lengths[name] = [a + b for a, b in zip(self.lengths[name], counts, strict=True)]
 
     def as_dict(self) -> dict:
         return {

@@ -317,7 +317,9 @@ class LineSplitter:
     (byte offset of its start in the stream).
     """
 
-    def __init__(self, stream: BinaryIO, max_line_bytes: int) -> None:
+    def __init__(self, stream: BinaryIO, max_line_bytes: int, *, lines_before: int = 0, offset: int = 0) -> None:
+        """`lines_before` and `offset`: for a stream that starts inside a file (a Part of it),
+        the lines before it and its byte offset, so that numbers and offsets are the file's."""
         self._stream = stream
         self._max = max_line_bytes
         self._ready: list[bytes] = []  # complete lines (with terminators) of the last chunk
@@ -325,14 +327,14 @@ class LineSplitter:
         self._next_at = 0  # stream offset of _ready[_index]
         self._partial = bytearray()  # the unfinished line
         self._partial_at = 0
-        self._read = 0  # bytes read from the stream
+        self._read = offset  # bytes read from the file
         self._eof = False
-        self._first = True
+        self._first = offset == 0  # only a file's start may hold a BOM
         self._overlong = False  # _partial passed the limit: refuse it, then skip its rest
         self._skipping = False
         self._drop_lf = False  # a skipped line ended in \r at a chunk end: a \n may follow
-        self.line_no = 0
-        self.offset = 0
+        self.line_no = lines_before
+        self.offset = offset
 
     def __iter__(self) -> LineSplitter:
         return self

@@ -83,15 +83,17 @@ def _parse_json_line(raw: bytes, line: int, offset: int, limits: Limits) -> dict
 
 
 def read_jsonl(
-    stream: BinaryIO, limits: Limits, *, skip_bad_rows: bool = False, bad_rows: list | None = None
+    stream: BinaryIO, limits: Limits, *, skip_bad_rows: bool = False, bad_rows: list | None = None,
+    lines_before: int = 0, offset: int = 0,
 ) -> Iterator[tuple[int, dict]]:
     """Yield (line number, object) for each non-blank line of a JSON Lines stream.
 
     Raises IngestError naming the line for invalid UTF-8 (with its byte offset), JSON syntax
     (with the column), non-object lines and over-limit lines, unless skip_bad_rows, which logs
     them into bad_rows instead. An empty (or all-blank) file raises "the file is empty".
+    `lines_before` and `offset`: where the stream starts in its file (a chunks.Part).
     """
-    lines = LineSplitter(stream, limits.max_line_bytes)
+    lines = LineSplitter(stream, limits.max_line_bytes, lines_before=lines_before, offset=offset)
     seen = False
     while True:
         try:

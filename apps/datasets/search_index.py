@@ -1,0 +1,111 @@
+"""The full-text search index of a version's rows, built once the version is READY.
+
+Why after and not as rows arrive: keeping a GIN index current row by row was most of an
+import's time (bench/README.md, import_jsonl); built in one go over a finished version it costs
+less, and the version can be browsed, filtered, annotated and trained on meanwhile.
+
+On PostgreSQL each version's index is a partition of datasets_rowsearch (LIST on version_id):
+made as a plain table from the version's rows in one statement, indexed, then attached, all in
+one transaction (a worker dying half-way leaves nothing). A search reads only its own version's
+partition, and a purge drops it whole. Until it is attached a search scans the version's rows:
+the same results, slower, and stopped by a statement timeout with a clear message; the first
+such search queues the build, which also covers versions made before this existed and builds
+lost with their worker. SQLite keeps its FTS5 table current through triggers: always indexed.
+"""
+
+import logging
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from apps.datasets.models import DatasetVersion
+
+logger = logging.getLogger(__name__)
+
+# Versions up to this size are indexed at once by whoever made them (well under a second);
+# larger ones by a worker task of their own.
+INLINE_ROWS = 20_000
+# The text a search matches: the same expression the rows' search has always used.
+DOCUMENT = ("to_tsvector('simple', coalesce(prompt, '') || ' ' || coalesce(response, '') || ' ' || "
+            "coalesce(reference, ''))")
+_LOCK_SPACE = 0x5EA2C4  # pg_advisory_xact_lock(space, version id): one builder per version
+QUEUED_KEY = "datasets:search-index-queued:{}"
+QUEUED_TTL_S = 600  # a lost build is queued again by the next search after this long
+
+
+def applies() -> bool:
+    return connection.vendor == "postgresql"
+
+
+def partition(version_id: int) -> str:
+    return f"datasets_rowsearch_v{int(version_id)}"
+
+
+def is_indexed(version: DatasetVersion) -> bool:
+    return not applies() or version.search_indexed_at is not None
+
+
+def build(version_id: int) -> bool:
+    """Index a READY version's rows for search; False when there was nothing to do (not
+    PostgreSQL, not READY, already indexed)."""
+    if not applies():
+        return False
+    version_id = int(version_id)
+    table = partition(version_id)
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [_LOCK_SPACE, version_id])
+        version = DatasetVersion.objects.filter(pk=version_id, status=DatasetVersion.Status.READY,
+                                                search_indexed_at__isnull=True).first()
+        if version is None:
+            return False
+        cursor.execute("SET LOCAL maintenance_work_mem = '256MB'")
+        cursor.execute(f"DROP TABLE IF EXISTS {table}")
+        # The version id is an int, inlined: CREATE TABLE AS takes no parameters.
+        cursor.execute(f"CREATE TABLE {table} AS SELECT version_id, id AS row_id, {DOCUMENT} AS document "
+                       f"FROM datasets_datasetrow WHERE version_id = {version_id}")
+        cursor.execute(f"CREATE INDEX ON {table} USING GIN (document)")
+        cursor.execute(f"ALTER TABLE datasets_rowsearch ATTACH PARTITION {table} FOR VALUES IN ({version_id})")
+        version.search_indexed_at = timezone.now()
+        version.save(update_fields=["search_indexed_at"])
+    return True
+
+
+def drop(version_id: int) -> None:
+    """Remove a version's index (its rows are being purged, or the version deleted)."""
+    if not applies():
+        return
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [_LOCK_SPACE, int(version_id)])
+        cursor.execute(f"DROP TABLE IF EXISTS {partition(version_id)}")
+        DatasetVersion.objects.filter(pk=version_id).update(search_indexed_at=None)
+
+
+def after_ready(version: DatasetVersion) -> None:
+    """What the maker of a version calls once it is READY: index it now if small, else queue."""
+    if not applies():
+        return
+    if version.row_count > INLINE_ROWS:
+        queue(version.pk)
+        return
+    try:
+        build(version.pk)
+    except Exception:  # the version stays usable; its searches scan and queue the build again
+        logger.exception("search index of version %s not built", version.pk)
+    version.refresh_from_db(fields=["search_indexed_at"])
+
+
+def queue(version_id: int) -> None:
+    """Ask a worker to build the index, at most once per QUEUED_TTL_S per version."""
+    from django.core.cache import cache
+
+    from workers.tasks import index_search_task
+
+    if cache.add(QUEUED_KEY.format(int(version_id)), 1, timeout=QUEUED_TTL_S):
+        transaction.on_commit(lambda: index_search_task.delay(int(version_id)))
+
+
+def on_version_deleted(sender, instance: DatasetVersion, **kwargs) -> None:
+    """post_delete of a version: its partition goes with it."""
+    if applies() and instance.search_indexed_at is not None:
+        with connection.cursor() as cursor:
+            cursor.execute(f"DROP TABLE IF EXISTS {partition(instance.pk)}")
