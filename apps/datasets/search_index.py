@@ -61,7 +61,7 @@ def build(version_id: int) -> bool:
         cursor.execute("SET LOCAL maintenance_work_mem = '256MB'")
         cursor.execute(f"DROP TABLE IF EXISTS {table}")
         # The version id is an int, inlined: CREATE TABLE AS takes no parameters.
-        cursor.execute(f"CREATE TABLE {table} AS SELECT version_id, id AS row_id, {DOCUMENT} AS document "
+        cursor.execute(f"CREATE TABLE {table} AS SELECT version_id, id AS row_id, position, {DOCUMENT} AS document "
                        f"FROM datasets_datasetrow WHERE version_id = {version_id}")
         cursor.execute(f"CREATE INDEX ON {table} USING GIN (document)")
         cursor.execute(f"ALTER TABLE datasets_rowsearch ATTACH PARTITION {table} FOR VALUES IN ({version_id})")

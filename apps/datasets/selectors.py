@@ -112,7 +112,16 @@ def version_rows(*, version: DatasetVersion, after: int | None = None, q: str = 
         rows = rows.filter(label=label)
     if split:
         rows = rows.filter(split=split)
-    if q:
+    if q and not (label or split or meta or rows_in) and search_index.applies() and search_index.is_indexed(version):
+        # The search alone: its page is found in the version's index, ordered and cut there, and
+        # only those rows are read (not every match's row, to sort them).
+        words = _WORD.findall(q)[:20]
+        if words:
+            rows = rows.filter(position__in=RawSQL(
+                "SELECT position FROM datasets_rowsearch WHERE version_id = %s AND position > %s AND "
+                "document @@ plainto_tsquery('simple', %s) ORDER BY position LIMIT %s",
+                [version.pk, -1 if after is None else after, " ".join(words), limit + 1]))
+    elif q:
         rows = search(rows, q, version)
     if after is not None:
         rows = rows.filter(position__gt=after)

@@ -7,7 +7,8 @@ from django.db import migrations, models
 
 CREATE = [
     "DROP INDEX IF EXISTS datasets_row_search",
-    """CREATE TABLE IF NOT EXISTS datasets_rowsearch (version_id bigint, row_id bigint, document tsvector)
+    """CREATE TABLE IF NOT EXISTS datasets_rowsearch (version_id bigint, row_id bigint, position integer,
+                                                     document tsvector)
        PARTITION BY LIST (version_id)""",
     "CREATE INDEX IF NOT EXISTS datasets_rowsearch_document ON datasets_rowsearch USING GIN (document)",
 ]
