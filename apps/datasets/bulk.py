@@ -19,7 +19,8 @@ from concurrent.futures import ThreadPoolExecutor
 from django.db import connection, connections
 
 from apps.datasets.models import DatasetRow
-from workers.ingest.stats import MAX_EXAMPLES, MAX_LABELS
+from workers.ingest import VersionHasher
+from workers.ingest.stats import MAX_EXAMPLES, MAX_LABELS, VersionStats
 
 # The order of the tuples given to insert_rows.
 COLUMNS = ("version_id", "position", "row_hash", "ext_id", "prompt", "response", "messages", "label", "reference",
@@ -32,6 +33,39 @@ def row_tuple(version_id: int, position: int, row_hash: str, row: dict, split: s
     """A canonical row (workers.ingest.canonical_row) as the tuple insert_rows takes."""
     return (version_id, position, row_hash, row["ext_id"], row["prompt"], row["response"], row["messages"],
             row["label"], row["reference"], row["metadata"], split)
+
+
+# Metadata fields listed in a version's schema (its filters): rows whose keys all differ would
+# otherwise make the list, and a writer's memory, grow with the rows.
+MAX_METADATA_KEYS = 1000
+
+
+class VersionTally:
+    """What a version's writer keeps while its rows go by, in memory that does not grow with
+    them: the content hash, the one-pass statistics and the metadata fields."""
+
+    def __init__(self, keep_digests: bool = False) -> None:
+        self.hasher = VersionHasher(keep_digests=keep_digests)
+        self.stats = VersionStats()
+        self.metadata_keys: set[str] = set()
+
+    def row(self, version_id: int, position: int, row: dict, split: str = "") -> tuple:
+        """Count a canonical row in; its tuple for insert_rows."""
+        if len(self.metadata_keys) < MAX_METADATA_KEYS:
+            self.metadata_keys.update(row["metadata"])
+        self.stats.add(row)
+        return row_tuple(version_id, position, self.hasher.update(row), row, split)
+
+    def part(self) -> tuple:
+        """This tally as the next one's merge_part takes it (it crosses a process boundary)."""
+        return self.hasher.digests(), self.stats, self.metadata_keys
+
+    def merge_part(self, part: tuple) -> None:
+        """Add the tally of the rows that come next (another's part(), made with keep_digests)."""
+        digests, stats, metadata_keys = part
+        self.hasher.update_digests(digests)
+        self.stats.merge(stats)
+        self.metadata_keys |= metadata_keys
 
 
 def insert_rows(rows: list[tuple]) -> None:

@@ -24,12 +24,11 @@ from django.utils import timezone
 
 from apps.core import storage
 from apps.datasets import events, search_index
-from apps.datasets.bulk import RowWriter, concurrently, first_repeated_id, insert_rows, row_tuple, stored_tallies
+from apps.datasets.bulk import RowWriter, VersionTally, concurrently, first_repeated_id, insert_rows, stored_tallies
 from apps.datasets.models import DatasetRow, DatasetVersion, ImportJob
-from workers.ingest import BadRows, ColumnMapping, IngestError, SourceFormat, VersionHasher, canonical_row, read_records
+from workers.ingest import BadRows, ColumnMapping, IngestError, SourceFormat, canonical_row, read_records
 from workers.ingest.chunks import Part, Window, count_records, split_lines
 from workers.ingest.errors import DEFAULT_LIMITS, record_bad_row
-from workers.ingest.stats import VersionStats
 from workers.ingest.text import read_jsonl
 
 logger = logging.getLogger(__name__)
@@ -39,9 +38,6 @@ logger = logging.getLogger(__name__)
 BATCH_ROWS = 2000
 PROGRESS_INTERVAL_S = 0.5
 SHORT_FIELDS = {"ext_id": 200, "label": 200}  # indexed columns have a length limit
-# Metadata fields listed in a version's schema (its filters): rows whose keys all differ would
-# otherwise make the list, and the import's memory, grow with the file.
-MAX_METADATA_KEYS = 1000
 
 
 class ImportCancelled(Exception):
@@ -147,10 +143,10 @@ def _load_rows(job: ImportJob, version: DatasetVersion, path: Path, fmt: SourceF
     started = time.monotonic()
     parts = _parallel_parts(job, path, fmt)
     if parts:
-        position, hasher, stats, metadata_keys = _load_parts(job, version, path, parts)
+        position, tally = _load_parts(job, version, path, parts)
         bad_rows = BadRows()
     else:
-        position, hasher, stats, metadata_keys, bad_rows = _load_sequentially(job, version, path, fmt)
+        position, tally, bad_rows = _load_sequentially(job, version, path, fmt)
     if position == 0:
         raise IngestError("no rows to import" + (f" ({len(bad_rows)} bad rows skipped)" if bad_rows else ""))
     # Ids are checked once the rows are stored (an index-free pass in the database), not in a set
@@ -167,9 +163,9 @@ def _load_rows(job: ImportJob, version: DatasetVersion, path: Path, fmt: SourceF
     if bad_rows.total:
         version.source = {**version.source, "bad_rows_skipped": bad_rows.total}
     version.row_count = position
-    version.content_hash = hasher.hexdigest()
-    version.schema = {"roles": job.mapping, "metadata_keys": sorted(metadata_keys)}
-    version.stats = {**stats.as_dict(), **tallies}
+    version.content_hash = tally.hasher.hexdigest()
+    version.schema = {"roles": job.mapping, "metadata_keys": sorted(tally.metadata_keys)}
+    version.stats = {**tally.stats.as_dict(), **tallies}
     version.status = DatasetVersion.Status.READY
     version.save(update_fields=["row_count", "content_hash", "schema", "stats", "status", "source"])
     logger.info("import %s: %d rows read and written in %.1f s (%d processes), checked and counted in %.1f s",
@@ -178,18 +174,13 @@ def _load_rows(job: ImportJob, version: DatasetVersion, path: Path, fmt: SourceF
 
 def _load_sequentially(job: ImportJob, version: DatasetVersion, path: Path, fmt: SourceFormat):
     bad_rows = BadRows()
-    hasher = VersionHasher()
-    stats = VersionStats()
-    metadata_keys: set[str] = set()
+    tally = VersionTally()
     batch: list[tuple] = []
     started = last_progress = time.monotonic()
     position = 0
     with RowWriter() as writer:
         for _, row in _canonical_rows(job, path, fmt, bad_rows):
-            if len(metadata_keys) < MAX_METADATA_KEYS:
-                metadata_keys.update(row["metadata"])
-            stats.add(row)
-            batch.append(row_tuple(version.pk, position, hasher.update(row), row))
+            batch.append(tally.row(version.pk, position, row))
             position += 1
             if len(batch) >= BATCH_ROWS:
                 writer.write(batch)
@@ -200,7 +191,7 @@ def _load_sequentially(job: ImportJob, version: DatasetVersion, path: Path, fmt:
                     last_progress = now
                     _report(job, position, now - started)
         writer.write(batch)
-    return position, hasher, stats, metadata_keys, bad_rows
+    return position, tally, bad_rows
 
 
 def _load_parts(job: ImportJob, version: DatasetVersion, path: Path, parts: list[Part]):
@@ -231,8 +222,8 @@ def _load_parts(job: ImportJob, version: DatasetVersion, path: Path, parts: list
         while len(results) < len(pipes):
             waiting = [pipe for index, pipe in enumerate(pipes) if index not in results]
             for pipe in multiprocessing.connection.wait(waiting, timeout=PROGRESS_INTERVAL_S):
-                results[pipes.index(pipe)] = _receive(pipe)
-                if results[pipes.index(pipe)][0] != "ok":
+                answer = results[pipes.index(pipe)] = _receive(pipe)
+                if answer[0] != "ok":
                     stop.set()  # the others need not go on
             rows = sum(counter.value for counter in counters)
             job.rows_done = rows
@@ -243,17 +234,16 @@ def _load_parts(job: ImportJob, version: DatasetVersion, path: Path, parts: list
     finally:
         for pid in processes:
             _reap(pid)
-    for kind, *detail in (results[index] for index in range(len(parts))):  # the first part's error first
+    answers = [results[index] for index in range(len(parts))]
+    for kind, detail in answers:  # the first part's error first
         if kind == "error":
-            raise detail[0]
+            raise detail
         if kind == "crash":
-            raise RuntimeError(f"a part of the import failed:\n{detail[0]}")
-    hasher, stats, metadata_keys = VersionHasher(), VersionStats(), set()
-    for _, digests, part_stats, keys in (results[index] for index in range(len(parts))):
-        hasher.update_digests(digests)
-        stats.merge(part_stats)
-        metadata_keys.update(keys)
-    return first, hasher, stats, metadata_keys
+            raise RuntimeError(f"a part of the import failed:\n{detail}")
+    tally = VersionTally()
+    for _, part_tally in answers:
+        tally.merge_part(part_tally)
+    return first, tally
 
 
 def _fork(target, *args) -> int:
@@ -302,17 +292,14 @@ def _load_part(pipe, roles: dict, version_id: int, path: Path, part: Part, count
         pipe.send(count_records(path, part))
         position = pipe.recv()
         mapping = ColumnMapping(roles=roles)
-        hasher, stats, metadata_keys = VersionHasher(keep_digests=True), VersionStats(), set()
+        tally = VersionTally(keep_digests=True)
         batch: list[tuple] = []
         with Window(path, part) as window:
             records = read_jsonl(window, DEFAULT_LIMITS, lines_before=part.lines_before, offset=part.start)
             for line, record in records if part.end > part.start else ():
                 row = canonical_row(record, mapping, line)
-                _check_lengths(row, mapping, line)
-                if len(metadata_keys) < MAX_METADATA_KEYS:
-                    metadata_keys.update(row["metadata"])
-                stats.add(row)
-                batch.append(row_tuple(version_id, position, hasher.update(row), row))
+                check_lengths(row, mapping, line)
+                batch.append(tally.row(version_id, position, row))
                 position += 1
                 if len(batch) >= BATCH_ROWS:
                     insert_rows(batch)
@@ -322,7 +309,7 @@ def _load_part(pipe, roles: dict, version_id: int, path: Path, part: Part, count
                         return
             insert_rows(batch)
             counter.value += len(batch)
-        pipe.send(("ok", hasher.digests(), stats, metadata_keys))
+        pipe.send(("ok", tally.part()))
     except IngestError as exc:
         pipe.send(("error", exc))
     except BaseException as exc:  # noqa: BLE001 (reported to the parent, which fails the import)
@@ -347,11 +334,11 @@ def _canonical_rows(job: ImportJob, path: Path, fmt: SourceFormat, bad_rows: Bad
                 raise
             record_bad_row(bad_rows, exc)
             continue
-        _check_lengths(row, mapping, line)
+        check_lengths(row, mapping, line)
         yield line, row
 
 
-def _check_lengths(row: dict, mapping: ColumnMapping, line: int) -> None:
+def check_lengths(row: dict, mapping: ColumnMapping, line: int) -> None:
     """Indexed columns have a length limit: a row over it fails the import (never skipped)."""
     for field, limit in SHORT_FIELDS.items():
         if row[field] is not None and len(row[field]) > limit:

@@ -106,6 +106,5 @@ def queue(version_id: int) -> None:
 
 def on_version_deleted(sender, instance: DatasetVersion, **kwargs) -> None:
     """post_delete of a version: its partition goes with it."""
-    if applies() and instance.search_indexed_at is not None:
-        with connection.cursor() as cursor:
-            cursor.execute(f"DROP TABLE IF EXISTS {partition(instance.pk)}")
+    if instance.search_indexed_at is not None:
+        drop(instance.pk)

@@ -2,12 +2,13 @@
 
 import re
 
-from django.db import connection
+from django.db import OperationalError, connection, transaction
 from django.db.models import ExpressionWrapper, F, IntegerField, QuerySet, TextField
 from django.db.models.expressions import RawSQL
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast
 
+from apps.core.errors import Invalid
 from apps.datasets import search_index
 from apps.datasets.models import DatasetRow, DatasetVersion
 
@@ -55,19 +56,28 @@ def history(dataset) -> QuerySet[DatasetVersion]:
 UNINDEXED_SEARCH_TIMEOUT_MS = 5000
 
 
-def search(rows: QuerySet[DatasetRow], q: str, version: DatasetVersion) -> QuerySet[DatasetRow]:
-    """Rows whose prompt, response or reference contain every word of `q`."""
+def search(rows: QuerySet[DatasetRow], q: str, version: DatasetVersion, *,
+           page: tuple[int | None, int] | None = None) -> QuerySet[DatasetRow]:
+    """Rows whose prompt, response or reference contain every word of `q`. `page` (after, limit),
+    when the search is the only filter: the page is cut inside the version's index, so that only
+    its rows are read (not every match's, to sort them)."""
     words = _WORD.findall(q)[:20]
     if not words:
         return rows
+    text = " ".join(words)
     if connection.vendor == "postgresql":
-        if search_index.is_indexed(version):
-            # Only this version's partition is read (the planner prunes the others).
-            return rows.extra(where=[
-                "datasets_datasetrow.id IN (SELECT row_id FROM datasets_rowsearch WHERE version_id = %s "
-                "AND document @@ plainto_tsquery('simple', %s))"], params=[version.pk, " ".join(words)])
-        return rows.extra(where=[f"{search_index.DOCUMENT} @@ plainto_tsquery('simple', %s)"],
-                          params=[" ".join(words)])
+        if not search_index.is_indexed(version):
+            return rows.extra(where=[f"{search_index.DOCUMENT} @@ plainto_tsquery('simple', %s)"], params=[text])
+        # Only this version's partition is read (the planner prunes the others).
+        if page is not None:
+            after, limit = page
+            return rows.filter(position__in=RawSQL(
+                "SELECT position FROM datasets_rowsearch WHERE version_id = %s AND position > %s AND "
+                "document @@ plainto_tsquery('simple', %s) ORDER BY position LIMIT %s",
+                [version.pk, -1 if after is None else after, text, limit]))
+        return rows.extra(where=[
+            "datasets_datasetrow.id IN (SELECT row_id FROM datasets_rowsearch WHERE version_id = %s "
+            "AND document @@ plainto_tsquery('simple', %s))"], params=[version.pk, text])
     # FTS5: quote each word so user input never becomes query syntax.
     fts_query = " ".join('"' + word.replace('"', '""') + '"' for word in words)
     return rows.filter(pk__in=RawSQL("SELECT rowid FROM datasets_row_fts WHERE datasets_row_fts MATCH %s",
@@ -77,10 +87,6 @@ def search(rows: QuerySet[DatasetRow], q: str, version: DatasetVersion) -> Query
 def _unindexed_search_page(rows: QuerySet[DatasetRow], version: DatasetVersion) -> list[DatasetRow]:
     """A search page over a version not indexed yet: a scan, bounded by a statement timeout,
     and the index queued so that the next searches are fast."""
-    from django.db import OperationalError, transaction
-
-    from apps.core.errors import Invalid
-
     search_index.queue(version.pk)
     try:
         with transaction.atomic(), connection.cursor() as cursor:
@@ -112,17 +118,9 @@ def version_rows(*, version: DatasetVersion, after: int | None = None, q: str = 
         rows = rows.filter(label=label)
     if split:
         rows = rows.filter(split=split)
-    if q and not (label or split or meta or rows_in) and search_index.applies() and search_index.is_indexed(version):
-        # The search alone: its page is found in the version's index, ordered and cut there, and
-        # only those rows are read (not every match's row, to sort them).
-        words = _WORD.findall(q)[:20]
-        if words:
-            rows = rows.filter(position__in=RawSQL(
-                "SELECT position FROM datasets_rowsearch WHERE version_id = %s AND position > %s AND "
-                "document @@ plainto_tsquery('simple', %s) ORDER BY position LIMIT %s",
-                [version.pk, -1 if after is None else after, " ".join(words), limit + 1]))
-    elif q:
-        rows = search(rows, q, version)
+    if q:
+        alone = not (label or split or meta or rows_in)
+        rows = search(rows, q, version, page=(after, limit + 1) if alone else None)
     if after is not None:
         rows = rows.filter(position__gt=after)
     # When searching, order by an expression rather than the (version, position) index: walking

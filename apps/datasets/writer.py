@@ -10,11 +10,10 @@ from collections.abc import Iterable
 from django.db import transaction
 
 from apps.datasets import search_index
-from apps.datasets.bulk import insert_rows, row_tuple, stored_tallies
-from apps.datasets.importer import BATCH_ROWS, MAX_METADATA_KEYS, SHORT_FIELDS, discard_version, next_version_number
+from apps.datasets.bulk import VersionTally, insert_rows, stored_tallies
+from apps.datasets.importer import BATCH_ROWS, check_lengths, discard_version, next_version_number
 from apps.datasets.models import Dataset, DatasetVersion
-from workers.ingest import ColumnMapping, IngestError, VersionHasher, canonical_row
-from workers.ingest.stats import VersionStats
+from workers.ingest import ColumnMapping, IngestError, canonical_row
 
 
 def write_version(*, dataset: Dataset, records: Iterable[dict], roles: dict[str, str], author=None,
@@ -38,21 +37,15 @@ def write_version(*, dataset: Dataset, records: Iterable[dict], roles: dict[str,
 
 
 def _write_rows(version: DatasetVersion, records: Iterable[dict], mapping: ColumnMapping, splits) -> None:
-    hasher, stats = VersionHasher(), VersionStats()
+    tally = VersionTally()
     split_of = iter(splits) if splits is not None else None
-    metadata_keys: set[str] = set()
     batch: list[tuple] = []
     position = 0
     for number, record in enumerate(records, start=1):
         row = canonical_row(record, mapping, number)
-        for field, limit in SHORT_FIELDS.items():
-            if row[field] is not None and len(row[field]) > limit:
-                raise IngestError(f"{field.replace('ext_', '')} is longer than {limit} characters", line=number)
-        if len(metadata_keys) < MAX_METADATA_KEYS:
-            metadata_keys.update(row["metadata"])
-        stats.add(row)
+        check_lengths(row, mapping, number)
         split = next(split_of, "") if split_of is not None else ""
-        batch.append(row_tuple(version.pk, position, hasher.update(row), row, split or ""))
+        batch.append(tally.row(version.pk, position, row, split or ""))
         position += 1
         if len(batch) >= BATCH_ROWS:
             insert_rows(batch)
@@ -61,9 +54,9 @@ def _write_rows(version: DatasetVersion, records: Iterable[dict], mapping: Colum
     if position == 0:
         raise IngestError("no rows to write")
     version.row_count = position
-    version.content_hash = hasher.hexdigest()
-    version.schema = {"roles": dict(mapping.roles), "metadata_keys": sorted(metadata_keys)}
-    version.stats = {**stats.as_dict(), **stored_tallies(version.pk)}
+    version.content_hash = tally.hasher.hexdigest()
+    version.schema = {"roles": dict(mapping.roles), "metadata_keys": sorted(tally.metadata_keys)}
+    version.stats = {**tally.stats.as_dict(), **stored_tallies(version.pk)}
     version.status = DatasetVersion.Status.READY
     version.save(update_fields=["row_count", "content_hash", "schema", "stats", "status"])
     search_index.after_ready(version)

@@ -6,8 +6,7 @@
   if (!box) return;
   var field = function (name) { return box.querySelector("[data-field=" + name + "]"); };
   window.liveSocket(box.dataset.socket, {
-    open: function () { field("live").hidden = false; },
-    close: function () { field("live").hidden = true; },
+    badge: field("live"),
     message: function (data) {
       var progress = data.progress;
       if (!progress) return true;

@@ -6,8 +6,7 @@
     var field = function (name) { return box.querySelector("[data-field=" + name + "]"); };
     var bar = box.querySelector("progress");
     window.liveSocket(box.dataset.socket, {
-      open: function () { field("live").hidden = false; },
-      close: function () { field("live").hidden = true; },
+      badge: field("live"),
       message: function (data) {
         var progress = data.progress;
         if (!progress) return true;

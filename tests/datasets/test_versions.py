@@ -74,7 +74,7 @@ def test_labels_and_duplicates_are_counted_where_the_rows_are_stored(dataset, ow
 
 
 def test_a_version_lists_at_most_a_thousand_metadata_fields(dataset, owner):
-    from apps.datasets.importer import MAX_METADATA_KEYS
+    from apps.datasets.bulk import MAX_METADATA_KEYS
     from apps.datasets.writer import write_version
 
     records = [{"prompt": f"q{i}", f"field_{i}": "x"} for i in range(MAX_METADATA_KEYS + 50)]
