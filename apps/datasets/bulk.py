@@ -15,8 +15,10 @@ import json
 import queue
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 
-from django.db import connection, connections
+import orjson
+from django.db import connection, connections, transaction
 
 from apps.datasets.models import DatasetRow
 from workers.ingest import VersionHasher
@@ -27,6 +29,15 @@ COLUMNS = ("version_id", "position", "row_hash", "ext_id", "prompt", "response",
            "metadata", "split")
 _COPY = f"COPY datasets_datasetrow ({', '.join(COLUMNS)}) FROM STDIN"
 _JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
+def _json_text(value) -> str:
+    # jsonb reads the text, so orjson's own number spelling is fine; an integer past 64 bits,
+    # which it cannot write, goes through json.
+    try:
+        return orjson.dumps(value).decode()
+    except orjson.JSONEncodeError:
+        return _JSON.encode(value)
 
 
 def row_tuple(version_id: int, position: int, row_hash: str, row: dict, split: str = "") -> tuple:
@@ -75,8 +86,8 @@ def insert_rows(rows: list[tuple]) -> None:
         # The raw psycopg cursor (Django has no COPY); its errors wrapped as Django's own.
         with connection.cursor() as cursor, connection.wrap_database_errors, cursor.cursor.copy(_COPY) as copy:
             for row in rows:
-                copy.write_row(row[:6] + (None if row[6] is None else _JSON.encode(row[6]),) + row[7:9]
-                               + (_JSON.encode(row[9]), row[10]))
+                copy.write_row(row[:6] + (None if row[6] is None else _json_text(row[6]),) + row[7:9]
+                               + (_json_text(row[9]), row[10]))
     else:
         DatasetRow.objects.bulk_create([DatasetRow(**dict(zip(COLUMNS, row, strict=True))) for row in rows])
 
@@ -130,12 +141,27 @@ class RowWriter:
         self.close()
 
 
-def _content_key() -> str:
-    # What makes two rows exact duplicates: their content, not their id or metadata. PostgreSQL
-    # sorts the md5 of the row value (NULL and "" differ in it) instead of the long texts.
+# What makes two rows exact duplicates: their content, not their id or metadata.
+_CONTENT = "prompt, response, messages, label, reference"
+# Memory for the hash aggregates below: at 1M rows the default 4 MB spills them to disk.
+_READ_WORK_MEM = "64MB"
+
+
+def _content_sort_key() -> str:
+    # To sort by content, PostgreSQL sorts the md5 of the row value (NULL and "" differ in it)
+    # instead of the long texts.
     if connection.vendor == "postgresql":
-        return "md5(row(prompt, response, messages, label, reference)::text)"
-    return "prompt, response, messages, label, reference"
+        return f"md5(row({_CONTENT})::text)"
+    return _CONTENT
+
+
+@contextmanager
+def _aggregating():
+    """A cursor for reads that group a whole version."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(f"SET LOCAL work_mem = '{_READ_WORK_MEM}'")
+        yield cursor
 
 
 def stored_tallies(version_id: int) -> dict:
@@ -146,28 +172,29 @@ def stored_tallies(version_id: int) -> dict:
 
 
 def _labels(version_id: int) -> dict:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT label, count(*) FROM datasets_datasetrow WHERE version_id = %s AND label IS NOT NULL "
+    with _aggregating() as cursor:
+        # count(*) OVER (): how many labels there are, counted before LIMIT keeps the top ones.
+        cursor.execute("SELECT label, count(*), count(*) OVER () FROM datasets_datasetrow "
+                       "WHERE version_id = %s AND label IS NOT NULL "
                        "GROUP BY label ORDER BY count(*) DESC, label LIMIT %s", [version_id, MAX_LABELS])
-        labels = dict(cursor.fetchall())
-        cursor.execute("SELECT count(DISTINCT label) FROM datasets_datasetrow WHERE version_id = %s", [version_id])
-        (labels_distinct,) = cursor.fetchone()
-    return {"labels": labels, "labels_distinct": labels_distinct}
+        found = cursor.fetchall()
+    return {"labels": {label: count for label, count, _ in found}, "labels_distinct": found[0][2] if found else 0}
 
 
 def _duplicates(version_id: int) -> dict:
-    with connection.cursor() as cursor:
-        # How many first (a hash aggregate); where, only when there are some (a window, sorted).
+    with _aggregating() as cursor:
+        # How many first (a hash aggregate on the columns); where, only when there are some (a
+        # window, sorted).
         cursor.execute(f"""
             SELECT coalesce(sum(copies - 1), 0) FROM (
                 SELECT count(*) AS copies FROM datasets_datasetrow WHERE version_id = %s
-                GROUP BY {_content_key()} HAVING count(*) > 1) repeated""", [version_id])
+                GROUP BY {_CONTENT} HAVING count(*) > 1) repeated""", [version_id])
         (count,) = cursor.fetchone()
         examples = []
         if count:
             cursor.execute(f"""
                 SELECT position FROM (
-                    SELECT position, row_number() OVER (PARTITION BY {_content_key()} ORDER BY position) AS nth
+                    SELECT position, row_number() OVER (PARTITION BY {_content_sort_key()} ORDER BY position) AS nth
                     FROM datasets_datasetrow WHERE version_id = %s) numbered
                 WHERE nth > 1 ORDER BY position LIMIT %s""", [version_id, MAX_EXAMPLES])
             examples = [position for (position,) in cursor.fetchall()]
@@ -176,7 +203,7 @@ def _duplicates(version_id: int) -> dict:
 
 def first_repeated_id(version_id: int) -> tuple[str, int] | None:
     """The id seen again earliest in a version's rows, and the position where it comes again."""
-    with connection.cursor() as cursor:
+    with _aggregating() as cursor:
         # Whether any id repeats first (a hash aggregate): which one comes again first is asked
         # only then, since only a failing import needs it.
         cursor.execute("SELECT 1 FROM datasets_datasetrow WHERE version_id = %s AND ext_id IS NOT NULL "

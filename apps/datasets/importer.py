@@ -292,6 +292,8 @@ def _load_part(pipe, roles: dict, version_id: int, path: Path, part: Part, count
         pipe.send(count_records(path, part))
         position = pipe.recv()
         mapping = ColumnMapping(roles=roles)
+        with connection.cursor() as cursor:
+            cursor.execute("SET synchronous_commit = off")
         tally = VersionTally(keep_digests=True)
         batch: list[tuple] = []
         with Window(path, part) as window:

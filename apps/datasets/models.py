@@ -92,7 +92,10 @@ class DatasetRow(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["version", "position"], name="unique_row_position")]
-        indexes = [models.Index(fields=["version", "label"]), models.Index(fields=["version", "split"])]
+        # Only rows that have a split are in the split index: an import (no splits yet) writes
+        # none of its rows into it, and a filter on a split never looks for "".
+        indexes = [models.Index(fields=["version", "label"]),
+                   models.Index(fields=["version", "split"], condition=~models.Q(split=""), name="datasets_row_split")]
 
 
 class ImportJob(models.Model):

@@ -336,6 +336,18 @@ def test_json_lines_that_are_not_objects_name_the_line(tmp_path):
     assert str(error) == "line 1: NaN is not valid JSON"
 
 
+def test_json_lines_values_are_those_json_reads_exactly(tmp_path):
+    # Lines are parsed by orjson where it reads exactly what json reads; integers past 64 bits
+    # (orjson makes them floats) and floats are read by json.
+    lines = ['{"n": 123456789012345678901234567890, "s": "a\\u00e9\\n"}', '{"f": 0.1, "e": 1e16, "x": [1, {"y": 2.5}]}',
+             '{"t": true, "z": null, "i": -7, "d": {"k": "v"}, "k": 1, "k": 2}', '{"big": [99999999999999999999]}',
+             '{"a": 1E400}']  # orjson refuses it; json reads infinity (the canonical row refuses that later)
+    path = write(tmp_path, "values.jsonl", "\n".join(lines) + "\n")
+    found = [record for _, record in read_records(path)]
+    assert found == [json.loads(line) for line in lines]
+    assert type(found[0]["n"]) is int and type(found[3]["big"][0]) is int
+
+
 def test_a_pretty_printed_object_is_explained(tmp_path):
     error = error_of(write(tmp_path, "pretty.jsonl", '{\n  "a": 1\n}\n'))
     assert error.line == 1

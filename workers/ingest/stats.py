@@ -5,7 +5,6 @@ lengths need a tokenizer: TokenLengths, fed by a worker job).
 """
 
 from bisect import bisect_right
-from collections import Counter
 
 # Character-length histogram bin edges; the last bin is open-ended.
 LENGTH_BINS = (0, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
@@ -22,7 +21,7 @@ class VersionStats:
 
     def __init__(self) -> None:
         self.rows = 0
-        self.missing: Counter[str] = Counter()
+        self.missing = dict.fromkeys(FIELDS, 0)
         self.lengths = {name: [0] * len(LENGTH_BINS) for name in ("prompt", "response", "total")}
 
     def add(self, row: dict) -> None:
@@ -43,14 +42,15 @@ class VersionStats:
     def merge(self, other: "VersionStats") -> None:
         """Add the counts of another part of the same version."""
         self.rows += other.rows
-        self.missing.update(other.missing)
+        for field in FIELDS:
+            self.missing[field] += other.missing[field]
         for name, counts in other.lengths.items():
             self.lengths[name] = [a + b for a, b in zip(self.lengths[name], counts, strict=True)]
 
     def as_dict(self) -> dict:
         return {
             "rows": self.rows,
-            "missing": {field: self.missing[field] for field in FIELDS},
+            "missing": dict(self.missing),
             "length_bins": list(LENGTH_BINS),
             "lengths": self.lengths,
         }

@@ -14,6 +14,8 @@ import re
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
+import orjson
+
 from .errors import IngestError, Limits, record_bad_row
 from .streams import CHUNK, LineSplitter, decode_line, human_size
 
@@ -64,6 +66,16 @@ def check_record(record: dict, line: int, limits: Limits, size_hint: int | None 
 
 
 def _parse_json_line(raw: bytes, line: int, offset: int, limits: Limits) -> dict:
+    # orjson first, a few times faster. Where it could differ from json (it reads an integer
+    # past 64 bits as a float, so any float at all) or refuses the line, json reads it: its
+    # values, and its errors naming the line, column or byte.
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        value = None
+    if type(value) is dict and not _holds_float(value):
+        check_record(value, line, limits, size_hint=len(raw))
+        return value
     text = decode_line(raw, line, offset)
     try:
         value = _DECODER.decode(text)
@@ -80,6 +92,14 @@ def _parse_json_line(raw: bytes, line: int, offset: int, limits: Limits) -> dict
         raise IngestError(f"the line holds {_json_kind(value)}, not a JSON object", line=line)
     check_record(value, line, limits, size_hint=len(raw))
     return value
+
+
+def _holds_float(container: dict | list) -> bool:
+    for value in container.values() if type(container) is dict else container:
+        kind = type(value)
+        if kind is float or ((kind is dict or kind is list) and _holds_float(value)):
+            return True
+    return False
 
 
 def read_jsonl(
