@@ -36,6 +36,8 @@ logger = logging.getLogger(__name__)
 # 2,000 rows a batch: large enough that the per-batch commit and progress write are cheap,
 # small enough that a cancel is noticed within about a second.
 BATCH_ROWS = 2000
+# A part process writes larger batches: nobody waits on it between them (the parent reports).
+PART_BATCH_ROWS = 10_000
 PROGRESS_INTERVAL_S = 0.5
 SHORT_FIELDS = {"ext_id": 200, "label": 200}  # indexed columns have a length limit
 
@@ -303,7 +305,7 @@ def _load_part(pipe, roles: dict, version_id: int, path: Path, part: Part, count
                 check_lengths(row, mapping, line)
                 batch.append(tally.row(version_id, position, row))
                 position += 1
-                if len(batch) >= BATCH_ROWS:
+                if len(batch) >= PART_BATCH_ROWS:
                     insert_rows(batch)
                     counter.value += len(batch)
                     batch = []
