@@ -16,6 +16,8 @@ import queue
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from pathlib import Path
+from typing import BinaryIO
 
 import orjson
 from django.db import connection, connections, transaction
@@ -55,8 +57,8 @@ class VersionTally:
     """What a version's writer keeps while its rows go by, in memory that does not grow with
     them: the content hash, the one-pass statistics and the metadata fields."""
 
-    def __init__(self, keep_digests: bool = False) -> None:
-        self.hasher = VersionHasher(keep_digests=keep_digests)
+    def __init__(self, digests_to: BinaryIO | None = None) -> None:
+        self.hasher = VersionHasher(digests_to=digests_to)
         self.stats = VersionStats()
         self.metadata_keys: set[str] = set()
 
@@ -68,13 +70,16 @@ class VersionTally:
         return row_tuple(version_id, position, self.hasher.update(row), row, split)
 
     def part(self) -> tuple:
-        """This tally as the next one's merge_part takes it (it crosses a process boundary)."""
-        return self.hasher.digests(), self.stats, self.metadata_keys
+        """This tally as merge_part takes it (it crosses a process boundary; its row digests
+        went to the digests_to file)."""
+        return self.stats, self.metadata_keys
 
-    def merge_part(self, part: tuple) -> None:
-        """Add the tally of the rows that come next (another's part(), made with keep_digests)."""
-        digests, stats, metadata_keys = part
-        self.hasher.update_digests(digests)
+    def merge_part(self, part: tuple, digests: Path) -> None:
+        """Add the tally of the rows that come next: another's part() and its digests file."""
+        stats, metadata_keys = part
+        with open(digests, "rb") as handle:
+            while block := handle.read(32 * 32 * 1024):
+                self.hasher.update_digests(block)
         self.stats.merge(stats)
         self.metadata_keys |= metadata_keys
 

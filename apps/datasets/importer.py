@@ -13,6 +13,7 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import signal
+import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -200,14 +201,20 @@ def _load_parts(job: ImportJob, version: DatasetVersion, path: Path, parts: list
     """Each part read, checked, hashed and written by a process of its own, in parallel: per-row
     Python work is most of an import, and one process uses one core. Positions and the version
     hash are those reading the file in order gives; the first bad line in file order fails it."""
+    with tempfile.TemporaryDirectory(prefix="import-parts-") as scratch:
+        digests = [Path(scratch) / f"{index}.digests" for index in range(len(parts))]
+        return _run_parts(job, version, path, parts, digests)
+
+
+def _run_parts(job: ImportJob, version: DatasetVersion, path: Path, parts: list[Part], digests: list[Path]):
     context = multiprocessing.get_context("fork")
     connections.close_all()  # each process opens its own
     stop = context.Event()
     counters = [context.Value("q", 0, lock=False) for _ in parts]
     pipes, processes = [], []
-    for part, counter in zip(parts, counters, strict=True):
+    for part, counter, digests_path in zip(parts, counters, digests, strict=True):
         ours, theirs = context.Pipe()
-        processes.append(_fork(_load_part, theirs, job.mapping, version.pk, path, part, counter, stop))
+        processes.append(_fork(_load_part, theirs, job.mapping, version.pk, path, part, digests_path, counter, stop))
         theirs.close()
         pipes.append(ours)
     try:
@@ -243,8 +250,8 @@ def _load_parts(job: ImportJob, version: DatasetVersion, path: Path, parts: list
         if kind == "crash":
             raise RuntimeError(f"a part of the import failed:\n{detail}")
     tally = VersionTally()
-    for _, part_tally in answers:
-        tally.merge_part(part_tally)
+    for (_, part_tally), digests_path in zip(answers, digests, strict=True):
+        tally.merge_part(part_tally, digests_path)
     return first, tally
 
 
@@ -281,9 +288,10 @@ def _receive(pipe):
         raise RuntimeError("a process reading part of the import ended without a word") from None
 
 
-def _load_part(pipe, roles: dict, version_id: int, path: Path, part: Part, counter, stop) -> None:
+def _load_part(pipe, roles: dict, version_id: int, path: Path, part: Part, digests: Path, counter, stop) -> None:
     """In a process of its own: count the part's records, learn the position of its first row,
-    then read, check, hash and write its rows; send back what the whole needs."""
+    then read, check, hash and write its rows; send back what the whole needs (the rows'
+    digests go to the file `digests`)."""
     # Plain connections here: the parent's pool came along without the threads that serve it.
     options = connection.settings_dict["OPTIONS"]
     connection.settings_dict["OPTIONS"] = {key: value for key, value in options.items() if key != "pool"}
@@ -296,9 +304,9 @@ def _load_part(pipe, roles: dict, version_id: int, path: Path, part: Part, count
         mapping = ColumnMapping(roles=roles)
         with connection.cursor() as cursor:
             cursor.execute("SET synchronous_commit = off")
-        tally = VersionTally(keep_digests=True)
         batch: list[tuple] = []
-        with Window(path, part) as window:
+        with Window(path, part) as window, open(digests, "wb") as digests_out:
+            tally = VersionTally(digests_to=digests_out)
             records = read_jsonl(window, DEFAULT_LIMITS, lines_before=part.lines_before, offset=part.start)
             for line, record in records if part.end > part.start else ():
                 row = canonical_row(record, mapping, line)

@@ -31,7 +31,7 @@ import math
 import re
 import unicodedata
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, BinaryIO
 
 import orjson
 
@@ -298,11 +298,12 @@ class VersionHasher:
     be recomputed from stored row hashes with update_row_hash(). No rows: sha256 of nothing.
     """
 
-    def __init__(self, keep_digests: bool = False) -> None:
+    def __init__(self, digests_to: BinaryIO | None = None) -> None:
         self._hash = hashlib.sha256()
         self.count = 0
-        # A part of a version read elsewhere keeps its row digests for the whole's hasher.
-        self._digests = bytearray() if keep_digests else None
+        # A part of a version read elsewhere writes its row digests out, in order, for the
+        # whole's hasher (update_digests): on disk, so that memory does not grow with the rows.
+        self._digests_to = digests_to
 
     def update(self, row: dict[str, Any]) -> str:
         """Add the next row; return its row hash (to store beside it)."""
@@ -315,22 +316,15 @@ class VersionHasher:
         self._add(bytes.fromhex(digest))
 
     def update_digests(self, digests: bytes) -> None:
-        """Add rows by their raw 32-byte digests, in order (another hasher's digests())."""
+        """Add rows by their raw 32-byte digests, in order (what another wrote to digests_to)."""
         self._hash.update(digests)
         self.count += len(digests) // 32
-        if self._digests is not None:
-            self._digests += digests
 
     def _add(self, digest: bytes) -> None:
         self._hash.update(digest)
         self.count += 1
-        if self._digests is not None:
-            self._digests += digest
-
-    def digests(self) -> bytes:
-        """The raw digests of the rows added so far (keep_digests=True)."""
-        assert self._digests is not None, "made without keep_digests"
-        return bytes(self._digests)
+        if self._digests_to is not None:
+            self._digests_to.write(digest)
 
     def hexdigest(self) -> str:
         return self._hash.hexdigest()
