@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from apps.annotation.models import Annotation, Campaign, Draft, Item, Lease
+from apps.annotation import queue
+from apps.annotation.models import Annotation, Campaign, Item, Lease
 from apps.annotation.schema import candidate_keys, row_value
 from apps.annotation.services import annotation_payload, row_dict
 from apps.core.rendering import render_markdown
@@ -33,7 +34,7 @@ def item_payload(item: Item, user, *, fresh: bool = False) -> dict:
     """An item for its annotator, with their draft and, unless `fresh` (just handed out by the
     queue: never answered by them, leased until `item.lease_expires_at`), their answer and lease."""
     campaign = item.campaign
-    draft = Draft.objects.filter(item=item, annotator=user).first()
+    draft = queue.draft(item.pk, user.pk)
     if fresh:
         mine, expires = None, item.lease_expires_at
     else:

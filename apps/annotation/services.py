@@ -12,13 +12,12 @@ import uuid
 from datetime import timedelta
 
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Count, F, OuterRef, Q, Subquery, Value
-from django.db.models.functions import Coalesce
+from django.db.models import Count, F, Q
 from django.utils import timezone
 
-from apps.annotation import events
+from apps.annotation import events, queue
 from apps.annotation import schema as schema_rules
-from apps.annotation.models import Annotation, AnnotationExport, Campaign, Draft, Item, LabelSchema, Lease
+from apps.annotation.models import Annotation, AnnotationExport, Campaign, Draft, Item, LabelSchema
 from apps.core.errors import Conflict, Invalid, NotFound
 from apps.datasets.models import DatasetRow
 from apps.datasets.selectors import readable_version, with_metadata
@@ -275,35 +274,22 @@ def next_item(*, user, campaign: Campaign) -> Item | None:
     now = timezone.now()
     expires = now + _lease(campaign)
     with transaction.atomic():
-        held = (Item.objects.filter(campaign=campaign, leases__annotator=user, leases__expires_at__gt=now)
-                .exclude(annotations__annotator=user).select_related("row").order_by("position").first())
+        held = queue.held_item(campaign.pk, user.pk, now)
         if held is not None:
-            Lease.objects.filter(item=held, annotator=user).update(expires_at=expires)
+            queue.lease(held.pk, user.pk, expires)
             held.lease_expires_at = expires
             return held
-        leased_by_others = (Lease.objects.filter(item=OuterRef("pk"), expires_at__gt=now).exclude(annotator=user)
-                            .order_by().values("item").annotate(n=Count("id")).values("n"))
-        candidates = (Item.objects.filter(campaign=campaign, completed__lt=campaign.overlap)
-                      .exclude(annotations__annotator=user)
-                      .alias(leased=Coalesce(Subquery(leased_by_others), Value(0)))
-                      .filter(completed__lt=campaign.overlap - F("leased"))
-                      .select_related("row").order_by("completed", "position"))
-        if connection.features.has_select_for_update_skip_locked:
-            candidates = candidates.select_for_update(skip_locked=True, of=("self",))
         passed: list[int] = []
         for _ in range(LEASE_TRIES):
-            item = candidates.exclude(pk__in=passed).first()
+            item = queue.candidate(campaign.pk, campaign.overlap, user.pk, now, passed)
             if item is None:
                 return None
             # The candidate query saw leases as of its statement's start: one that another annotator
             # committed after that, before this row was locked, is invisible to it (SKIP LOCKED skips
             # only rows locked now, and the row itself did not change). A new statement sees every
             # committed lease; the row lock keeps new ones away until this transaction ends.
-            others = Lease.objects.filter(item=item, expires_at__gt=now).exclude(annotator=user).count()
-            if item.completed + others < campaign.overlap:
-                Lease.objects.bulk_create([Lease(item=item, annotator=user, expires_at=expires)],
-                                          update_conflicts=True, unique_fields=["item", "annotator"],
-                                          update_fields=["expires_at"])
+            if item.completed + queue.leased_to_others(item.pk, user.pk, now) < campaign.overlap:
+                queue.lease(item.pk, user.pk, expires)
                 item.lease_expires_at = expires
                 return item
             passed.append(item.pk)
@@ -319,9 +305,13 @@ def _lease(campaign: Campaign) -> timedelta:
 
 def get_item(campaign: Campaign, item_id) -> Item:
     try:
-        return Item.objects.select_related("row").get(campaign=campaign, pk=int(item_id))
-    except (Item.DoesNotExist, TypeError, ValueError, OverflowError):
+        item_id = int(item_id)
+    except (TypeError, ValueError, OverflowError):
         raise NotFound() from None
+    item = queue.item(campaign.pk, item_id) if -2**63 <= item_id < 2**63 else None
+    if item is None:
+        raise NotFound()
+    return item
 
 
 def row_dict(row: DatasetRow) -> dict:
@@ -352,11 +342,11 @@ def submit(*, user, campaign: Campaign, item: Item, client_id, values=None, comm
     client_id returns the first answer. A submission after the lease expired is accepted while
     the item still needs annotations; otherwise LeaseLost, with the answer saved as a draft."""
     client_id = _client_id(client_id)
-    existing = Annotation.objects.filter(annotator=user, client_id=client_id).select_related("item").first()
-    if existing is not None:
-        if existing.item_id != item.pk:
+    answered = queue.answered_with(user.pk, client_id)
+    if answered is not None:
+        if answered != item.pk:
             raise Invalid("this client_id was already used for another item", field="client_id")
-        return existing, False
+        return Annotation.objects.get(annotator=user, client_id=client_id), False
     if campaign.state != Campaign.State.ACTIVE:
         raise Conflict("This campaign is closed.")
     comment = _comment(comment)
@@ -367,21 +357,20 @@ def submit(*, user, campaign: Campaign, item: Item, client_id, values=None, comm
     clean = {} if skipped else schema_rules.validate_answer(schema.fields, values, row_dict(item.row))
     try:
         with transaction.atomic():
-            item = Item.objects.select_for_update().get(pk=item.pk)
-            previous = Annotation.objects.filter(item=item, annotator=user).first()
-            if previous is not None and not previous.skipped:
+            completed = queue.lock_item(item.pk)
+            previous = queue.previous_answer(item.pk, user.pk)
+            if previous is not None and not previous[1]:
                 raise Conflict("You already annotated this item; edit your annotation instead.")
-            if not skipped and item.completed >= campaign.overlap:
+            if not skipped and completed >= campaign.overlap:
                 raise LeaseLost()  # done by others meanwhile (a lease that expired and went to someone else)
             if previous is not None:  # a skipped item, now answered
-                previous.delete()
+                Annotation.objects.filter(pk=previous[0]).delete()
             annotation = Annotation.objects.create(
                 item=item, annotator=user, schema=schema, client_id=client_id, skipped=skipped, values=clean,
                 comment=comment, suggestion=item.suggestion, time_spent_ms=time_spent_ms)
             if not skipped:
-                Item.objects.filter(pk=item.pk).update(completed=F("completed") + 1)
-            Lease.objects.filter(item=item, annotator=user).delete()
-            Draft.objects.filter(item=item, annotator=user).delete()
+                queue.count_answer(item.pk)
+            queue.release(item.pk, user.pk)
     except LeaseLost:
         draft_save(user=user, campaign=campaign, item=item, values=values or {}, comment=comment, check=False)
         raise
@@ -446,9 +435,7 @@ def progress(campaign: Campaign, user=None) -> dict:
 
 def my_progress(campaign: Campaign, user) -> dict:
     """What an annotator has done here: cheap enough to send with every item."""
-    mine = Annotation.objects.filter(item__campaign=campaign, annotator=user).aggregate(
-        mine=Count("id", filter=Q(skipped=False)), my_skipped=Count("id", filter=Q(skipped=True)))
-    return mine
+    return queue.my_counts(campaign.pk, user.pk)
 
 
 # --- review -----------------------------------------------------------------------------------
