@@ -20,6 +20,8 @@ api_patterns = [
 urlpatterns = [
     path("healthz", core_views.healthz, name="healthz"),
     path("readyz", core_views.readyz, name="readyz"),
+    # First: the API is most of the requests, and each pattern tried before it costs a little.
+    path("api/", include(api_patterns)),
     path("", core_views.home, name="home"),
     path("accounts/", include("apps.accounts.urls")),
     path("projects/", include("apps.projects.urls")),
@@ -30,7 +32,6 @@ urlpatterns = [
     path("", include("apps.annotation.urls")),
     path("", include("apps.comparison.urls")),
     path("", include("apps.monitoring.urls")),
-    path("api/", include(api_patterns)),
     # OpenAI-compatible: the paths its clients expect (base_url = <server>/v1).
     path("v1/", include("apps.serving.urls_openai")),
     path("admin/", admin.site.urls),

@@ -5,8 +5,8 @@ statement cost more CPU in the web process (query compilation: about 9 ms of Pyt
 than PostgreSQL spent running it, and the web processes were what saturated the machine
 (bench/README.md, annotate_concurrent). The SQL here is what the ORM generated, written once: the
 same joins and index plans (EXPLAIN in the bench's JSON), the same rows. It runs on PostgreSQL and
-SQLite alike, with row locks (FOR UPDATE ... SKIP LOCKED) where the database has them. Values
-read back go through the fields' own converters, so JSON and dates come back as the ORM gives them.
+SQLite alike, with row locks (FOR UPDATE ... SKIP LOCKED) where the database has them; rows come
+back as model instances through apps.core.sql, converted as the ORM converts them.
 """
 
 from __future__ import annotations
@@ -15,30 +15,13 @@ import uuid
 from datetime import datetime
 
 from django.db import connection
-from django.db.models import Model
 
 from apps.annotation.models import Annotation, Draft, Item, Lease
+from apps.core.sql import columns, execute, instance
 from apps.datasets.models import DatasetRow
 
 ITEM, ROW, LEASE = Item._meta.db_table, DatasetRow._meta.db_table, Lease._meta.db_table
 ANNOTATION, DRAFT = Annotation._meta.db_table, Draft._meta.db_table
-
-
-def _columns(model: type[Model], alias: str) -> str:
-    return ", ".join(f"{alias}.{connection.ops.quote_name(field.column)}" for field in model._meta.concrete_fields)
-
-
-def _instance(model: type[Model], values) -> Model:
-    """A model instance from its concrete columns in `_meta` order, converted as the ORM does."""
-    fields = model._meta.concrete_fields
-    converted = []
-    for field, value in zip(fields, values, strict=True):
-        if value is not None:
-            column = field.get_col(model._meta.db_table)
-            for converter in connection.ops.get_db_converters(column) + field.get_db_converters(connection):
-                value = converter(value, column, connection)
-        converted.append(value)
-    return model.from_db(connection.alias, [field.attname for field in fields], converted)
 
 
 def _when(value: datetime):
@@ -49,27 +32,21 @@ def _locking(clause: str) -> str:
     return f" {clause}" if connection.features.has_select_for_update_skip_locked else ""
 
 
-def _execute(sql: str, params: list):
-    cursor = connection.cursor()
-    cursor.execute(sql, params)
-    return cursor
-
-
 # Items the annotator has not answered (a = their annotation, i = the item).
 NOT_DONE_BY = f"NOT EXISTS (SELECT 1 FROM {ANNOTATION} a WHERE a.annotator_id = %s AND a.item_id = i.id)"
 
 
 def _items(joins: str, where: str, params: list, tail: str = "") -> list[Item]:
     """Items `i`, each with its row `r` loaded."""
-    sql = (f"SELECT {_columns(Item, 'i')}, {_columns(DatasetRow, 'r')} FROM {ITEM} i {joins}"
+    sql = (f"SELECT {columns(Item, 'i')}, {columns(DatasetRow, 'r')} FROM {ITEM} i {joins}"
            f" INNER JOIN {ROW} r ON r.id = i.row_id WHERE {where} {tail}")
-    with _execute(sql, params) as cursor:
+    with execute(sql, params) as cursor:
         found = cursor.fetchall()
     width = len(Item._meta.concrete_fields)
     items = []
     for values in found:
-        item = _instance(Item, values[:width])
-        item.row = _instance(DatasetRow, values[width:])
+        item = instance(Item, values[:width])
+        item.row = instance(DatasetRow, values[width:])
         items.append(item)
     return items
 
@@ -103,14 +80,14 @@ def candidate(campaign_id: int, overlap: int, user_id: int, now: datetime, passe
 
 
 def leased_to_others(item_id: int, user_id: int, now: datetime) -> int:
-    with _execute(f"SELECT COUNT(*) FROM {LEASE} WHERE item_id = %s AND expires_at > %s AND annotator_id <> %s",
+    with execute(f"SELECT COUNT(*) FROM {LEASE} WHERE item_id = %s AND expires_at > %s AND annotator_id <> %s",
                   [item_id, _when(now), user_id]) as cursor:
         return cursor.fetchone()[0]
 
 
 def lease(item_id: int, user_id: int, expires: datetime) -> None:
     """Lease (or lease again) the item to the annotator until `expires`."""
-    _execute(f"INSERT INTO {LEASE} (item_id, annotator_id, expires_at) VALUES (%s, %s, %s)"
+    execute(f"INSERT INTO {LEASE} (item_id, annotator_id, expires_at) VALUES (%s, %s, %s)"
              " ON CONFLICT (item_id, annotator_id) DO UPDATE SET expires_at = EXCLUDED.expires_at",
              [item_id, user_id, _when(expires)]).close()
 
@@ -118,7 +95,7 @@ def lease(item_id: int, user_id: int, expires: datetime) -> None:
 def answered_with(user_id: int, client_id: uuid.UUID) -> int | None:
     """The item that this annotator's submission `client_id` answered, if it was recorded."""
     prepared = Annotation._meta.get_field("client_id").get_db_prep_value(client_id, connection)
-    with _execute(f"SELECT item_id FROM {ANNOTATION} WHERE annotator_id = %s AND client_id = %s",
+    with execute(f"SELECT item_id FROM {ANNOTATION} WHERE annotator_id = %s AND client_id = %s",
                   [user_id, prepared]) as cursor:
         found = cursor.fetchone()
     return found[0] if found else None
@@ -126,38 +103,38 @@ def answered_with(user_id: int, client_id: uuid.UUID) -> int | None:
 
 def lock_item(item_id: int) -> int:
     """Lock the item's row until the transaction ends; returns its completed count."""
-    with _execute(f"SELECT completed FROM {ITEM} WHERE id = %s" + _locking("FOR UPDATE"), [item_id]) as cursor:
+    with execute(f"SELECT completed FROM {ITEM} WHERE id = %s" + _locking("FOR UPDATE"), [item_id]) as cursor:
         return cursor.fetchone()[0]
 
 
 def previous_answer(item_id: int, user_id: int) -> tuple[int, bool] | None:
     """(id, skipped) of this annotator's answer to the item, if there is one."""
-    with _execute(f"SELECT id, skipped FROM {ANNOTATION} WHERE item_id = %s AND annotator_id = %s",
+    with execute(f"SELECT id, skipped FROM {ANNOTATION} WHERE item_id = %s AND annotator_id = %s",
                   [item_id, user_id]) as cursor:
         found = cursor.fetchone()
     return (found[0], bool(found[1])) if found else None
 
 
 def count_answer(item_id: int) -> None:
-    _execute(f"UPDATE {ITEM} SET completed = completed + 1 WHERE id = %s", [item_id]).close()
+    execute(f"UPDATE {ITEM} SET completed = completed + 1 WHERE id = %s", [item_id]).close()
 
 
 def release(item_id: int, user_id: int) -> None:
     """The annotator is done with the item: their lease and draft go."""
     for table in (LEASE, DRAFT):
-        _execute(f"DELETE FROM {table} WHERE item_id = %s AND annotator_id = %s", [item_id, user_id]).close()
+        execute(f"DELETE FROM {table} WHERE item_id = %s AND annotator_id = %s", [item_id, user_id]).close()
 
 
 def draft(item_id: int, user_id: int) -> Draft | None:
-    with _execute(f"SELECT {_columns(Draft, 'd')} FROM {DRAFT} d WHERE d.item_id = %s AND d.annotator_id = %s",
+    with execute(f"SELECT {columns(Draft, 'd')} FROM {DRAFT} d WHERE d.item_id = %s AND d.annotator_id = %s",
                   [item_id, user_id]) as cursor:
         found = cursor.fetchone()
-    return _instance(Draft, found) if found else None
+    return instance(Draft, found) if found else None
 
 
 def my_counts(campaign_id: int, user_id: int) -> dict:
     """This annotator's submitted and skipped answers in the campaign."""
-    with _execute(f"SELECT COUNT(*) FILTER (WHERE NOT a.skipped), COUNT(*) FILTER (WHERE a.skipped)"
+    with execute(f"SELECT COUNT(*) FILTER (WHERE NOT a.skipped), COUNT(*) FILTER (WHERE a.skipped)"
                   f" FROM {ANNOTATION} a INNER JOIN {ITEM} i ON i.id = a.item_id"
                   " WHERE a.annotator_id = %s AND i.campaign_id = %s", [user_id, campaign_id]) as cursor:
         mine, skipped = cursor.fetchone()

@@ -1,0 +1,36 @@
+"""Model instances from hand-written SQL, converted as the ORM converts them.
+
+For the few statements on a hot path where compiling a queryset costs more CPU than the
+database spends running it (the annotation queue, API token and membership look-ups).
+"""
+
+from __future__ import annotations
+
+from django.db import connection
+from django.db.models import Model
+
+
+def columns(model: type[Model], alias: str) -> str:
+    """The model's concrete columns as `alias.column, ...`, in `_meta` order (what `instance` reads)."""
+    return ", ".join(f"{alias}.{connection.ops.quote_name(field.column)}" for field in model._meta.concrete_fields)
+
+
+def instance(model: type[Model], values) -> Model:
+    """A model instance from its concrete columns in `_meta` order: each value through the
+    database's and the field's converters (JSON text parsed, SQLite dates read), as the ORM does."""
+    fields = model._meta.concrete_fields
+    converted = []
+    for field, value in zip(fields, values, strict=True):
+        if value is not None:
+            column = field.get_col(model._meta.db_table)
+            for converter in connection.ops.get_db_converters(column) + field.get_db_converters(connection):
+                value = converter(value, column, connection)
+        converted.append(value)
+    return model.from_db(connection.alias, [field.attname for field in fields], converted)
+
+
+def execute(sql: str, params: list):
+    """A cursor that has run `sql`; close it (or use it in a `with`)."""
+    cursor = connection.cursor()
+    cursor.execute(sql, params)
+    return cursor
