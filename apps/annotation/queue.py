@@ -16,9 +16,10 @@ from datetime import datetime
 
 from django.db import connection
 
-from apps.annotation.models import Annotation, Draft, Item, Lease
+from apps.annotation.models import Annotation, Campaign, Draft, Item, LabelSchema, Lease
 from apps.core.sql import columns, execute, instance
 from apps.datasets.models import DatasetRow
+from apps.projects.models import Project
 
 ITEM, ROW, LEASE = Item._meta.db_table, DatasetRow._meta.db_table, Lease._meta.db_table
 ANNOTATION, DRAFT = Annotation._meta.db_table, Draft._meta.db_table
@@ -51,7 +52,37 @@ def _items(joins: str, where: str, params: list, tail: str = "") -> list[Item]:
     return items
 
 
-def item(campaign_id: int, item_id: int) -> Item | None:
+def _id(value) -> int | None:
+    """An id given by a client, or None when it names no row (not a whole number, or past 64 bits)."""
+    try:
+        value = int(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return value if 0 < value < 2**63 else None
+
+
+def campaign(campaign_id) -> Campaign | None:
+    """The campaign with its project and label schema (what every annotating request checks and uses)."""
+    if (campaign_id := _id(campaign_id)) is None:
+        return None
+    sql = (f"SELECT {columns(Campaign, 'c')}, {columns(Project, 'p')}, {columns(LabelSchema, 's')}"
+           f" FROM {Campaign._meta.db_table} c INNER JOIN {Project._meta.db_table} p ON p.id = c.project_id"
+           f" INNER JOIN {LabelSchema._meta.db_table} s ON s.id = c.schema_id WHERE c.id = %s")
+    with execute(sql, [campaign_id]) as cursor:
+        found = cursor.fetchone()
+    if found is None:
+        return None
+    project_at = len(Campaign._meta.concrete_fields)
+    schema_at = project_at + len(Project._meta.concrete_fields)
+    loaded = instance(Campaign, found[:project_at])
+    loaded.project = instance(Project, found[project_at:schema_at])
+    loaded.schema = instance(LabelSchema, found[schema_at:])
+    return loaded
+
+
+def item(campaign_id: int, item_id) -> Item | None:
+    if (item_id := _id(item_id)) is None:
+        return None
     found = _items("", "i.campaign_id = %s AND i.id = %s", [campaign_id, item_id])
     return found[0] if found else None
 

@@ -6,31 +6,36 @@ database spends running it (the annotation queue, API token and membership look-
 
 from __future__ import annotations
 
-from django.db import connection
+from functools import cache
+
+from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.models import Model
 
 
+@cache
 def columns(model: type[Model], alias: str) -> str:
     """The model's concrete columns as `alias.column, ...`, in `_meta` order (what `instance` reads)."""
-    return ", ".join(f"{alias}.{connection.ops.quote_name(field.column)}" for field in model._meta.concrete_fields)
+    quote = connections[DEFAULT_DB_ALIAS].ops.quote_name
+    return ", ".join(f"{alias}.{quote(field.column)}" for field in model._meta.concrete_fields)
 
 
 def instance(model: type[Model], values) -> Model:
     """A model instance from its concrete columns in `_meta` order: each value through the
     database's and the field's converters (JSON text parsed, SQLite dates read), as the ORM does."""
+    db = connections[DEFAULT_DB_ALIAS]  # once: each use of the `connection` proxy is a context-local look-up
     fields = model._meta.concrete_fields
     converted = []
     for field, value in zip(fields, values, strict=True):
         if value is not None:
             column = field.get_col(model._meta.db_table)
-            for converter in connection.ops.get_db_converters(column) + field.get_db_converters(connection):
-                value = converter(value, column, connection)
+            for converter in db.ops.get_db_converters(column) + field.get_db_converters(db):
+                value = converter(value, column, db)
         converted.append(value)
-    return model.from_db(connection.alias, [field.attname for field in fields], converted)
+    return model.from_db(DEFAULT_DB_ALIAS, [field.attname for field in fields], converted)
 
 
 def execute(sql: str, params: list):
     """A cursor that has run `sql`; close it (or use it in a `with`)."""
-    cursor = connection.cursor()
+    cursor = connections[DEFAULT_DB_ALIAS].cursor()
     cursor.execute(sql, params)
     return cursor

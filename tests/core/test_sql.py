@@ -41,6 +41,17 @@ def test_the_queue_reads_items_drafts_and_answers_as_the_orm_does(client, scient
     assert client.put(f"/api/campaigns/{campaign['id']}/items/{first['id']}/draft/", {"values": draft_values},
                       content_type="application/json").status_code == 200
 
+    loaded = queue.campaign(campaign["id"])
+    orm_campaign = type(loaded).objects.select_related("project", "schema").get(pk=campaign["id"])
+    assert _fields(loaded) == _fields(orm_campaign)
+    assert _fields(loaded.project) == _fields(orm_campaign.project)
+    assert _fields(loaded.schema) == _fields(orm_campaign.schema)
+    for not_an_id in ("7x", None, 0, -1, 2**63, 10**30):
+        assert queue.campaign(not_an_id) is None and queue.item(campaign["id"], not_an_id) is None
+    huge = 10**30  # past 64 bits: 404, not a database error
+    assert client.post(f"/api/campaigns/{huge}/next/", content_type="application/json").status_code == 404
+    assert client.get(f"/api/campaigns/{campaign['id']}/items/{huge}/").status_code == 404
+
     item = queue.item(campaign["id"], first["id"])
     orm_item = type(item).objects.select_related("row").get(pk=first["id"])
     assert _fields(item) == _fields(orm_item)
