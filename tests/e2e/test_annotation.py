@@ -1,11 +1,14 @@
 """Annotation in the browser: a scientist creates a campaign, an annotator works ten items with
-the keyboard only and finds her progress after a reload, a reviewer settles a disagreement,
-and the admin sees the agreement chart."""
+the keyboard only and finds her progress after a reload, another highlights spans, rewrites a
+response against its diff and rates it, a reviewer settles a disagreement, and the admin sees
+the agreement chart."""
 
 import pytest
 from playwright.sync_api import expect
 
 from apps.annotation.models import Annotation, Campaign, Item
+from apps.datasets.models import Dataset
+from apps.datasets.writer import write_version
 from tests.annotation.fixtures import answer, make_campaign, make_schema, next_item, submit
 from tests.conftest import browser_login
 
@@ -175,3 +178,66 @@ def test_a_manager_watches_the_campaign_progress_move_as_annotators_answer(page,
         assert submit(client, campaign, item["id"], answer()).status_code == 201
     expect(progress).to_contain_text("2 / 20 annotations")  # no reload
     expect(progress.get_by_role("progressbar")).to_have_attribute("value", "2")
+
+
+SELECT_IN_SOURCE = """([testid, wanted]) => {
+  // What a mouse drag over `wanted` in the span source leaves: a selection of those characters,
+  // across whatever highlights they cross.
+  const source = document.querySelector(`[data-testid="${testid}"]`);
+  const at = source.textContent.indexOf(wanted);
+  if (at < 0) return false;
+  const range = document.createRange();
+  let seen = 0;
+  const walker = document.createTreeWalker(source, NodeFilter.SHOW_TEXT);
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    const length = node.data.length;
+    if (seen <= at && at <= seen + length) range.setStart(node, at - seen);
+    if (seen <= at + wanted.length && at + wanted.length <= seen + length) { range.setEnd(node, at + wanted.length - seen); break; }
+    seen += length;
+  }
+  getSelection().removeAllRanges();
+  getSelection().addRange(range);
+  return true;
+}"""
+
+
+def test_an_annotator_highlights_spans_rewrites_the_response_against_its_diff_and_rates_it(
+        page, client, scientist, annotator, project, owner):
+    prompt = "\U0001F4E6 Review: the parcel from Jo arrived <b>late</b>"
+    records = [{"id": f"p{i}", "prompt": prompt, "response": "Thanks, Jo!", "response_b": "Noted."} for i in range(2)]
+    version = write_version(dataset=Dataset.objects.create(project=project, name="Parcels", created_by=owner),
+                            records=records, roles={"id": "id", "prompt": "prompt", "response": "response"})
+    client.force_login(scientist)
+    campaign = make_campaign(client, project, version)  # every kind of field: SCHEMA_FIELDS
+    browser_login(page, "anna")
+    page.goto(f"/projects/{project.pk}/campaigns/{campaign['id']}/annotate/")
+    expect(page.get_by_test_id("item-title")).to_have_text("Example 1")
+    source = page.get_by_test_id("span-source-pii")
+    expect(source).to_contain_text("arrived <b>late</b>")  # the markup is text, not bold
+    expect(source.locator("b")).to_have_count(0)
+
+    page.keyboard.press("1")  # sentiment: positive
+    page.keyboard.press("k")  # topics: billing
+    page.keyboard.press("a")  # better: A
+    assert page.evaluate(SELECT_IN_SOURCE, ["span-source-pii", "Jo"])
+    page.get_by_role("button", name="Mark selection as name").click()
+    assert page.evaluate(SELECT_IN_SOURCE, ["span-source-pii", "<b>late</b>"])  # after the emoji and the mark
+    page.get_by_role("button", name="Mark selection as email").click()
+    expect(source.get_by_test_id("span-mark")).to_have_text(["Jo", "<b>late</b>"])
+    page.get_by_label("4", exact=True).check()
+
+    ideal = page.get_by_label("ideal")
+    expect(ideal).to_have_value("Thanks, Jo!")  # pre-filled from the response
+    ideal.fill("Thanks a lot, Jo!")
+    diff = page.get_by_test_id("diff")
+    expect(diff.locator("del")).to_have_text(["Thanks,"])
+    expect(diff.locator("ins", has_text="lot,")).to_have_count(1)
+    page.keyboard.press("Control+Enter")
+    expect(page.get_by_test_id("item-title")).to_have_text("Example 2")
+
+    values = Annotation.objects.get(annotator=annotator).values
+    # Offsets count characters as Python does (the emoji is one), whatever the browser counts.
+    assert [(prompt[s["start"]:s["end"]], s["label"]) for s in values["pii"]] == [("Jo", "name"),
+                                                                                  ("<b>late</b>", "email")]
+    assert {key: values[key] for key in ("sentiment", "topics", "better", "helpfulness", "ideal")} == {
+        "sentiment": "positive", "topics": ["billing"], "better": "A", "helpfulness": 4, "ideal": "Thanks a lot, Jo!"}
