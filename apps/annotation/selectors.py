@@ -51,15 +51,41 @@ def item_payload(item: Item, user, *, fresh: bool = False) -> dict:
     }
 
 
+PREFERENCE_WORDS = {"tie": "tie", "both_bad": "both bad"}
+
+
+def answer_in_words(fields: list[dict], values: dict, example: dict) -> dict[str, str]:
+    """An answer as a reviewer reads it, field by field: lists joined, a ranking best first, a
+    preference in words, each span with the text it marks (offsets in code points, as stored)."""
+    by_name = {field["name"]: field for field in fields}
+    shown = {}
+    for name, value in values.items():
+        kind = by_name.get(name, {}).get("type")
+        if kind == "spans":
+            text = row_value(example, by_name[name]["source"])
+            text = text if isinstance(text, str) else ""
+            value = "; ".join(f"{span['label']}: “{text[span['start']:span['end']]}”" for span in value)
+        elif kind == "ranking":
+            value = " > ".join(value)
+        elif kind == "preference":
+            value = PREFERENCE_WORDS.get(value, f"{value} is better")
+        elif isinstance(value, list):
+            value = ", ".join(str(entry) for entry in value)
+        shown[name] = str(value)
+    return shown
+
+
 def review_payload(item: Item) -> dict:
     annotations = (Annotation.objects.filter(item=item, skipped=False).select_related("annotator", "schema")
                    .order_by("created_at"))
+    example = example_payload(item, item.campaign.schema.fields)
     return {
-        "id": item.pk, "position": item.position, "example": example_payload(item, item.campaign.schema.fields),
+        "id": item.pk, "position": item.position, "example": example,
         "is_gold": item.is_gold, "gold_values": item.gold_values, "suggestion": item.suggestion,
         "adjudicated_values": item.adjudicated_values,
         "adjudicated_by": item.adjudicated_by.username if item.adjudicated_by else None,
-        "annotations": [annotation_payload(a) for a in annotations],
+        "annotations": [{**annotation_payload(a), "in_words": answer_in_words(a.schema.fields, a.values, example)}
+                        for a in annotations],
     }
 
 

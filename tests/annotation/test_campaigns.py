@@ -422,3 +422,21 @@ def test_an_annotators_pace_comes_from_time_per_item_else_from_a_long_enough_spa
     assert _per_hour(3, start, start + timedelta(milliseconds=60), None) is None  # a burst is not a pace
     assert _per_hour(7, start, start + timedelta(minutes=3), None) == 120  # 6 gaps in 3 minutes
     assert _per_hour(1, start, start, None) is None
+
+
+def test_a_reviewer_reads_each_kind_of_answer_in_words():
+    from apps.annotation.selectors import answer_in_words
+
+    fields = [{"name": "order", "type": "ranking", "candidates": ["response", "metadata.b"]},
+              {"name": "better", "type": "preference", "candidates": ["response", "metadata.b"]},
+              {"name": "topics", "type": "multi_label", "labels": []},
+              {"name": "pii", "type": "spans", "source": "prompt", "labels": []},
+              {"name": "missing_source", "type": "spans", "source": "response", "labels": []}]
+    example = {"prompt": "\U0001F4E6 from Jo", "response": None}
+    values = {"order": ["B", "A"], "better": "both_bad", "topics": ["billing", "shipping"], "helpfulness": 4,
+              "pii": [{"start": 7, "end": 9, "label": "name"}], "missing_source": [{"start": 0, "end": 2, "label": "x"}]}
+    assert answer_in_words(fields, values, example) == {
+        "order": "B > A", "better": "both bad", "topics": "billing, shipping", "helpfulness": "4",
+        "pii": "name: “Jo”", "missing_source": "x: “”"}
+    assert answer_in_words(fields, {"better": "tie"}, example) == {"better": "tie"}
+    assert answer_in_words(fields, {"better": "A"}, example) == {"better": "A is better"}

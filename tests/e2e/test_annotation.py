@@ -241,3 +241,13 @@ def test_an_annotator_highlights_spans_rewrites_the_response_against_its_diff_an
                                                                                   ("<b>late</b>", "email")]
     assert {key: values[key] for key in ("sentiment", "topics", "better", "helpfulness", "ideal")} == {
         "sentiment": "positive", "topics": ["billing"], "better": "A", "helpfulness": 4, "ideal": "Thanks a lot, Jo!"}
+
+    # The reviewer reads the answer in words: each span with the text it marks, shown as text.
+    page.get_by_role("button", name="Log out").click()
+    browser_login(page, "sofia")
+    page.goto(f"/projects/{project.pk}/campaigns/{campaign['id']}/review/")
+    answer = page.get_by_test_id("review-item").locator("tr[data-annotator=anna] ul.answer")
+    expect(answer).to_contain_text("pii: name: “Jo”; email: “<b>late</b>”")
+    expect(answer).to_contain_text("topics: billing")
+    expect(answer).to_contain_text("better: A is better")
+    expect(answer.locator("b")).to_have_count(0)
