@@ -84,7 +84,8 @@ def review_payload(item: Item) -> dict:
         "is_gold": item.is_gold, "gold_values": item.gold_values, "suggestion": item.suggestion,
         "adjudicated_values": item.adjudicated_values,
         "adjudicated_by": item.adjudicated_by.username if item.adjudicated_by else None,
-        "annotations": [{**annotation_payload(a), "in_words": answer_in_words(a.schema.fields, a.values, example)}
+        "annotations": [{**annotation_payload(a), "in_words": answer_in_words(a.schema.fields, a.values, example),
+                         "reviewed_in_words": answer_in_words(a.schema.fields, a.reviewed_values or {}, example)}
                         for a in annotations],
     }
 

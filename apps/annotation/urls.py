@@ -10,6 +10,8 @@ urlpatterns = [
     path("projects/<int:project_id>/campaigns/<int:campaign_id>/", views.campaign_detail, name="detail"),
     path("projects/<int:project_id>/campaigns/<int:campaign_id>/annotate/", views.annotate, name="annotate"),
     path("projects/<int:project_id>/campaigns/<int:campaign_id>/review/", views.review, name="review"),
+    path("projects/<int:project_id>/campaigns/<int:campaign_id>/review/<int:annotation_id>/correct/", views.correct,
+         name="correct"),
     path("projects/<int:project_id>/campaigns/<int:campaign_id>/<str:action>/", views.campaign_action,
          name="action"),
 ]

@@ -7,6 +7,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
 from apps.annotation import quality, selectors, services
@@ -169,6 +170,29 @@ def review(request: HttpRequest, project_id: int, campaign_id: int) -> HttpRespo
     return render(request, "annotation/review.html", _context(
         request, campaign.project, campaign=campaign, only_disagreements=only_disagreements,
         items=[selectors.review_payload(item) for item in items[:50]]))
+
+
+@login_required
+def correct(request: HttpRequest, project_id: int, campaign_id: int, annotation_id: int) -> HttpResponse:
+    """A reviewer corrects one annotator's answer in the annotator's own form (spans, diffs,
+    keys); the correction is kept beside the original (`reviewed_values`) and exports use it."""
+    campaign = _campaign(request, project_id, campaign_id, "annotation.review")
+    annotation = (Annotation.objects.select_related("item__row", "schema", "annotator")
+                  .filter(pk=annotation_id, item__campaign=campaign, skipped=False).first())
+    if annotation is None:
+        raise NotFound()
+    item = annotation.item
+    fields = annotation.schema.fields  # the form version it was answered in, which validates the correction
+    correcting = {
+        "item": {"id": item.pk, "position": item.position, "example": selectors.example_payload(item, fields),
+                 "suggestion": None, "draft": None},
+        "annotation": {"id": annotation.pk, "annotator": annotation.annotator.username,
+                       "values": annotation.reviewed_values or annotation.values, "comment": annotation.review_comment},
+        "back": reverse("annotation:review", args=[project_id, campaign.pk]),
+    }
+    return render(request, "annotation/annotate.html", _context(
+        request, campaign.project, campaign=campaign, guidelines_html=render_markdown(campaign.guidelines),
+        fields=fields, correcting=correcting))
 
 
 def _review_action(request: HttpRequest, campaign: Campaign) -> None:

@@ -10,6 +10,9 @@
   if (!root) return;
   var api = "/api/campaigns/" + root.dataset.campaign;
   var fields = JSON.parse(document.getElementById("schema-fields").textContent);
+  // A reviewer correcting one annotator's answer: that item only, saved as the review's correction.
+  var correctingScript = document.getElementById("correcting");
+  var correcting = correctingScript ? JSON.parse(correctingScript.textContent) : null;
   var csrf = document.querySelector("meta[name=csrf-token]").getAttribute("content");
   var $ = function (id) { return root.querySelector("[data-testid=" + id + "]"); };
   var form = $("answer-form"), fieldBox = $("fields"), errorBox = $("error"), comment = document.getElementById("annotation-comment");
@@ -379,7 +382,8 @@
     renderFields(source.values || {}, suggested, item.example);
     comment.value = source.comment || "";
     $("item-title").textContent = "Example " + (item.position + 1) +
-      (editing ? " — fixing your " + (editing.skipped ? "skipped item" : "answer") : "") +
+      (editing && editing.correcting ? " — correcting " + editing.annotator + "'s answer" :
+       editing ? " — fixing your " + (editing.skipped ? "skipped item" : "answer") : "") +
       (Object.keys(suggested).length ? " — pre-filled by the model: check it" : "");
     $("item").hidden = false;
     $("done").hidden = true;
@@ -415,7 +419,10 @@
     state.busy = true;
     var body = { values: collect(), comment: comment.value };
     var done;
-    if (state.editing) {
+    if (state.editing && state.editing.correcting) {
+      done = call("POST", "/api/annotations/" + state.editing.id + "/review/",
+                  { decision: "correct", values: body.values, comment: body.comment });
+    } else if (state.editing) {
       body.revision = state.editing.revision;
       done = call("PATCH", "/api/annotations/" + state.editing.id + "/", body);
     } else {
@@ -425,6 +432,11 @@
     }
     done.then(function (r) {
       state.busy = false;
+      if ((r.status === 200 || r.status === 201) && state.editing && state.editing.correcting) {
+        say("Your correction is saved.");
+        location.assign(correcting.back);
+        return;
+      }
       if (r.status === 200 || r.status === 201) {
         clearTimeout(state.draftTimer);
         say(state.editing ? "Your fix is saved." : "Saved.");
@@ -456,6 +468,7 @@
   $("skip").addEventListener("click", skip);
 
   function back() {
+    if (correcting) return;
     var load = state.history ? Promise.resolve(state.history) : call("GET", api + "/mine/").then(function (r) {
       state.history = r.status === 200 ? r.data : [];
       return state.history;
@@ -473,5 +486,13 @@
   }
   $("back").addEventListener("click", back);
 
-  refreshCampaign().then(next);
+  if (correcting) {
+    $("skip").hidden = true;
+    $("back").hidden = true;
+    show(correcting.item, { id: correcting.annotation.id, annotator: correcting.annotation.annotator,
+                            values: correcting.annotation.values, comment: correcting.annotation.comment,
+                            correcting: true });
+  } else {
+    refreshCampaign().then(next);
+  }
 })();

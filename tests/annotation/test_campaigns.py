@@ -440,3 +440,22 @@ def test_a_reviewer_reads_each_kind_of_answer_in_words():
         "pii": "name: “Jo”", "missing_source": "x: “”"}
     assert answer_in_words(fields, {"better": "tie"}, example) == {"better": "tie"}
     assert answer_in_words(fields, {"better": "A"}, example) == {"better": "A is better"}
+
+
+def test_only_reviewers_open_the_correction_form_and_only_for_their_campaigns_answers(
+        client, scientist, annotator, viewer, outsider, project, review_version, other_project, owner):
+    client.force_login(scientist)
+    campaign = make_campaign(client, project, review_version)
+    client.force_login(annotator)
+    item = next_item(client, campaign).json()
+    assert submit(client, campaign, item["id"], answer()).status_code == 201
+    mine = Annotation.objects.get(annotator=annotator)
+    url = f"/projects/{project.pk}/campaigns/{campaign['id']}/review/{mine.pk}/correct/"
+    for user, status in ((annotator, 403), (viewer, 403), (outsider, 404)):  # members lacking annotation.review: 403
+        client.force_login(user)
+        assert client.get(url).status_code == status, user
+    client.force_login(scientist)
+    page = client.get(url)
+    assert page.status_code == 200 and b'id="correcting"' in page.content
+    assert client.get(f"/projects/{project.pk}/campaigns/{campaign['id']}/review/{mine.pk + 999}/correct/").status_code == 404
+    assert client.get(f"/projects/{other_project.pk}/campaigns/{campaign['id']}/review/{mine.pk}/correct/").status_code == 404

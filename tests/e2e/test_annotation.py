@@ -251,3 +251,32 @@ def test_an_annotator_highlights_spans_rewrites_the_response_against_its_diff_an
     expect(answer).to_contain_text("topics: billing")
     expect(answer).to_contain_text("better: A is better")
     expect(answer.locator("b")).to_have_count(0)
+
+
+def test_a_reviewer_corrects_an_answer_in_the_annotators_form(page, client, scientist, annotator, project,
+                                                              review_version):
+    client.force_login(scientist)
+    campaign = make_campaign(client, project, review_version, schema=make_schema(client, project, KEYBOARD_FIELDS))
+    client.force_login(annotator)
+    item = next_item(client, campaign).json()
+    assert submit(client, campaign, item["id"], {"sentiment": "positive", "better": "A"}).status_code == 201
+
+    browser_login(page, "sofia")
+    page.goto(f"/projects/{project.pk}/campaigns/{campaign['id']}/review/")
+    row = page.get_by_test_id("review-item").locator("tr[data-annotator=anna]")
+    row.get_by_role("link", name="Correct…").click()
+    expect(page.get_by_test_id("item-title")).to_have_text("Example 1 — correcting anna's answer")
+    expect(page.get_by_label("[1] positive")).to_be_checked()  # her answer, to start from
+    expect(page.get_by_test_id("skip")).to_be_hidden()
+    page.keyboard.press("2")
+    page.get_by_label("Comment").fill("The parcel was early: <i>still</i> negative in tone")
+    page.keyboard.press("Control+Enter")
+
+    expect(page).to_have_url(f"{page.url.split('/projects/')[0]}/projects/{project.pk}/campaigns/{campaign['id']}/review/")
+    state = page.get_by_test_id("review-item").locator("tr[data-annotator=anna]").get_by_test_id("review-state")
+    expect(state).to_contain_text("corrected: The parcel was early: <i>still</i> negative in tone")
+    expect(state.get_by_test_id("corrected")).to_contain_text("sentiment: negative")
+    corrected = Annotation.objects.get(annotator=annotator)
+    assert corrected.review == "corrected" and corrected.reviewed_by == scientist
+    assert corrected.reviewed_values == {"sentiment": "negative", "better": "A"}
+    assert corrected.values == {"sentiment": "positive", "better": "A"}  # hers, kept
