@@ -280,3 +280,29 @@ def test_a_reviewer_corrects_an_answer_in_the_annotators_form(page, client, scie
     assert corrected.review == "corrected" and corrected.reviewed_by == scientist
     assert corrected.reviewed_values == {"sentiment": "negative", "better": "A"}
     assert corrected.values == {"sentiment": "positive", "better": "A"}  # hers, kept
+
+
+def test_a_manager_exports_the_agreed_answers_and_watches_the_export_end(
+        page, client, scientist, annotator, second_annotator, project, review_version, celery_worker):
+    client.force_login(scientist)
+    campaign = make_campaign(client, project, review_version, schema=make_schema(client, project, KEYBOARD_FIELDS),
+                             overlap=2, sample=3, seed=5)
+    for user in (annotator, second_annotator):  # they agree on every example but the first they see
+        client.force_login(user)
+        while (response := next_item(client, campaign)).status_code == 200:
+            item = response.json()
+            label = "neutral" if user == annotator and item["position"] == 0 else "negative"
+            assert submit(client, campaign, item["id"], {"sentiment": label, "better": "A"}).status_code == 201
+
+    browser_login(page, "sofia")
+    page.goto(f"/projects/{project.pk}/campaigns/{campaign['id']}/")
+    exports = page.get_by_test_id("exports")
+    exports.get_by_label("Minimum agreement").fill("1")
+    exports.get_by_label("New dataset name").fill("Agreed <reviews>")
+    exports.get_by_role("button", name="Export").click()
+    expect(page.get_by_text("Export queued")).to_be_visible()
+    link = exports.get_by_role("link", name="Agreed <reviews> v1")
+    expect(link).to_be_visible(timeout=60_000)  # the page follows the job and reloads when it ends
+    expect(exports.get_by_test_id("export").first).to_contain_text("succeeded")
+    link.click()
+    expect(page.get_by_test_id("rows").locator("tbody tr")).to_have_count(2)  # the disputed example left out
