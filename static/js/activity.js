@@ -4,9 +4,7 @@
   "use strict";
   var list = document.querySelector("[data-socket]");
   var state = document.querySelector("[data-testid=live-state]");
-  if (!list || !window.WebSocket) return;
-  var url = (location.protocol === "https:" ? "wss://" : "ws://") + location.host + list.dataset.socket;
-  var delay = 1000;
+  if (!list) return;
 
   function setLive(live, text) {
     state.dataset.live = String(live);
@@ -26,22 +24,9 @@
     list.prepend(item);
   }
 
-  function connect() {
-    var socket = new WebSocket(url);
-    socket.onopen = function () { delay = 1000; setLive(true, "live"); };
-    socket.onmessage = function (message) {
-      var data = JSON.parse(message.data);
-      if (data.type === "activity") show(data.event);
-    };
-    socket.onclose = function (closed) {
-      if (closed.code === 4403 || closed.code === 4404) {
-        setLive(false, "access ended");
-        return;
-      }
-      setLive(false, "reconnecting…");
-      setTimeout(connect, delay);
-      delay = Math.min(delay * 2, 30000);
-    };
-  }
-  connect();
+  window.liveSocket(list.dataset.socket, {
+    open: function () { setLive(true, "live"); },
+    message: function (data) { if (data.type === "activity") show(data.event); },
+    closed: function (event, retrying) { setLive(false, retrying ? "reconnecting…" : "access ended"); }
+  });
 })();

@@ -11,7 +11,6 @@
   var field = function (name) { return box.querySelector("[data-field=" + name + "]"); };
   var cells = {};  // "prompt-contestant" -> cell payload
   var diffAgainst = document.getElementById("diff-against");
-  var delay = 1000;
 
   function key(cell) { return cell.prompt + "-" + cell.contestant; }
 
@@ -133,21 +132,15 @@
   if (diffAgainst) diffAgainst.addEventListener("change", redrawAll);
 
   function connect() {
-    if (!window.WebSocket) return;
-    var socket = new WebSocket((location.protocol === "https:" ? "wss://" : "ws://") + location.host + box.dataset.socket);
     var live = field("live");
-    socket.onmessage = function (message) {
-      var data = JSON.parse(message.data);
-      if (data.type === "state") renderState(data.comparison);
-      else if (data.type === "cells") addCells(data.cells);
-      else if (data.type === "live") { live.hidden = false; delay = 1000; }
-    };
-    socket.onclose = function (event) {
-      live.hidden = true;
-      if (event.code >= 4400 && event.code < 4500) return;  // refused: do not hammer the server
-      setTimeout(connect, delay);
-      delay = Math.min(delay * 2, 15000);
-    };
+    window.liveSocket(box.dataset.socket, {
+      message: function (data) {
+        if (data.type === "state") renderState(data.comparison);
+        else if (data.type === "cells") addCells(data.cells);
+        else if (data.type === "live") live.hidden = false;
+      },
+      closed: function () { live.hidden = true; }
+    });
   }
   connect();
 })();

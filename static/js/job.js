@@ -10,7 +10,6 @@
   var field = function (name) { return box.querySelector("[data-field=" + name + "]"); };
   var points = { train: {}, eval: {} };
   var lastStep = -1;
-  var delay = 1000;
   var drawPending = false;
   var config = { displaylogo: false, responsive: true };
   var layout = function (title) {
@@ -71,27 +70,22 @@
   }
 
   function connect() {
-    var url = (location.protocol === "https:" ? "wss://" : "ws://") + location.host + box.dataset.socket +
-      (lastStep >= 0 ? "?after_step=" + lastStep : "");
-    var socket = new WebSocket(url);
     var live = field("live");
-    socket.onmessage = function (message) {
-      var data = JSON.parse(message.data);
-      if (data.type === "state") renderState(data.job);
-      else if (data.type === "points") addPoints(data.points);
-      else if (data.type === "live") { live.hidden = false; delay = 1000; }
-      else if (data.type === "log") {
-        var log = field("log");
-        log.textContent += (log.textContent ? "\n" : "") + data.line;
-        log.scrollTop = log.scrollHeight;
-      }
-    };
-    socket.onclose = function (closed) {
-      live.hidden = true;
-      if (closed.code === 4401 || closed.code === 4403 || closed.code === 4404) return;
-      setTimeout(connect, delay);
-      delay = Math.min(delay * 2, 30000);
-    };
+    window.liveSocket(function () {  // after a reconnection, only the points not seen yet
+      return box.dataset.socket + (lastStep >= 0 ? "?after_step=" + lastStep : "");
+    }, {
+      message: function (data) {
+        if (data.type === "state") renderState(data.job);
+        else if (data.type === "points") addPoints(data.points);
+        else if (data.type === "live") live.hidden = false;
+        else if (data.type === "log") {
+          var log = field("log");
+          log.textContent += (log.textContent ? "\n" : "") + data.line;
+          log.scrollTop = log.scrollHeight;
+        }
+      },
+      closed: function () { live.hidden = true; }
+    });
   }
   draw();
   connect();

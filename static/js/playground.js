@@ -1,6 +1,6 @@
 // The playground: a chat whose answers stream over the project's playground websocket.
 // Time to first token is measured here, from sending to the first text; tokens/s comes
-// from the worker. Reconnects with backoff; one answer at a time.
+// from the worker. Reconnects with backoff (window.liveSocket); one answer at a time.
 (function () {
   "use strict";
   var box = document.querySelector("[data-testid=playground]");
@@ -9,7 +9,7 @@
   var log = box.querySelector("[data-testid=chat-log]");
   var input = document.getElementById("chat-input");
   var messages = [];
-  var socket = null, delay = 1000, pending = null, current = null, currentId = null, sentAt = 0, firstTokenAt = 0;
+  var socket = null, pending = null, current = null, currentId = null, sentAt = 0, firstTokenAt = 0;
 
   function bubble(role, text) {
     var item = document.createElement("div");
@@ -36,40 +36,41 @@
   }
 
   function connect() {
-    socket = new WebSocket((location.protocol === "https:" ? "wss://" : "ws://") + location.host + box.dataset.socket);
-    socket.onopen = function () { delay = 1000; if (pending) { socket.send(pending); pending = null; } };
-    socket.onmessage = function (message) {
-      var data = JSON.parse(message.data);
-      if (data.type === "started") {
-        current = bubble("assistant", "");
-        currentId = data.id;
-        field("stop").hidden = false;
-      } else if (data.type === "delta" && current) {
-        if (!firstTokenAt) firstTokenAt = performance.now();
-        current.textContent += data.text;
-      } else if (data.type === "done") {
-        messages.push({ role: "assistant", content: current.textContent });
-        var r = data.result;
-        field("stats").textContent = "first token " + Math.round(firstTokenAt - sentAt) + " ms · " +
-          (r.tokens_per_s || 0) + " tokens/s · " + r.completion_tokens + " tokens (" + r.finish_reason + ")";
-        current = null;
-        field("stop").hidden = true;
-      } else if (data.type === "error") {
-        field("stop").hidden = true;
-        field("error").textContent = data.detail || (data.result && data.result.error) || "The model failed.";
-        if (current) { current.parentNode.remove(); current = null; }
-        messages.pop();
-        log.lastChild && log.lastChild.dataset.role === "user" && log.lastChild.remove();
+    window.liveSocket(box.dataset.socket, {
+      open: function (opened) {
+        socket = opened;
+        if (pending) { socket.send(pending); pending = null; }
+      },
+      message: function (data) {
+        if (data.type === "started") {
+          current = bubble("assistant", "");
+          currentId = data.id;
+          field("stop").hidden = false;
+        } else if (data.type === "delta" && current) {
+          if (!firstTokenAt) firstTokenAt = performance.now();
+          current.textContent += data.text;
+        } else if (data.type === "done") {
+          messages.push({ role: "assistant", content: current.textContent });
+          var r = data.result;
+          field("stats").textContent = "first token " + Math.round(firstTokenAt - sentAt) + " ms · " +
+            (r.tokens_per_s || 0) + " tokens/s · " + r.completion_tokens + " tokens (" + r.finish_reason + ")";
+          current = null;
+          field("stop").hidden = true;
+        } else if (data.type === "error") {
+          field("stop").hidden = true;
+          field("error").textContent = data.detail || (data.result && data.result.error) || "The model failed.";
+          if (current) { current.parentNode.remove(); current = null; }
+          messages.pop();
+          log.lastChild && log.lastChild.dataset.role === "user" && log.lastChild.remove();
+        }
+      },
+      closed: function (event, retrying) {
+        socket = null;
+        if (retrying) return;
+        field("error").textContent = event.code === 4429 ? "Too many messages at once: reload the page to go on."
+          : "You no longer have access to this playground.";
       }
-    };
-    socket.onclose = function (closed) {
-      if (closed.code === 4401 || closed.code === 4403 || closed.code === 4404) {
-        field("error").textContent = "You no longer have access to this playground.";
-        return;
-      }
-      setTimeout(connect, delay);
-      delay = Math.min(delay * 2, 30000);
-    };
+    });
   }
 
   field("chat-form").addEventListener("submit", function (event) {

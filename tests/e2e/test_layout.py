@@ -68,3 +68,19 @@ def test_the_datasets_section_lists_datasets_across_my_projects(page, viewer, pr
     expect(listing).not_to_contain_text("Secret plans")
     listing.get_by_role("link", name="Reviews").click()
     expect(page.get_by_test_id("dataset-name")).to_have_text("Reviews")
+
+
+def test_the_dashboard_shows_activity_live_and_says_when_access_ends(page, client, owner, viewer, project):
+    browser_login(page, "victor")
+    page.goto(f"/projects/{project.pk}/")
+    state = page.get_by_test_id("live-state")
+    expect(state).to_have_text("live")
+    client.force_login(owner)  # another member edits the project meanwhile
+    response = client.patch(f"/api/projects/{project.pk}/", {"description": "Edited <b>elsewhere</b>"},
+                            content_type="application/json")
+    assert response.status_code == 200
+    activity = page.get_by_test_id("activity")
+    expect(activity.locator("li").first).to_contain_text("project.update")  # no reload
+    membership = project.memberships.get(user=viewer)
+    assert client.delete(f"/api/projects/{project.pk}/members/{membership.pk}/").status_code == 204
+    expect(state).to_have_text("access ended")  # closed by the server, not retried
