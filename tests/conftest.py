@@ -240,6 +240,19 @@ def demo_model_dir(tmp_path_factory) -> Path:
     return convert_gguf_to_safetensors(gguf, tmp_path_factory.mktemp("demo") / "smollm2-135m-instruct")
 
 
+@pytest.fixture
+def demo_model(project, owner, demo_model_dir):
+    """The demo model (converted once per session), registered ready in `project`: slow enough on a
+    CPU (tens of ms a token) that an answer can be stopped while it streams."""
+    from apps.registry.models import RegisteredModel
+    from workers.models import inspect_model
+
+    info = inspect_model(demo_model_dir).as_dict()
+    return RegisteredModel.objects.create(project=project, name="SmolLM2 demo", format="hf_dir",
+                                          source_path=str(demo_model_dir), weights_path=str(demo_model_dir),
+                                          status="ready", info=info, created_by=owner)
+
+
 def wait_for(predicate, timeout: float = 30, interval: float = 0.1, what: str = "condition"):
     """Poll until predicate() is truthy (real asynchronous work: a worker, a socket)."""
     deadline = time.monotonic() + timeout

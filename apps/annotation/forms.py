@@ -16,6 +16,8 @@ PRESETS = {
         {"name": "better", "type": "preference", "candidates": ["response", "metadata.response_b"]}]),
     "rewrite": ("Write the ideal response", [
         {"name": "ideal", "type": "text", "prefill": "response", "required": True}]),
+    "correct": ("Correct the model's response (choose the model below)", [
+        {"name": "ideal", "type": "text", "prefill": "suggestion", "required": True}]),
 }
 
 

@@ -121,6 +121,9 @@ def campaign_create(*, user, project: Project, name: str, dataset_version_id, sc
                                                           project=project).first()
         if suggestion_model is None:
             raise Invalid("no such model in this project", field="suggestion_model")
+    elif any(field["type"] == "text" and field.get("prefill") == "suggestion" for field in schema.fields):
+        raise Invalid("this form starts its text from the model's suggestions: choose the model",
+                      field="suggestion_model")
     rows = DatasetRow.objects.filter(version=version)
     if split:
         rows = rows.filter(split=split)

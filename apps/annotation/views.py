@@ -5,6 +5,7 @@ server-rendered forms over the same services."""
 from django import forms as django_forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -79,20 +80,22 @@ def campaign_create(request: HttpRequest, project_id: int) -> HttpResponse:
         try:
             kind, value = form.schema_choice()
             ip = client_ip(request)
-            if kind == "fields":
-                name, fields = value
-                schema_id = services.schema_create(user=request.user, project=project, name=name, fields=fields,
-                                                   ip_address=ip).pk
-            else:
-                schema_id = value
             data = form.cleaned_data
-            campaign = services.campaign_create(
-                user=request.user, project=project, name=data["name"], dataset_version_id=data["dataset_version"],
-                schema_id=schema_id, guidelines=data["guidelines"], overlap=data["overlap"],
-                assignees=data["assignees"], due_at=data["due_at"], lease_seconds=data["lease_seconds"],
-                split=data["split"], label=data["label"], sample=data["sample"], seed=data["seed"] or 0,
-                meta_key=data["meta_key"], meta_value=data["meta_value"],
-                suggestion_model_id=data["suggestion_model"], ip_address=ip)
+            # One transaction: a campaign refused leaves no form behind (a preset saved for it).
+            with transaction.atomic():
+                if kind == "fields":
+                    name, fields = value
+                    schema_id = services.schema_create(user=request.user, project=project, name=name,
+                                                       fields=fields, ip_address=ip).pk
+                else:
+                    schema_id = value
+                campaign = services.campaign_create(
+                    user=request.user, project=project, name=data["name"],
+                    dataset_version_id=data["dataset_version"], schema_id=schema_id, guidelines=data["guidelines"],
+                    overlap=data["overlap"], assignees=data["assignees"], due_at=data["due_at"],
+                    lease_seconds=data["lease_seconds"], split=data["split"], label=data["label"],
+                    sample=data["sample"], seed=data["seed"] or 0, meta_key=data["meta_key"],
+                    meta_value=data["meta_value"], suggestion_model_id=data["suggestion_model"], ip_address=ip)
             messages.success(request, f"Campaign “{campaign.name}” created with {campaign.item_count} examples.")
             return redirect("annotation:detail", project_id=project.pk, campaign_id=campaign.pk)
         except django_forms.ValidationError as exc:

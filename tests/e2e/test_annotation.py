@@ -6,11 +6,11 @@ the agreement chart."""
 import pytest
 from playwright.sync_api import expect
 
-from apps.annotation.models import Annotation, Campaign, Item
+from apps.annotation.models import Annotation, Campaign, Item, LabelSchema
 from apps.datasets.models import Dataset
 from apps.datasets.writer import write_version
 from tests.annotation.fixtures import answer, make_campaign, make_schema, next_item, submit
-from tests.conftest import browser_login
+from tests.conftest import browser_login, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -39,6 +39,7 @@ def test_a_scientist_creates_a_campaign_from_a_ready_made_form(page, scientist, 
     expect(page.locator(".guidelines")).to_contain_text("<script>document.title='pwned'</script>")  # as text
     assert page.title() != "pwned"
     assert Campaign.objects.get().schema.fields[0]["name"] == "label"
+    assert LabelSchema.objects.count() == 1  # the refused first try left no form behind
 
 
 def test_an_annotator_does_ten_items_with_the_keyboard_and_finds_her_progress_after_a_reload(
@@ -306,3 +307,42 @@ def test_a_manager_exports_the_agreed_answers_and_watches_the_export_end(
     expect(exports.get_by_test_id("export").first).to_contain_text("succeeded")
     link.click()
     expect(page.get_by_test_id("rows").locator("tbody tr")).to_have_count(2)  # the disputed example left out
+
+
+def test_annotators_correct_the_models_suggestions_which_are_kept_beside_their_answers(
+        page, scientist, annotator, project, review_version, demo_model, inference_worker):
+    browser_login(page, "sofia")
+    page.goto(f"/projects/{project.pk}/campaigns/new/")
+    page.get_by_label("Name").fill("Fix the drafts")
+    page.get_by_label("Annotation form").select_option(label="Correct the model's response (choose the model below)")
+    page.get_by_label("Sample").fill("2")
+    page.get_by_role("button", name="Create campaign").click()
+    expect(page.locator(".field-error")).to_contain_text("choose the model")  # on the model's field
+    page.get_by_label("Model suggestions").select_option(label=demo_model.name)
+    page.get_by_role("button", name="Create campaign").click()
+    expect(page.get_by_test_id("campaign-name")).to_have_text("Fix the drafts")
+    campaign = Campaign.objects.get()
+    assert LabelSchema.objects.count() == 1
+    wait_for(lambda: Campaign.objects.get(pk=campaign.pk).suggestion_state in ("succeeded", "failed"), timeout=180,
+             what="suggestions from the demo model")
+    assert Campaign.objects.get(pk=campaign.pk).suggestion_state == "succeeded"
+    page.reload()
+    expect(page.get_by_text("suggestions: succeeded (2/2)")).to_be_visible()
+
+    page.get_by_role("button", name="Log out").click()
+    browser_login(page, "anna")
+    page.goto(f"/projects/{project.pk}/campaigns/{campaign.pk}/annotate/")
+    expect(page.get_by_test_id("item-title")).to_have_text("Example 1 — pre-filled by the model: check it")
+    first = Item.objects.get(campaign=campaign, position=0)  # fewest answers, then the earliest
+    drafted = first.suggestion["values"]["ideal"]
+    assert drafted.strip(), "the demo model wrote no draft"
+    ideal = page.get_by_label("ideal")
+    expect(ideal).to_have_value(drafted)
+    ideal.press("End")
+    ideal.type(" Checked by Anna.")
+    expect(page.get_by_test_id("diff").locator("ins")).to_contain_text(["Checked"])
+    page.keyboard.press("Control+Enter")
+    expect(page.get_by_test_id("item-title")).to_contain_text("Example 2")
+    answer_kept = Annotation.objects.get(annotator=annotator, item=first)
+    assert answer_kept.values == {"ideal": drafted + " Checked by Anna."}
+    assert answer_kept.suggestion == first.suggestion  # what the model proposed, beside the answer

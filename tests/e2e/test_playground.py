@@ -5,7 +5,6 @@ from playwright.sync_api import expect
 
 from apps.serving.models import Generation
 from tests.conftest import browser_login
-from tests.serving.test_playground_socket import demo_model  # noqa: F401
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

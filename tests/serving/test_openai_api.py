@@ -90,21 +90,18 @@ def test_tokens_are_required_scoped_and_permission_checked(owner, project, other
     assert not Generation.objects.exists()
 
 
-def test_the_token_rate_limit_answers_429_with_retry_after(owner, project, tiny_model, live_asgi, settings):
-    from django.core.cache import cache
+def test_the_token_rate_limit_answers_429_with_retry_after(owner, project, tiny_model, live_asgi, settings,
+                                                           monkeypatch):
     from rest_framework.settings import api_settings
+
+    from apps.accounts.throttling import TokenRateThrottle
 
     raw = project_token(owner, project)
     rates = {**api_settings.DEFAULT_THROTTLE_RATES, "token": "3/min"}
     settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "DEFAULT_THROTTLE_RATES": rates}
-    from apps.accounts.throttling import TokenRateThrottle
-
-    TokenRateThrottle.THROTTLE_RATES = rates
-    try:
-        codes = [requests.get(f"{live_asgi}/v1/models", headers={"Authorization": f"Bearer {raw}"}, timeout=10)
-                 for _ in range(4)]
-    finally:
-        TokenRateThrottle.THROTTLE_RATES = api_settings.DEFAULT_THROTTLE_RATES
-        cache.clear()
+    # The class read its rates once: set for this test only (a rate left behind throttled later tests).
+    monkeypatch.setattr(TokenRateThrottle, "THROTTLE_RATES", rates)
+    codes = [requests.get(f"{live_asgi}/v1/models", headers={"Authorization": f"Bearer {raw}"}, timeout=10)
+             for _ in range(4)]
     assert [r.status_code for r in codes] == [200, 200, 200, 429]
     assert int(codes[-1].headers["Retry-After"]) > 0

@@ -80,19 +80,6 @@ def test_a_stopped_generation_ends_as_cancelled_without_tokens(scientist, projec
     assert (done.finish_reason, done.completion_tokens, done.output) == ("cancelled", 0, "")
 
 
-@pytest.fixture
-def demo_model(project, owner, demo_model_dir):
-    """The demo model (converted once per session), registered ready in `project`: slow enough on a
-    CPU (tens of ms a token) that an answer can be stopped while it streams."""
-    from apps.registry.models import RegisteredModel
-    from workers.models import inspect_model
-
-    info = inspect_model(demo_model_dir).as_dict()
-    return RegisteredModel.objects.create(project=project, name="SmolLM2 demo", format="hf_dir",
-                                          source_path=str(demo_model_dir), weights_path=str(demo_model_dir),
-                                          status="ready", info=info, created_by=owner)
-
-
 STORY = {"type": "generate", "messages": [{"role": "user", "content": "Write a very long story about a dragon."}],
          "params": {"max_new_tokens": 300, "temperature": 0}}
 
