@@ -459,3 +459,15 @@ def test_only_reviewers_open_the_correction_form_and_only_for_their_campaigns_an
     assert page.status_code == 200 and b'id="correcting"' in page.content
     assert client.get(f"/projects/{project.pk}/campaigns/{campaign['id']}/review/{mine.pk + 999}/correct/").status_code == 404
     assert client.get(f"/projects/{other_project.pk}/campaigns/{campaign['id']}/review/{mine.pk}/correct/").status_code == 404
+
+
+def test_a_form_that_starts_from_suggestions_needs_a_model_and_nothing_is_made_without_one(
+        client, scientist, project, review_version):
+    client.force_login(scientist)
+    schema = make_schema(client, project, [{"name": "ideal", "type": "text", "prefill": "suggestion"}])
+    response = client.post(f"/api/projects/{project.pk}/campaigns/",
+                           {"name": "Fix drafts", "dataset_version": review_version.pk, "schema": schema["id"]},
+                           content_type="application/json")
+    assert response.status_code == 400
+    assert response.json()["field"] == "suggestion_model" and "choose the model" in response.json()["detail"]
+    assert not Item.objects.exists()
