@@ -60,4 +60,8 @@ class CampaignProgressConsumer(PolicyConsumer):
         from apps.annotation import services
         from apps.annotation.models import Campaign
 
-        return services.progress(Campaign.objects.get(pk=self.campaign_id))
+        campaign = Campaign.objects.get(pk=self.campaign_id)
+        progress = services.progress(campaign)
+        if campaign.suggestion_model_id:
+            progress["suggestions"] = {"state": campaign.suggestion_state, **campaign.suggestion_progress}
+        return progress

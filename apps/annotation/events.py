@@ -1,6 +1,6 @@
-"""Live campaign progress: a submission tells the campaign's open dashboards that its answers
-changed; each dashboard's socket counts again (at most once a second), so a submission only
-sends one small message and does no counting of its own."""
+"""Live campaign progress: a submission (or a step of the model suggestions) tells the campaign's
+open dashboards that it changed; each dashboard's socket counts again (at most once a second),
+so a submission only sends one small message and does no counting of its own."""
 
 from apps.projects.events import send
 
@@ -9,5 +9,6 @@ def campaign_group(campaign_id: int) -> str:
     return f"campaign.{campaign_id}"
 
 
-def answers_changed(campaign_id: int) -> None:
+def campaign_changed(campaign_id: int) -> None:
+    """Answers or suggestions moved: the campaign's open dashboards count again."""
     send(campaign_group(campaign_id), {"type": "campaign.changed"})

@@ -384,7 +384,7 @@ def submit(*, user, campaign: Campaign, item: Item, client_id, values=None, comm
             raise Conflict("You already annotated this item; edit your annotation instead.") from None
         return existing, False
     if not skipped:  # the campaign's count moved: its open dashboards count again
-        transaction.on_commit(lambda: events.answers_changed(campaign.pk))
+        transaction.on_commit(lambda: events.campaign_changed(campaign.pk))
     return annotation, True
 
 
@@ -409,7 +409,7 @@ def edit(*, user, annotation: Annotation, revision, values=None, comment=None) -
             raise StaleEdit(Annotation.objects.get(pk=annotation.pk))
         if annotation.skipped and values is not None:
             Item.objects.filter(pk=annotation.item_id).update(completed=F("completed") + 1)
-            transaction.on_commit(lambda: events.answers_changed(annotation.item.campaign_id))
+            transaction.on_commit(lambda: events.campaign_changed(annotation.item.campaign_id))
     annotation.refresh_from_db()
     return annotation
 

@@ -11,6 +11,7 @@ import logging
 
 from django.conf import settings
 
+from apps.annotation import events
 from apps.annotation.models import Campaign, Item
 from apps.serving.runner import batcher, model_paths
 
@@ -98,3 +99,4 @@ def _state(campaign_id: int, state: str, done: int, total: int, error: str = "")
     if error:
         progress["error"] = error
     Campaign.objects.filter(pk=campaign_id).update(suggestion_state=state, suggestion_progress=progress)
+    events.campaign_changed(campaign_id)  # open dashboards show it

@@ -1,5 +1,5 @@
 // The campaign's progress, live: its socket sends the counts on connect and again (at most once
-// a second) after annotators answer; the badge says when it is live.
+// a second) after annotators answer or the model suggestions move; the badge says when it is live.
 (function () {
   "use strict";
   var box = document.querySelector("[data-testid=campaign-progress][data-socket]");
@@ -13,6 +13,11 @@
       field("bar").max = progress.annotations_needed;
       field("bar").value = progress.annotations;
       field("annotations").textContent = progress.annotations;
+      var suggestions = document.querySelector("[data-testid=suggestions]");
+      if (suggestions && progress.suggestions) {
+        var s = progress.suggestions;
+        suggestions.textContent = "suggestions: " + s.state + (s.total ? " (" + s.done + "/" + s.total + ")" : "");
+      }
       return true;
     }
   });
