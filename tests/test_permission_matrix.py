@@ -180,6 +180,15 @@ def _arrange_campaign(world: World) -> dict:
     return {"campaign_id": campaign.pk, "item_id": item.pk, "schema_id": schema.pk}
 
 
+def _arrange_suggesting_campaign(world: World) -> dict:
+    """The campaign, its model suggestions queued (what a stop acts on)."""
+    from apps.annotation.models import Campaign
+
+    values = _arrange_campaign(world)
+    Campaign.objects.filter(pk=values["campaign_id"]).update(suggestion_state="queued")
+    return values
+
+
 def _arrange_annotation(world: World) -> dict:
     """An annotator's answer on the campaign's item (someone else's, to whoever asks)."""
     import uuid
@@ -392,6 +401,8 @@ ENDPOINTS = [
              any_of=("annotation.submit", "campaign.manage", "annotation.review")),
     Endpoint("campaign-close", "POST", "/api/campaigns/<int:campaign_id>/close/", "campaign.manage", _no_body, 200,
              arrange=_arrange_campaign),
+    Endpoint("campaign-suggestions-stop", "POST", "/api/campaigns/<int:campaign_id>/suggestions/stop/",
+             "campaign.manage", _no_body, 200, arrange=_arrange_suggesting_campaign),
     Endpoint("campaign-next", "POST", "/api/campaigns/<int:campaign_id>/next/", "annotation.submit", _no_body, 200,
              arrange=_arrange_campaign, refusal=404, audit_writes=0),
     Endpoint("campaign-mine", "GET", "/api/campaigns/<int:campaign_id>/mine/", "annotation.submit", _no_body, 200,

@@ -98,6 +98,15 @@ class CampaignCloseApi(APIView):
         return Response(CampaignSerializer(campaign).data)
 
 
+class SuggestionsStopApi(APIView):
+    @extend_schema(request=None, responses=CampaignSerializer)
+    def post(self, request: Request, campaign_id: int) -> Response:
+        campaign = services.get_campaign(request.user, campaign_id, "campaign.manage", request.auth)
+        campaign = services.suggestions_stop(user=request.user, campaign=campaign, token=request.auth,
+                                             ip_address=client_ip(request))
+        return Response(CampaignSerializer(campaign).data)
+
+
 # --- annotating ---------------------------------------------------------------------------------
 
 class NextItemApi(APIView):

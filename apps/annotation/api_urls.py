@@ -8,6 +8,8 @@ urlpatterns = [
     path("projects/<int:project_id>/campaigns/", api.ProjectCampaignsApi.as_view(), name="api-campaigns"),
     path("campaigns/<int:campaign_id>/", api.CampaignDetailApi.as_view(), name="api-campaign"),
     path("campaigns/<int:campaign_id>/close/", api.CampaignCloseApi.as_view(), name="api-campaign-close"),
+    path("campaigns/<int:campaign_id>/suggestions/stop/", api.SuggestionsStopApi.as_view(),
+         name="api-campaign-suggestions-stop"),
     path("campaigns/<int:campaign_id>/next/", api.NextItemApi.as_view(), name="api-campaign-next"),
     path("campaigns/<int:campaign_id>/mine/", api.MyAnnotationsApi.as_view(), name="api-campaign-mine"),
     path("campaigns/<int:campaign_id>/items/<int:item_id>/", api.ItemApi.as_view(), name="api-campaign-item"),

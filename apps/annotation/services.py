@@ -219,6 +219,21 @@ def campaign_close(*, user, campaign: Campaign, token=None, ip_address=None) -> 
     return campaign
 
 
+def suggestions_stop(*, user, campaign: Campaign, token=None, ip_address=None) -> Campaign:
+    """Stop the model suggestions: a queued job never starts, a running one ends after its chunk
+    (items already suggested keep theirs). Annotating goes on."""
+    policy.require(user, "campaign.manage", campaign, token)
+    stopped = Campaign.objects.filter(pk=campaign.pk, suggestion_state__in=("queued", "running")).update(
+        suggestion_state="cancelled")
+    if not stopped:
+        raise Conflict("No model suggestions are being made for this campaign.")
+    audit_record(actor=user, action="campaign.suggestions_stop", project=campaign.project, target=campaign,
+                 ip_address=ip_address)
+    transaction.on_commit(lambda: events.campaign_changed(campaign.pk))
+    campaign.refresh_from_db()
+    return campaign
+
+
 def visible_campaigns(user, project: Project, token=None):
     """Campaign managers and reviewers see every campaign; annotators the ones they are in."""
     permissions = policy.project_permissions(user, project, token)

@@ -3,13 +3,14 @@
 For each item the campaign's model writes a response (pre-filling text fields whose prefill is
 "suggestion") and, for a single_label field, is asked to name one label; a reply that names
 no label gives no label suggestion rather than a guess. Suggestions are stored on the item; the
-annotator's answer and the suggestion are both kept on the annotation. Closing the campaign
-stops the job between chunks.
+annotator's answer and the suggestion are both kept on the annotation. Stopping the
+suggestions, or closing the campaign, ends the job between chunks.
 """
 
 import logging
 
 from django.conf import settings
+from django.db.models import Q
 
 from apps.annotation import events
 from apps.annotation.models import Campaign, Item
@@ -53,7 +54,9 @@ def run_suggestions(campaign_id: int) -> None:
     total, done = items.count(), 0
     try:
         while True:
-            if Campaign.objects.filter(pk=campaign_id, state=Campaign.State.CLOSED).exists():
+            # Stopped by a manager (services.suggestions_stop) or by closing the campaign.
+            if Campaign.objects.filter(Q(state=Campaign.State.CLOSED) | Q(suggestion_state="cancelled"),
+                                       pk=campaign_id).exists():
                 _state(campaign_id, "cancelled", done, total)
                 return
             chunk = list(items[:CHUNK])
@@ -98,5 +101,8 @@ def _state(campaign_id: int, state: str, done: int, total: int, error: str = "")
     progress = {"done": done, "total": total}
     if error:
         progress["error"] = error
-    Campaign.objects.filter(pk=campaign_id).update(suggestion_state=state, suggestion_progress=progress)
+    campaign = Campaign.objects.filter(pk=campaign_id)
+    if state == "running":  # progress only: a stop asked meanwhile must stand
+        campaign = campaign.filter(suggestion_state="running")
+    campaign.update(suggestion_state=state, suggestion_progress=progress)
     events.campaign_changed(campaign_id)  # open dashboards show it

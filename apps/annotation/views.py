@@ -126,13 +126,16 @@ def campaign_detail(request: HttpRequest, project_id: int, campaign_id: int) -> 
 @login_required
 @require_POST
 def campaign_action(request: HttpRequest, project_id: int, campaign_id: int, action: str) -> HttpResponse:
-    if action not in ("close", "export"):
+    if action not in ("close", "export", "stop-suggestions"):
         raise NotFound()
     campaign = _campaign(request, project_id, campaign_id, "campaign.manage")
     try:
         if action == "close":
             services.campaign_close(user=request.user, campaign=campaign, ip_address=client_ip(request))
             messages.success(request, "Campaign closed: no more items are handed out.")
+        elif action == "stop-suggestions":
+            services.suggestions_stop(user=request.user, campaign=campaign, ip_address=client_ip(request))
+            messages.success(request, "Model suggestions stopped: items suggested so far keep theirs.")
         else:
             form = ExportForm(request.POST)
             if not form.is_valid():

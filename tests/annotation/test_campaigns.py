@@ -7,7 +7,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
-from apps.annotation.models import Annotation, Draft, Item, LabelSchema, Lease
+from apps.annotation.models import Annotation, Campaign, Draft, Item, LabelSchema, Lease
 from apps.projects.models import AuditEvent
 from tests.annotation.fixtures import SCHEMA_FIELDS, answer, make_campaign, make_schema, next_item, submit
 
@@ -471,3 +471,27 @@ def test_a_form_that_starts_from_suggestions_needs_a_model_and_nothing_is_made_w
     assert response.status_code == 400
     assert response.json()["field"] == "suggestion_model" and "choose the model" in response.json()["detail"]
     assert not Item.objects.exists()
+
+
+def test_a_manager_stops_the_model_suggestions_and_the_worker_honours_it(client, scientist, annotator, project,
+                                                                         review_version):
+    from apps.annotation.suggestions import _state, run_suggestions
+
+    client.force_login(scientist)
+    campaign = make_campaign(client, project, review_version)
+    Campaign.objects.filter(pk=campaign["id"]).update(suggestion_state="queued")  # as if a model were chosen
+    client.force_login(annotator)
+    assert client.post(f"/api/campaigns/{campaign['id']}/suggestions/stop/").status_code == 403
+    client.force_login(scientist)
+    stopped = client.post(f"/api/campaigns/{campaign['id']}/suggestions/stop/")
+    assert stopped.status_code == 200 and stopped.json()["suggestion_state"] == "cancelled"
+    again = client.post(f"/api/campaigns/{campaign['id']}/suggestions/stop/")
+    assert again.status_code == 409 and "No model suggestions" in again.json()["detail"]
+    run_suggestions(campaign["id"])  # the queued job, reaching a worker after the stop: it does nothing
+    assert Campaign.objects.get(pk=campaign["id"]).suggestion_state == "cancelled"
+    assert not Item.objects.filter(campaign_id=campaign["id"], suggestion__isnull=False).exists()
+    _state(campaign["id"], "running", 3, 10)  # a running job's progress does not undo the stop
+    assert Campaign.objects.get(pk=campaign["id"]).suggestion_state == "cancelled"
+    assert AuditEvent.objects.filter(action="campaign.suggestions_stop").count() == 1
+    client.force_login(annotator)
+    assert next_item(client, campaign).status_code == 200  # annotating goes on

@@ -343,3 +343,18 @@ def test_annotators_correct_the_models_suggestions_which_are_kept_beside_their_a
     answer_kept = Annotation.objects.get(annotator=annotator, item=first)
     assert answer_kept.values == {"ideal": drafted + " Checked by Anna."}
     assert answer_kept.suggestion == first.suggestion  # what the model proposed, beside the answer
+
+
+def test_a_manager_stops_the_model_suggestions_from_the_campaign_page(page, client, scientist, project,
+                                                                      review_version, tiny_model):
+    client.force_login(scientist)
+    campaign = make_campaign(client, project, review_version)
+    # Suggestions from a model, waiting for a worker (none runs here, so the stop comes first).
+    Campaign.objects.filter(pk=campaign["id"]).update(suggestion_model=tiny_model, suggestion_state="queued")
+    browser_login(page, "sofia")
+    page.goto(f"/projects/{project.pk}/campaigns/{campaign['id']}/")
+    expect(page.get_by_test_id("suggestions")).to_have_text("suggestions: queued")
+    page.get_by_role("button", name="Stop suggestions").click()
+    expect(page.get_by_text("Model suggestions stopped")).to_be_visible()
+    expect(page.get_by_test_id("suggestions")).to_have_text("suggestions: cancelled")
+    expect(page.get_by_role("button", name="Stop suggestions")).to_have_count(0)
