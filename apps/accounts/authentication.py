@@ -7,7 +7,7 @@ from django.utils import timezone
 from rest_framework import authentication, exceptions
 
 from apps.accounts.models import ApiToken, hash_secret
-from apps.core.sql import columns, execute, instance
+from apps.core.sql import columns, rows
 
 # last_used_at is written at most this often per token, not on every request.
 LAST_USED_RESOLUTION_S = 60
@@ -26,13 +26,10 @@ def _token(key_id: str) -> ApiToken | None:
     user_model = get_user_model()
     sql = (f"SELECT {columns(ApiToken, 't')}, {columns(user_model, 'u')} FROM {ApiToken._meta.db_table} t"
            f" INNER JOIN {user_model._meta.db_table} u ON u.id = t.user_id WHERE t.key_id = %s")
-    with execute(sql, [key_id]) as cursor:
-        found = cursor.fetchone()
-    if found is None:
+    found = rows(sql, [key_id], ApiToken, user_model)
+    if not found:
         return None
-    width = len(ApiToken._meta.concrete_fields)
-    token = instance(ApiToken, found[:width])
-    token.user = instance(user_model, found[width:])
+    token, token.user = found[0]
     return token
 
 

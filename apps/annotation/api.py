@@ -8,7 +8,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apps.annotation import exports, quality, selectors, services
-from apps.annotation.models import Annotation, AnnotationExport, Item, LabelSchema
+from apps.annotation.models import Annotation, AnnotationExport, LabelSchema
 from apps.annotation.serializers import (
     AnnotationExportSerializer,
     CampaignCreateSerializer,
@@ -220,10 +220,8 @@ class ReviewQueueApi(APIView):
                    responses=dict)
     def get(self, request: Request, campaign_id: int) -> Response:
         campaign = services.get_campaign(request.user, campaign_id, "annotation.review", request.auth)
-        items = Item.objects.filter(campaign=campaign, completed__gt=0).select_related(
-            "row", "campaign__schema", "adjudicated_by").order_by("position")
-        if request.query_params.get("disagreements") in ("1", "true"):
-            items = items.filter(pk__in=quality.disagreement_item_ids(campaign))
+        items = selectors.reviewable_items(
+            campaign, disagreements=request.query_params.get("disagreements") in ("1", "true"))
         after = request.query_params.get("after")
         if after not in (None, ""):
             try:

@@ -17,7 +17,7 @@ from datetime import datetime
 from django.db import connection
 
 from apps.annotation.models import Annotation, Campaign, Draft, Item, LabelSchema, Lease
-from apps.core.sql import columns, execute, instance
+from apps.core.sql import columns, execute, rows
 from apps.datasets.models import DatasetRow
 from apps.projects.models import Project
 
@@ -37,19 +37,15 @@ def _locking(clause: str) -> str:
 NOT_DONE_BY = f"NOT EXISTS (SELECT 1 FROM {ANNOTATION} a WHERE a.annotator_id = %s AND a.item_id = i.id)"
 
 
-def _items(joins: str, where: str, params: list, tail: str = "") -> list[Item]:
-    """Items `i`, each with its row `r` loaded."""
+def _item(joins: str, where: str, params: list, tail: str = "") -> Item | None:
+    """The first item `i` the statement finds, with its row `r` loaded."""
     sql = (f"SELECT {columns(Item, 'i')}, {columns(DatasetRow, 'r')} FROM {ITEM} i {joins}"
            f" INNER JOIN {ROW} r ON r.id = i.row_id WHERE {where} {tail}")
-    with execute(sql, params) as cursor:
-        found = cursor.fetchall()
-    width = len(Item._meta.concrete_fields)
-    items = []
-    for values in found:
-        item = instance(Item, values[:width])
-        item.row = instance(DatasetRow, values[width:])
-        items.append(item)
-    return items
+    found = rows(sql, params, Item, DatasetRow)
+    if not found:
+        return None
+    item, item.row = found[0]
+    return item
 
 
 def _id(value) -> int | None:
@@ -68,32 +64,25 @@ def campaign(campaign_id) -> Campaign | None:
     sql = (f"SELECT {columns(Campaign, 'c')}, {columns(Project, 'p')}, {columns(LabelSchema, 's')}"
            f" FROM {Campaign._meta.db_table} c INNER JOIN {Project._meta.db_table} p ON p.id = c.project_id"
            f" INNER JOIN {LabelSchema._meta.db_table} s ON s.id = c.schema_id WHERE c.id = %s")
-    with execute(sql, [campaign_id]) as cursor:
-        found = cursor.fetchone()
-    if found is None:
+    found = rows(sql, [campaign_id], Campaign, Project, LabelSchema)
+    if not found:
         return None
-    project_at = len(Campaign._meta.concrete_fields)
-    schema_at = project_at + len(Project._meta.concrete_fields)
-    loaded = instance(Campaign, found[:project_at])
-    loaded.project = instance(Project, found[project_at:schema_at])
-    loaded.schema = instance(LabelSchema, found[schema_at:])
+    loaded, loaded.project, loaded.schema = found[0]
     return loaded
 
 
 def item(campaign_id: int, item_id) -> Item | None:
     if (item_id := _id(item_id)) is None:
         return None
-    found = _items("", "i.campaign_id = %s AND i.id = %s", [campaign_id, item_id])
-    return found[0] if found else None
+    return _item("", "i.campaign_id = %s AND i.id = %s", [campaign_id, item_id])
 
 
 def held_item(campaign_id: int, user_id: int, now: datetime) -> Item | None:
     """The first item this annotator holds a live lease on and has not answered (read from their
     leases: a few rows, whatever the campaign's size)."""
-    found = _items(f"INNER JOIN {LEASE} l ON l.item_id = i.id",
-                   f"i.campaign_id = %s AND l.annotator_id = %s AND l.expires_at > %s AND {NOT_DONE_BY}",
-                   [campaign_id, user_id, _when(now), user_id], "ORDER BY i.position LIMIT 1")
-    return found[0] if found else None
+    return _item(f"INNER JOIN {LEASE} l ON l.item_id = i.id",
+                 f"i.campaign_id = %s AND l.annotator_id = %s AND l.expires_at > %s AND {NOT_DONE_BY}",
+                 [campaign_id, user_id, _when(now), user_id], "ORDER BY i.position LIMIT 1")
 
 
 def candidate(campaign_id: int, overlap: int, user_id: int, now: datetime, passed: list[int]) -> Item | None:
@@ -103,11 +92,10 @@ def candidate(campaign_id: int, overlap: int, user_id: int, now: datetime, passe
     skip = f" AND i.id NOT IN ({', '.join(['%s'] * len(passed))})" if passed else ""
     leased_to_others = (f"SELECT COUNT(*) FROM {LEASE} l WHERE l.item_id = i.id AND l.expires_at > %s"
                         " AND l.annotator_id <> %s")
-    found = _items("", f"i.campaign_id = %s AND i.completed < %s AND {NOT_DONE_BY}"
-                       f" AND i.completed + ({leased_to_others}) < %s{skip}",
-                   [campaign_id, overlap, user_id, _when(now), user_id, overlap, *passed],
-                   "ORDER BY i.completed, i.position LIMIT 1" + _locking("FOR UPDATE OF i SKIP LOCKED"))
-    return found[0] if found else None
+    return _item("", f"i.campaign_id = %s AND i.completed < %s AND {NOT_DONE_BY}"
+                     f" AND i.completed + ({leased_to_others}) < %s{skip}",
+                 [campaign_id, overlap, user_id, _when(now), user_id, overlap, *passed],
+                 "ORDER BY i.completed, i.position LIMIT 1" + _locking("FOR UPDATE OF i SKIP LOCKED"))
 
 
 def leased_to_others(item_id: int, user_id: int, now: datetime) -> int:
@@ -157,10 +145,9 @@ def release(item_id: int, user_id: int) -> None:
 
 
 def draft(item_id: int, user_id: int) -> Draft | None:
-    with execute(f"SELECT {columns(Draft, 'd')} FROM {DRAFT} d WHERE d.item_id = %s AND d.annotator_id = %s",
-                  [item_id, user_id]) as cursor:
-        found = cursor.fetchone()
-    return instance(Draft, found) if found else None
+    found = rows(f"SELECT {columns(Draft, 'd')} FROM {DRAFT} d WHERE d.item_id = %s AND d.annotator_id = %s",
+                 [item_id, user_id], Draft)
+    return found[0][0] if found else None
 
 
 def my_counts(campaign_id: int, user_id: int) -> dict:

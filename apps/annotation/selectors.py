@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from apps.annotation import queue
+from django.db.models import Prefetch
+
+from apps.annotation import quality, queue
 from apps.annotation.models import Annotation, Campaign, Item, Lease
 from apps.annotation.schema import candidate_keys, row_value
 from apps.annotation.services import annotation_payload, row_dict
@@ -75,9 +77,23 @@ def answer_in_words(fields: list[dict], values: dict, example: dict) -> dict[str
     return shown
 
 
+def _answers():
+    return Annotation.objects.filter(skipped=False).select_related("annotator", "schema").order_by("created_at")
+
+
+def reviewable_items(campaign: Campaign, *, disagreements: bool = False):
+    """The campaign's answered items in order, each with its answers (one query for all of them),
+    for `review_payload`; only those whose annotators disagree if `disagreements`."""
+    items = (Item.objects.filter(campaign=campaign, completed__gt=0)
+             .select_related("row", "campaign__schema", "adjudicated_by").order_by("position")
+             .prefetch_related(Prefetch("annotations", queryset=_answers(), to_attr="answers")))
+    if disagreements:
+        items = items.filter(pk__in=quality.disagreement_item_ids(campaign))
+    return items
+
+
 def review_payload(item: Item) -> dict:
-    annotations = (Annotation.objects.filter(item=item, skipped=False).select_related("annotator", "schema")
-                   .order_by("created_at"))
+    annotations = item.answers if hasattr(item, "answers") else _answers().filter(item=item)
     example = example_payload(item, item.campaign.schema.fields)
     return {
         "id": item.pk, "position": item.position, "example": example,

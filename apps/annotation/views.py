@@ -13,7 +13,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from apps.annotation import quality, selectors, services
 from apps.annotation.forms import CampaignForm, ExportForm
-from apps.annotation.models import Annotation, Campaign, Item, LabelSchema
+from apps.annotation.models import Annotation, Campaign, LabelSchema
 from apps.core.errors import Conflict, Invalid, NotFound
 from apps.core.http import client_ip
 from apps.core.rendering import render_markdown
@@ -169,10 +169,7 @@ def review(request: HttpRequest, project_id: int, campaign_id: int) -> HttpRespo
         _review_action(request, campaign)
         return redirect(request.get_full_path())
     only_disagreements = request.GET.get("disagreements") == "1"
-    items = (Item.objects.filter(campaign=campaign, completed__gt=0)
-             .select_related("row", "campaign__schema", "adjudicated_by").order_by("position"))
-    if only_disagreements:
-        items = items.filter(pk__in=quality.disagreement_item_ids(campaign))
+    items = selectors.reviewable_items(campaign, disagreements=only_disagreements)
     return render(request, "annotation/review.html", _context(
         request, campaign.project, campaign=campaign, only_disagreements=only_disagreements,
         items=[selectors.review_payload(item) for item in items[:50]]))

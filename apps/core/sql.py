@@ -39,3 +39,21 @@ def execute(sql: str, params: list):
     cursor = connections[DEFAULT_DB_ALIAS].cursor()
     cursor.execute(sql, params)
     return cursor
+
+
+def rows(sql: str, params: list, *models: type[Model]) -> list[tuple[Model | None, ...]]:
+    """Each row of `sql` (which selects `columns(model, ...)` of each of `models`, in that order) as
+    one instance per model; a model whose columns are all NULL (an outer join that found
+    nothing) gives None."""
+    with execute(sql, params) as cursor:
+        found = cursor.fetchall()
+    result = []
+    for values in found:
+        instances, at = [], 0
+        for model in models:
+            width = len(model._meta.concrete_fields)
+            part = values[at:at + width]
+            instances.append(None if all(value is None for value in part) else instance(model, part))
+            at += width
+        result.append(tuple(instances))
+    return result

@@ -20,7 +20,7 @@ from django.db.models.functions import Cast
 from guardian.models import UserObjectPermission
 
 from apps.core.errors import NotFound, PermissionDenied
-from apps.core.sql import columns, execute, instance
+from apps.core.sql import columns, rows
 from apps.projects.models import Membership, Project, Role
 from apps.projects.permissions import codename, kind_of, permission_from_codename
 
@@ -49,13 +49,10 @@ def _membership(project_id: int, user_id: int) -> Membership | None:
     sql = (f"SELECT {columns(Membership, 'm')}, {columns(Role, 'r')} FROM {Membership._meta.db_table} m"
            f" LEFT OUTER JOIN {Role._meta.db_table} r ON r.id = m.custom_role_id"
            " WHERE m.project_id = %s AND m.user_id = %s")
-    with execute(sql, [project_id, user_id]) as cursor:
-        found = cursor.fetchone()
-    if found is None:
+    found = rows(sql, [project_id, user_id], Membership, Role)
+    if not found:
         return None
-    width = len(Membership._meta.concrete_fields)
-    membership = instance(Membership, found[:width])
-    membership.custom_role = instance(Role, found[width:]) if membership.custom_role_id else None
+    membership, membership.custom_role = found[0]
     return membership
 
 

@@ -36,3 +36,24 @@ def test_next_and_submit_queries_do_not_grow_with_the_campaign(client, scientist
     next_count, submit_count = small[-1]
     print(f"\nnext: {next_count} queries, submit: {submit_count} queries")
     assert next_count <= 14 and submit_count <= 16  # with the session, the user, savepoints
+
+
+def test_the_review_queue_reads_every_items_answers_in_one_query(client, scientist, annotator, second_annotator,
+                                                                 project, owner):
+    version = write_version(dataset=Dataset.objects.create(project=project, name="R", created_by=owner),
+                            records=review_records(12),
+                            roles={"id": "id", "prompt": "prompt", "response": "response", "label": "label"})
+    client.force_login(scientist)
+    campaign = make_campaign(client, project, version, overlap=2)
+    counts = []
+    for user, answers in ((annotator, 3), (second_annotator, 9)):
+        client.force_login(user)
+        for _ in range(answers):
+            item = next_item(client, campaign).json()
+            assert submit(client, campaign, item["id"], answer()).status_code == 201
+        client.force_login(scientist)
+        with CaptureQueriesContext(connection) as queries:
+            page = client.get(f"/api/campaigns/{campaign['id']}/review/").json()
+        counts.append(len(queries))
+    assert len(page["items"]) == 12 and all(len(i["annotations"]) == 1 for i in page["items"])
+    assert counts[0] == counts[1], counts  # 3 answered items, then 12: the same queries
