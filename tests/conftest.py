@@ -109,11 +109,12 @@ class LiveAsgiServer:
         import uvicorn
 
         from workbench.asgi import application
+        from workbench.server import UVICORN_OPTIONS
 
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(application, host="127.0.0.1", port=self.port, lifespan="off",
-                                log_level="warning", ws="websockets-sansio")
+        config = uvicorn.Config(application, host="127.0.0.1", port=self.port, log_level="warning",
+                                **UVICORN_OPTIONS)
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 

@@ -21,6 +21,7 @@ from django.conf import settings
 from django.core.management import BaseCommand, call_command
 
 from workbench.embedded import EmbeddedRedis
+from workbench.server import uvicorn_argv
 
 PR_SET_PDEATHSIG = 1
 STOP_TIMEOUT_S = 15
@@ -64,10 +65,8 @@ class Command(BaseCommand):
                 shutil.rmtree(metrics_dir, ignore_errors=True)  # a previous run's processes are gone
                 metrics_dir.mkdir(parents=True)
                 web_env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir)}
-            self._spawn("web", [python, "-m", "uvicorn", "workbench.asgi:application",
-                                "--host", host, "--port", str(port), "--lifespan", "off",
-                                "--ws", "websockets-sansio", "--no-server-header", "--log-level", "warning",
-                                "--workers", str(settings.WEB_WORKERS)], env=web_env)
+            self._spawn("web", [python, *uvicorn_argv(host=host, port=port, workers=settings.WEB_WORKERS)],
+                        env=web_env)
             if not no_worker:
                 self._spawn("worker", [python, "-m", "celery", "-A", "workbench", "--quiet", "worker",
                                        "-Q", "default,gpu", "--concurrency", "2",
