@@ -2,6 +2,7 @@
 
 import json
 import re
+from urllib.parse import urlsplit
 
 
 def _too_large_message(limit: int) -> str:
@@ -79,3 +80,69 @@ class BodySizeLimit:
         await send({"type": "http.response.body", "body": body})
 
 
+
+
+def _origin(scheme: str, host: str) -> str | None:
+    """`scheme://host[:port]` lower-cased with the scheme's default port dropped; None if malformed."""
+    try:
+        parsed = urlsplit(f"{scheme}://{host}")
+        port = parsed.port
+    except ValueError:
+        return None
+    if not parsed.hostname:
+        return None
+    hostname = f"[{parsed.hostname}]" if ":" in parsed.hostname else parsed.hostname
+    default = {"http": 80, "https": 443}.get(scheme)
+    return f"{scheme}://{hostname}" + (f":{port}" if port and port != default else "")
+
+
+def _parse_origin(value: str) -> str | None:
+    parsed = urlsplit(value.strip().lower())
+    if parsed.scheme not in {"http", "https"} or parsed.path or parsed.query or parsed.fragment:
+        return None
+    return _origin(parsed.scheme, parsed.netloc)
+
+
+class SameOriginWebsocket:
+    """Accept a websocket handshake only from the site's own origin, compared in full (scheme,
+    host and port) as Django's CSRF check compares a form's Origin: a page on another port of the
+    same host (`http://127.0.0.1:9999`) or another scheme (`https://localhost`) is another site.
+
+    The site's origin is the handshake's own Host (which must be one of ALLOWED_HOSTS) with the
+    scheme the connection came in on (`wss` → https; behind a TLS-terminating proxy its
+    `X-Forwarded-Proto: https` when TRUST_X_FORWARDED_PROTO is on); CSRF_TRUSTED_ORIGINS are
+    accepted too. A handshake without an Origin is refused: browsers always send one, and
+    scripts use the API's tokens, not a session cookie.
+    """
+
+    def __init__(self, app) -> None:
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "websocket" and not self.allowed(scope):
+            from channels.security.websocket import WebsocketDenier
+
+            return await WebsocketDenier()(scope, receive, send)
+        return await self.app(scope, receive, send)
+
+    @staticmethod
+    def allowed(scope) -> bool:
+        from django.conf import settings
+        from django.http.request import validate_host
+
+        headers = {}
+        for name, value in scope.get("headers") or []:
+            headers.setdefault(name.lower(), value.decode("latin1"))
+        origin = headers.get(b"origin")
+        if origin is None or (origin := _parse_origin(origin)) is None:
+            return False
+        if origin in {_parse_origin(trusted) for trusted in settings.CSRF_TRUSTED_ORIGINS}:
+            return True
+        host = headers.get(b"host", "")
+        hostname = urlsplit(f"//{host}").hostname if host else None
+        if not hostname or not validate_host(hostname, settings.ALLOWED_HOSTS):
+            return False
+        secure = scope.get("scheme") == "wss" or (
+            getattr(settings, "SECURE_PROXY_SSL_HEADER", None) is not None
+            and headers.get(b"x-forwarded-proto", "").split(",")[0].strip().lower() == "https")
+        return origin == _origin("https" if secure else "http", host.lower())

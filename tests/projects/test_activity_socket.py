@@ -21,11 +21,12 @@ from workbench.asgi import application
 pytestmark = pytest.mark.django_db(transaction=True)
 
 ALLOWED_ORIGIN = b"http://127.0.0.1"
+ALLOWED_HOST = b"127.0.0.1"
 TIMEOUT_S = 5
 
 
 def headers_for(user=None, origin: bytes = ALLOWED_ORIGIN) -> list[tuple[bytes, bytes]]:
-    headers = [(b"origin", origin)]
+    headers = [(b"origin", origin), (b"host", ALLOWED_HOST)]
     if user is not None:
         client = Client()
         client.force_login(user)
