@@ -171,6 +171,16 @@ def clear_cache():
         client.delete(*keys)
 
 
+def die_with_the_test_run() -> None:
+    """In the child: a session of its own (Ctrl-C reaches pytest only) and SIGKILL from the kernel
+    when pytest dies, however it dies (a killed run left its workers running before)."""
+    import ctypes
+    import signal
+
+    os.setsid()
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
 def _start_worker(*, queues: str, pool: str, concurrency: int, name: str):
     import subprocess
     import sys
@@ -192,7 +202,7 @@ def _start_worker(*, queues: str, pool: str, concurrency: int, name: str):
         [sys.executable, "-m", "celery", "-A", "workbench", "--quiet", "worker", "-Q", queues,
          "--concurrency", str(concurrency), "--pool", pool, "--hostname", hostname, "--loglevel", "WARNING",
          "--without-mingle", "--without-gossip"],
-        env=env, cwd=settings.BASE_DIR, start_new_session=True)
+        env=env, cwd=settings.BASE_DIR, preexec_fn=die_with_the_test_run)
     from workbench.celery import app
 
     deadline = time.monotonic() + 60

@@ -11,7 +11,7 @@ import psutil
 import pytest
 import requests
 
-from tests.conftest import free_port
+from tests.conftest import die_with_the_test_run, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 READY_TIMEOUT_S = 120
@@ -53,7 +53,7 @@ def test_start_command_serves_logs_in_and_stops_cleanly_on_ctrl_c(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL", "DJANGO_ALLOW_ASYNC_UNSAFE"}}
     env.update(WORKBENCH_DATA_DIR=str(tmp_path), WORKBENCH_PORT=str(port))
     process = subprocess.Popen([str(ROOT / "run.sh"), "start"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                               stderr=subprocess.STDOUT, text=True, preexec_fn=die_with_the_test_run)
     try:
         wait_ready(base_url, process)
         assert "pong" in wait_worker(tmp_path)

@@ -15,7 +15,7 @@ from boto3.exceptions import S3UploadFailedError
 from apps.core import storage
 from apps.datasets.models import DatasetVersion
 from apps.datasets.services import dataset_create
-from tests.conftest import free_port
+from tests.conftest import die_with_the_test_run, free_port
 
 
 @pytest.fixture(scope="session")
@@ -32,7 +32,7 @@ def s3_endpoint(tmp_path_factory):
         env.setenv("AWS_CONFIG_FILE", os.devnull)
         env.setenv("AWS_SHARED_CREDENTIALS_FILE", os.devnull)
         process = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                                   stdout=log_file, stderr=subprocess.STDOUT)
+                                   stdout=log_file, stderr=subprocess.STDOUT, preexec_fn=die_with_the_test_run)
         try:
             deadline = time.monotonic() + 30
             while True:

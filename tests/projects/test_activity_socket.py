@@ -6,6 +6,8 @@ Each test is synchronous and runs its scenario with async_to_sync; domain calls 
 sync_to_async, so their on-commit publishing reaches the channel layer as in production.
 """
 
+import asyncio
+import io
 import time
 
 import pytest
@@ -38,16 +40,43 @@ def socket_for(project, headers) -> WebsocketCommunicator:
     return WebsocketCommunicator(application, f"/ws/projects/{project.pk}/activity/", headers=headers)
 
 
+SCENARIO_TIMEOUT_S = 60
+CLEANUP_TIMEOUT_S = 10
+
+
 def run(scenario) -> None:
-    """Run a socket scenario on a channel layer of its own: the live server of the browser tests
-    runs consumers on another event loop, and a layer lets only one loop at a time receive."""
+    """Run a socket scenario on a channel layer of its own (the live server of the browser tests
+    runs consumers on another event loop, and a layer lets only one loop at a time receive),
+    within a deadline. What the scenario leaves running (a consumer the server closed but the
+    client never disconnected) is cancelled with a deadline too: a task that ignores
+    cancellation fails the test, with its stack, instead of hanging the event loop's shutdown."""
     from channels.layers import DEFAULT_CHANNEL_LAYER, channel_layers
 
     channel_layers.backends.pop(DEFAULT_CHANNEL_LAYER, None)
     try:
-        async_to_sync(scenario)()
+        async_to_sync(_bounded)(scenario)
     finally:
         channel_layers.backends.pop(DEFAULT_CHANNEL_LAYER, None)
+
+
+async def _bounded(scenario) -> None:
+    try:
+        async with asyncio.timeout(SCENARIO_TIMEOUT_S):
+            await scenario()
+    finally:
+        current = asyncio.current_task()
+        leftovers = [task for task in asyncio.all_tasks() if task is not current and not task.done()]
+        for task in leftovers:
+            task.cancel()
+        if leftovers:
+            _, stuck = await asyncio.wait(leftovers, timeout=CLEANUP_TIMEOUT_S)
+            if stuck:
+                stacks = []
+                for task in stuck:
+                    buffer = io.StringIO()
+                    task.print_stack(file=buffer)
+                    stacks.append(buffer.getvalue())
+                raise AssertionError(f"{len(stuck)} task(s) ignored cancellation:\n" + "\n".join(stacks))
 
 
 async def connected_socket(project, headers) -> WebsocketCommunicator:
