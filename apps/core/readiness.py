@@ -1,5 +1,6 @@
 """Checks behind /readyz: can this process reach everything it needs to serve?"""
 
+import asyncio
 import uuid
 
 from asgiref.sync import async_to_sync
@@ -23,13 +24,15 @@ def check_broker() -> None:
 
 
 async def _channel_round_trip() -> None:
-    import asyncio
-
+    """Send to and receive from a channel of its own. Not a process-local (`!`) channel: those
+    share one receive lock per process with every open socket's consumer, which holds it while it
+    waits, so the probe would time out whenever anyone had a live page."""
     layer = get_channel_layer()
-    channel = await layer.new_channel("readyz.")
+    channel = f"readyz.{uuid.uuid4().hex}"
     token = uuid.uuid4().hex
     await layer.send(channel, {"type": "readyz.ping", "token": token})
-    message = await asyncio.wait_for(layer.receive(channel), CHECK_TIMEOUT_S)
+    async with asyncio.timeout(CHECK_TIMEOUT_S):
+        message = await layer.receive(channel)
     if message.get("token") != token:
         raise RuntimeError("channel layer returned a different message")
 

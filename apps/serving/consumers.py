@@ -1,5 +1,6 @@
 import asyncio
 import time
+from contextlib import aclosing
 
 from channels.db import database_sync_to_async
 
@@ -62,12 +63,14 @@ class PlaygroundConsumer(PolicyConsumer):
     async def _stream(self, generation_id: int) -> None:
         sent = time.monotonic()
         await self.send_json({"type": "started", "id": generation_id})
-        async for event in stream.follow(generation_id):
-            if event["type"] == "delta":
-                await self.send_json({"type": "delta", "id": generation_id, "text": event["text"]})
-            else:
-                await self.send_json({"type": event["type"], "id": generation_id, "result": event["result"],
-                                      "round_trip_s": round(time.monotonic() - sent, 3)})
+        # Closed when this task is cancelled (the socket went away): the generation is abandoned.
+        async with aclosing(stream.follow(generation_id)) as events:
+            async for event in events:
+                if event["type"] == "delta":
+                    await self.send_json({"type": "delta", "id": generation_id, "text": event["text"]})
+                else:
+                    await self.send_json({"type": event["type"], "id": generation_id, "result": event["result"],
+                                          "round_trip_s": round(time.monotonic() - sent, 3)})
 
     async def disconnect(self, code):
         if getattr(self, "running", None):

@@ -11,6 +11,7 @@ only wait on the channel layer, asynchronously.
 
 import json
 import time
+from contextlib import aclosing
 from types import SimpleNamespace
 
 from asgiref.sync import sync_to_async
@@ -151,11 +152,12 @@ async def _complete(request: HttpRequest, *, chat: bool) -> HttpResponse:
         return StreamingHttpResponse(reply.sse(first, events), content_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
     text, result = [], None
-    async for event in _chain(first, events):
-        if event["type"] == "delta":
-            text.append(event["text"])
-        else:
-            result = event["result"]
+    async with aclosing(events):  # a client gone mid-answer abandons the generation (stream.follow)
+        async for event in _chain(first, events):
+            if event["type"] == "delta":
+                text.append(event["text"])
+            else:
+                result = event["result"]
     if result is None or result["state"] != "succeeded":
         return error(500, (result or {}).get("error") or "The generation failed.", kind="server_error")
     return JsonResponse(reply.whole(result))
@@ -195,16 +197,17 @@ class Reply:
         return f"data: {json.dumps(self._envelope([choice], chunk=True))}\n\n"
 
     async def sse(self, first: dict, events):
-        if self.chat:
-            yield self._chunk(None, None, first=True)
-        async for event in _chain(first, events):
-            if event["type"] == "delta":
-                yield self._chunk(event["text"], None)
-            elif event["type"] == "done":
-                yield self._chunk(None, event["result"]["finish_reason"])
-            else:
-                yield f"data: {json.dumps({'error': {'message': event['result']['error'], 'type': 'server_error'}})}\n\n"
-        yield "data: [DONE]\n\n"
+        async with aclosing(events):  # a client gone mid-stream abandons the generation (stream.follow)
+            if self.chat:
+                yield self._chunk(None, None, first=True)
+            async for event in _chain(first, events):
+                if event["type"] == "delta":
+                    yield self._chunk(event["text"], None)
+                elif event["type"] == "done":
+                    yield self._chunk(None, event["result"]["finish_reason"])
+                else:
+                    yield f"data: {json.dumps({'error': {'message': event['result']['error'], 'type': 'server_error'}})}\n\n"
+            yield "data: [DONE]\n\n"
 
 
 def usage(result: dict) -> dict:

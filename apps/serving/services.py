@@ -87,6 +87,15 @@ def generation_cancel(*, user, project: Project, generation_id, token=None) -> b
                 .update(cancel_requested=True))
 
 
+def generation_abandon(generation_id: int) -> None:
+    """Its caller went away: a queued generation never starts (ended as cancelled, whether or not
+    its message reached a worker, which skips what is no longer queued); a running one stops
+    after its next token."""
+    Generation.objects.filter(pk=generation_id, state=Generation.State.QUEUED).update(
+        state=Generation.State.SUCCEEDED, finish_reason="cancelled", cancel_requested=True, finished_at=timezone.now())
+    Generation.objects.filter(pk=generation_id, state=Generation.State.RUNNING).update(cancel_requested=True)
+
+
 def _as_json(params) -> dict:
     return {field: list(value) if isinstance(value, tuple) else value
             for field in PARAM_FIELDS if (value := getattr(params, field)) is not None}

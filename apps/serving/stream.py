@@ -13,18 +13,27 @@ from apps.serving import events, services
 
 
 async def follow(generation_id: int) -> AsyncIterator[dict]:
-    """Yield {"type": "delta", "text"} events, then one {"type": "done"|"error", "result"}."""
+    """Yield {"type": "delta", "text"} events, then one {"type": "done"|"error", "result"}.
+
+    If the follower goes away first (its socket closed, its HTTP client disconnected: this
+    generator is cancelled or closed), the generation is abandoned: a queued one never starts,
+    a running one stops after its next token, and the channel and group are released."""
     layer = get_channel_layer()
     channel = await layer.new_channel()
     group = events.generation_group(generation_id)
     await layer.group_add(group, channel)
+    finished = False
     try:
         await database_sync_to_async(services.generation_enqueue)(generation_id)
         deadline = time.monotonic() + settings.INFERENCE_TIMEOUT_S + 30
         while True:
             try:
-                message = await asyncio.wait_for(layer.receive(channel), timeout=max(deadline - time.monotonic(), 0))
-            except asyncio.TimeoutError:
+                # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancellation
+                # that meets a message, and the receiver then outlived its socket.
+                async with asyncio.timeout(max(deadline - time.monotonic(), 0)):
+                    message = await layer.receive(channel)
+            except TimeoutError:
+                finished = True
                 yield {"type": "error", "result": {"id": generation_id, "error": "No worker answered in time.",
                                                    "field": ""}}
                 return
@@ -33,8 +42,15 @@ async def follow(generation_id: int) -> AsyncIterator[dict]:
             if message["type"] == "generation.delta":
                 yield {"type": "delta", "text": message["text"]}
             else:
+                finished = True
                 yield {"type": "done" if message["type"] == "generation.done" else "error",
                        "result": message["result"]}
                 return
     finally:
-        await layer.group_discard(group, channel)
+        await asyncio.shield(_release(layer, group, channel, None if finished else generation_id))
+
+
+async def _release(layer, group: str, channel: str, abandoned_id: int | None) -> None:
+    await layer.group_discard(group, channel)
+    if abandoned_id is not None:
+        await database_sync_to_async(services.generation_abandon)(abandoned_id)
