@@ -8,6 +8,7 @@ from rest_framework.views import APIView
 
 from apps.core.errors import Invalid, NotFound, PermissionDenied
 from apps.core.http import client_ip
+from apps.core.pagination import MAX_PAGE_SIZE, query_int
 from apps.datasets import exports, selectors, services
 from apps.datasets.models import Dataset, DatasetVersion, DeriveJob, ExportJob, ImportJob
 from apps.datasets.serializers import (
@@ -182,11 +183,8 @@ class RowListApi(APIView):
     def get(self, request: Request, dataset_id: int, number: int) -> Response:
         version = _version(request, dataset_id, number)
         params = request.query_params
-        try:
-            after = int(params["after"]) if params.get("after") not in (None, "") else None
-            limit = min(max(int(params.get("limit", selectors.PAGE_ROWS)), 1), 500)
-        except ValueError:
-            raise Invalid("'after' and 'limit' are integers.", field="after") from None
+        after = query_int(params, "after", default=None)
+        limit = min(query_int(params, "limit", default=selectors.PAGE_ROWS, minimum=1), MAX_PAGE_SIZE)
         rows, next_after = selectors.version_rows(version=version, after=after, q=params.get("q", "")[:500],
                                                   label=params.get("label", "")[:200],
                                                   split=params.get("split", "")[:16], limit=limit,

@@ -6,6 +6,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from apps.core.errors import Conflict, Invalid, NotFound, PermissionDenied
 from apps.core.http import client_ip
+from apps.core.pagination import query_int
 from apps.core.pages import run_service
 from apps.datasets import search_index, selectors, services
 from apps.datasets.forms import DatasetForm, MappingForm, SplitForm, UploadForm
@@ -137,8 +138,8 @@ def version_page(request: HttpRequest, project_id: int, dataset_id: int, number:
     """Browse one version: search, filter by label, keyset pages."""
     dataset, version = _dataset_version(request, project_id, dataset_id, number)
     try:
-        after = int(request.GET["after"]) if request.GET.get("after") else None
-    except ValueError:
+        after = query_int(request.GET, "after", default=None)
+    except Invalid:  # a hand-edited address starts from the top
         after = None
     q = request.GET.get("q", "")[:500]
     label = request.GET.get("label", "")[:200]
