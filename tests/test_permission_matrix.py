@@ -127,6 +127,28 @@ def _arrange_derive_job(world: World) -> dict:
     return {"job_id": DeriveJob.objects.create(parent=world.dataset.versions.get(), kind="pii_scan").pk}
 
 
+def _arrange_adapter(world: World) -> dict:
+    """A ready base model and a ready adapter of it in world.project, the adapter's files on disk."""
+    import tempfile
+    from pathlib import Path
+
+    from apps.registry.models import RegisteredModel
+    from workers.models import ModelInfo
+
+    info = ModelInfo(format="hf_dir", path="/placeholder", architecture="LlamaForCausalLM", model_type="llama",
+                     parameters=1000, hidden_size=8, layers=1, heads=2, kv_heads=2, head_dim=4, intermediate_size=16,
+                     vocab_size=32, context_length=64).as_dict()
+    base = RegisteredModel.objects.create(project=world.project, name="Base", format="hf_dir", source_path="/x",
+                                          weights_path="/x", status="ready", info=info, created_by=world.owner)
+    directory = Path(tempfile.mkdtemp())
+    (directory / "adapter_config.json").write_text("{}")
+    adapter = RegisteredModel.objects.create(project=world.project, name="Tuned", format="hf_dir", kind="adapter",
+                                             base_model=base, source_path=str(directory),
+                                             weights_path=str(directory), status="ready", info=info,
+                                             created_by=world.owner)
+    return {"model_id": adapter.pk}
+
+
 def _arrange_job(state: str):
     """A job of world.project (on a placeholder model and a prompt/response version) in `state`."""
     def arrange(world: World) -> dict:
@@ -341,6 +363,16 @@ ENDPOINTS = [
     # (tests/registry covers successful registration); the refusals are what this row checks.
     Endpoint("model-register", "POST", f"{P}/models/", "model.register",
              lambda w: {"name": "M", "path": "/nonexistent/model"}, 400, audit_writes=0),
+    Endpoint("model-get", "GET", "/api/models/<int:model_id>/", "model.view", _no_body, 200, arrange=_arrange_adapter),
+    Endpoint("model-delete", "DELETE", "/api/models/<int:model_id>/", "model.delete", _no_body, 204,
+             checks=("model.view", "model.delete"), arrange=_arrange_adapter),
+    # Weights leave the server with a download: a permission of its own, as a dataset export has.
+    Endpoint("model-download", "GET", "/api/models/<int:model_id>/download/", "model.download", _no_body, 200,
+             checks=("model.view", "model.download"), arrange=_arrange_adapter),
+    Endpoint("model-merge", "POST", "/api/models/<int:model_id>/merge/", "model.register",
+             lambda w: {"name": "Merged"}, 202, checks=("model.view", "model.register"), arrange=_arrange_adapter),
+    Endpoint("model-memory-estimate", "GET", "/api/models/<int:model_id>/memory-estimate/", "model.view", _no_body,
+             200, arrange=_arrange_adapter),
     Endpoint("dataset-get", "GET", "/api/datasets/<int:dataset_id>/", "dataset.view", _no_body, 200,
              scope="dataset"),
     Endpoint("dataset-delete", "DELETE", "/api/datasets/<int:dataset_id>/", "dataset.delete", _no_body, 204,
@@ -598,7 +630,7 @@ def test_each_principal_gets_what_the_permission_catalogue_says_on_each_endpoint
     assert writes == (endpoint.expected_audit_writes if succeeded else 0)
 
 
-SCOPED_IDS = ("project", "dataset", "job", "comparison", "campaign", "schema", "annotation", "export")
+SCOPED_IDS = ("project", "dataset", "job", "comparison", "campaign", "schema", "annotation", "export", "model")
 # Endpoints that act only on the caller's own objects, with their tests elsewhere.
 EXEMPT = {
     # Edits one's own annotation only: others get 403/404 (tests/annotation/test_campaigns.py).
@@ -624,7 +656,7 @@ def test_every_project_scoped_endpoint_in_the_url_conf_has_a_row():
                             if hasattr(view_class, method) and (route, method.upper()) not in EXEMPT}
     dummy = {"project_id": 1, "dataset_id": 2, "membership_id": 3, "role_id": 4, "grant_id": 5, "number": 6,
              "job_id": 7, "comparison_id": 8, "campaign_id": 9, "item_id": 10, "schema_id": 11, "annotation_id": 12,
-             "export_id": 13}
+             "export_id": 13, "model_id": 14}
     in_table = {(resolve(fill(e.url, dummy)).route, e.method) for e in ENDPOINTS}
     assert in_url_conf, "found no project-scoped API routes: the walk above is broken"
     assert in_url_conf - in_table == set(), "project-scoped endpoints without a row in ENDPOINTS"

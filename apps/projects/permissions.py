@@ -27,6 +27,7 @@ PERMISSIONS: dict[str, str] = {
     "model.view": "See registered models and adapters",
     "model.register": "Register base models",
     "model.delete": "Delete models and adapters",
+    "model.download": "Download trained weights (an adapter's files)",
     "model.generate": "Generate with models: the playground and the OpenAI-compatible API",
     "job.view": "See fine-tune jobs and their metrics",
     "job.launch": "Launch fine-tune jobs",
@@ -39,7 +40,8 @@ PERMISSIONS: dict[str, str] = {
 VIEWER = frozenset({"project.view", "dataset.view", "model.view", "job.view", "compare.view"})
 ANNOTATOR = frozenset({"project.view", "annotation.submit", "compare.vote"})
 SCIENTIST = VIEWER | ANNOTATOR | {
-    "dataset.import", "dataset.edit", "dataset.export", "model.register", "model.generate", "job.launch",
+    "dataset.import", "dataset.edit", "dataset.export", "model.register", "model.download", "model.generate",
+    "job.launch",
     "job.cancel", "compare.run", "campaign.manage", "annotation.review",
 }
 ADMIN = SCIENTIST | {

@@ -72,6 +72,7 @@ class AdapterDownloadApi(APIView):
     @extend_schema(responses={(200, "application/zip"): bytes})
     def get(self, request: Request, model_id: int) -> FileResponse:
         model = policy.get_object(request.user, RegisteredModel, model_id, "model.view", request.auth)
+        policy.require(request.user, "model.download", model, request.auth)  # weights leave with it, as data does
         files = services.adapter_archive_files(model)
         archive = tempfile.SpooledTemporaryFile(max_size=64 * 1024 * 1024)  # adapters are megabytes
         with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zipped:
