@@ -434,6 +434,30 @@ def test_corrupted_safetensors_are_refused(tiny_copy):
             inspect_model(tiny_copy)
 
 
+def _safetensors_with_header(header: dict, data: bytes = b"") -> bytes:
+    raw = json.dumps(header).encode()
+    return struct.pack("<Q", len(raw)) + raw + data
+
+
+def test_a_header_listing_too_many_tensors_is_refused(tiny_copy):
+    from workers.models import safetensors_header
+
+    listed = safetensors_header.MAX_TENSORS_PER_FILE + 1
+    header = {f"t{i}": {"dtype": "F32", "shape": [0], "data_offsets": [0, 0]} for i in range(listed)}
+    (tiny_copy / "model.safetensors").write_bytes(_safetensors_with_header(header))
+    with pytest.raises(ModelFormatError, match=f"lists {listed:,} tensors; at most 65,536"):
+        inspect_model(tiny_copy)
+
+
+def test_a_header_over_the_size_cap_is_refused_before_it_is_read(tiny_copy):
+    from workers.models import safetensors_header
+
+    padding = "x" * (safetensors_header.MAX_HEADER_BYTES + 1)
+    (tiny_copy / "model.safetensors").write_bytes(_safetensors_with_header({"__metadata__": {"pad": padding}}))
+    with pytest.raises(ModelFormatError, match="-byte header; at most 16,777,216 bytes are read"):
+        inspect_model(tiny_copy)
+
+
 def test_index_naming_a_shard_outside_or_missing_is_refused(tmp_path):
     save_tiny_model(tmp_path / "sharded", shard="20KB", tokenizer=False)
     index_path = tmp_path / "sharded" / "model.safetensors.index.json"
