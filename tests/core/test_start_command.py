@@ -1,5 +1,6 @@
 """The README's start command, run for real: embedded Redis, web server, worker."""
 
+import json
 import os
 import re
 import signal
@@ -45,6 +46,23 @@ def wait_worker(data_dir: Path, timeout: float = 60) -> list:
     pytest.fail("no Celery worker answered a ping")
 
 
+def worker_queues(data_dir: Path) -> dict[str, list[str]]:
+    """Each worker's queues, asked through the embedded broker."""
+    broker = f"redis+socket://{data_dir}/redis.sock"
+    code = ("import json; from celery import Celery; "
+            f"replies = Celery(broker={broker!r}).control.inspect(timeout=3).active_queues() or {{}}; "
+            "print(json.dumps({name: sorted(q['name'] for q in queues) for name, queues in replies.items()}))")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        result = subprocess.run([str(ROOT / ".venv/bin/python"), "-c", code], capture_output=True, text=True,
+                                timeout=30)
+        replies = json.loads(result.stdout or "{}")
+        if len(replies) >= 3:
+            return replies
+        time.sleep(1)
+    pytest.fail(f"not every worker answered: {result.stdout} {result.stderr}")
+
+
 @pytest.mark.smoke
 @pytest.mark.slow
 def test_start_command_serves_logs_in_and_stops_cleanly_on_ctrl_c(tmp_path):
@@ -57,6 +75,8 @@ def test_start_command_serves_logs_in_and_stops_cleanly_on_ctrl_c(tmp_path):
     try:
         wait_ready(base_url, process)
         assert "pong" in wait_worker(tmp_path)
+        queues = worker_queues(tmp_path)
+        assert sorted(queues.values()) == [["default"], ["gpu"], ["inference"]], queues  # training never takes default's slots
         descendants = psutil.Process(process.pid).children(recursive=True)
         names = " ".join(" ".join(p.cmdline()) for p in descendants)
         assert "redis-server" in names and "uvicorn" in names and "celery" in names
@@ -78,6 +98,7 @@ def test_start_command_serves_logs_in_and_stops_cleanly_on_ctrl_c(tmp_path):
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
     assert process.returncode == 0, output
+    assert "web did not stop" not in output, output  # nothing outlived its connection (a leaked receiver did)
     assert "Log in as 'admin'" in output
     assert "workbench stopped" in output
     gone, alive = psutil.wait_procs(descendants, timeout=10)

@@ -68,11 +68,17 @@ class Command(BaseCommand):
             self._spawn("web", [python, *uvicorn_argv(host=host, port=port, workers=settings.WEB_WORKERS)],
                         env=web_env)
             if not no_worker:
+                # Imports, exports, splits and the rest: a worker of their own, so a running
+                # fine-tune never takes the slot they wait for.
                 self._spawn("worker", [python, "-m", "celery", "-A", "workbench", "--quiet", "worker",
-                                       "-Q", "default,gpu", "--concurrency", "2",
+                                       "-Q", "default", "--concurrency", "2",
                                        "--hostname", f"workbench-{port}@%h", "--loglevel", "WARNING",
                                        # Embedded beat: the periodic reaper of jobs whose worker vanished.
                                        "--beat", "--schedule", str(settings.DATA_DIR / "celerybeat-schedule")])
+                # Fine-tunes, one at a time (the next waits in the queue), as on a one-GPU machine.
+                self._spawn("trainer", [python, "-m", "celery", "-A", "workbench", "--quiet", "worker",
+                                        "-Q", "gpu", "--concurrency", "1",
+                                        "--hostname", f"workbench-gpu-{port}@%h", "--loglevel", "WARNING"])
                 # Generation: threads of one process share its model cache and batch together.
                 self._spawn("inference", [python, "-m", "celery", "-A", "workbench", "--quiet", "worker",
                                           "-Q", "inference", "--pool", "threads", "--concurrency", "8",
