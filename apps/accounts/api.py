@@ -55,7 +55,7 @@ def _created(request: Request, project=None) -> Response:
     api_token, raw = services.token_create(user=request.user, project=project, token=request.auth,
                                            ip_address=client_ip(request), **data.validated_data)
     body = TokenSerializer(api_token).data | {"token": raw}
-    return Response(body, status=status.HTTP_201_CREATED)
+    return Response(body, status=status.HTTP_201_CREATED, headers={"Cache-Control": "no-store"})
 
 
 class PersonalTokenListCreateApi(ListAPIView):

@@ -147,7 +147,10 @@ def _tokens_page(request: HttpRequest, *, project=None) -> HttpResponse:
     context = {"form": form, "tokens": tokens, "new_token": new_token, "project": project, "tab": "tokens"}
     if project:
         context["perms"] = policy.project_permissions(request.user, project)
-    return render(request, "accounts/tokens.html", context, status=400 if form.errors else 200)
+    response = render(request, "accounts/tokens.html", context, status=400 if form.errors else 200)
+    if new_token:  # shown once: no cache (browser, proxy) may keep the page that reveals it
+        response["Cache-Control"] = "no-store"
+    return response
 
 
 @login_required

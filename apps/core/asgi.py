@@ -5,6 +5,14 @@ import re
 from urllib.parse import urlsplit
 
 
+# This answer never reaches Django's middleware: it carries the headers that middleware would add.
+SECURITY_HEADERS = [
+    (b"x-content-type-options", b"nosniff"), (b"x-frame-options", b"DENY"), (b"referrer-policy", b"same-origin"),
+    (b"cross-origin-opener-policy", b"same-origin"), (b"content-security-policy", b"default-src 'none'"),
+    (b"cache-control", b"no-store"),
+]
+
+
 def _too_large_message(limit: int) -> str:
     return f"Request body too large: the limit is {limit / (1024 * 1024):.0f} MB."
 
@@ -75,7 +83,7 @@ class BodySizeLimit:
             "type": "http.response.start",
             "status": status,
             "headers": [(b"content-type", content_type), (b"content-length", str(len(body)).encode()),
-                        (b"connection", b"close")],
+                        (b"connection", b"close"), *SECURITY_HEADERS],
         })
         await send({"type": "http.response.body", "body": body})
 

@@ -93,3 +93,15 @@ def test_each_token_has_its_own_rate_limit(client, viewer):
         assert client.get("/api/me/", **bearer(second)).status_code == 200
     finally:
         SimpleRateThrottle.THROTTLE_RATES = original
+
+
+def test_the_answers_that_reveal_a_new_token_may_not_be_cached(client, owner, project):
+    client.force_login(owner)
+    api = client.post("/api/tokens/", {"name": "ci", "permissions": ["project.view"]}, content_type="application/json")
+    assert api.status_code == 201 and api.json()["token"].startswith("wb_")
+    assert api["Cache-Control"] == "no-store"
+    page = client.post(f"/projects/{project.pk}/tokens/", {"form": "create", "name": "deploy",
+                                                          "permissions": ["project.view"], "expires_in_days": 30})
+    assert page.status_code == 200 and "wb_" in page.content.decode()
+    assert page["Cache-Control"] == "no-store"
+    assert "no-store" not in client.get(f"/projects/{project.pk}/tokens/").get("Cache-Control", "")

@@ -45,6 +45,9 @@ def test_oversized_body_with_content_length_is_refused_with_413(live_asgi):
                              headers={"Content-Type": "application/json"}, timeout=30)
     assert response.status_code == 413
     assert "limit is" in response.json()["detail"]
+    # Answered before Django, with the security headers Django's middleware gives every other answer.
+    assert (response.headers["X-Content-Type-Options"], response.headers["X-Frame-Options"]) == ("nosniff", "DENY")
+    assert response.headers["Content-Security-Policy"] == "default-src 'none'"
 
 
 def test_oversized_chunked_body_without_length_is_refused_with_413(live_asgi):
