@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from channels.layers import ChannelLayerManager, channel_layers
 from django.conf import settings
 
 # Shared fixtures, used beyond their own folders: an annotation dataset and a second annotator;
@@ -27,6 +28,30 @@ CHROMIUM_ARGS = [
     "--disable-sync", "--no-first-run", "--disable-quic",
 ]
 PASSWORD = "correct-horse-battery-9"
+
+
+class PerThreadChannelLayers(ChannelLayerManager):
+    """Channel layers per thread. A Redis channel layer binds its receive lock and buffers to the
+    event loop that first receives, and production has one loop per process. Tests have several at
+    once (the live server's thread, each socket scenario's loop under async_to_sync, the events
+    publisher's thread): one layer per thread is one layer per loop, as in production, instead of
+    popping a shared layer that another thread may be using."""
+
+    _local = threading.local()
+
+    @property
+    def backends(self) -> dict:
+        if not hasattr(self._local, "backends"):
+            self._local.backends = {}
+        return self._local.backends
+
+    @backends.setter
+    def backends(self, value: dict) -> None:
+        self._local.backends = value
+
+
+channel_layers.__class__ = PerThreadChannelLayers
+channel_layers.__dict__.pop("backends", None)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -179,7 +179,8 @@ else:
 
 CHANNEL_LAYERS = {
     "default": {
-        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        # channels_redis's layer, whose receive ends when cancelled (apps/core/channel_layer.py).
+        "BACKEND": "apps.core.channel_layer.ChannelLayer",
         # A generation streams one message per token: room for a few thousand before a slow
         # reader makes the layer drop messages (the default of 100 is reached in seconds).
         # redis-py 8 reads with a 5 s socket timeout by default, the same as the layer's blocking

@@ -7,7 +7,6 @@ sync_to_async, so their on-commit publishing reaches the channel layer as in pro
 """
 
 import asyncio
-import io
 import time
 
 import pytest
@@ -45,21 +44,18 @@ CLEANUP_TIMEOUT_S = 10
 
 
 def run(scenario) -> None:
-    """Run a socket scenario on a channel layer of its own (the live server of the browser tests
-    runs consumers on another event loop, and a layer lets only one loop at a time receive),
-    within a deadline. What the scenario leaves running (a consumer the server closed but the
-    client never disconnected) is cancelled with a deadline too: a task that ignores
-    cancellation fails the test, with its stack, instead of hanging the event loop's shutdown."""
-    from channels.layers import DEFAULT_CHANNEL_LAYER, channel_layers
-
-    channel_layers.backends.pop(DEFAULT_CHANNEL_LAYER, None)
-    try:
-        async_to_sync(_bounded)(scenario)
-    finally:
-        channel_layers.backends.pop(DEFAULT_CHANNEL_LAYER, None)
+    """Run a socket scenario on its own event loop and channel layer (tests/conftest.py keeps a
+    layer per thread: one per loop), within a deadline. What the scenario leaves running (a
+    consumer the server closed but the client never disconnected) is cancelled with a deadline
+    too: a task that ignores cancellation fails the test, with its stack, instead of hanging the
+    event loop's shutdown."""
+    async_to_sync(_bounded)(scenario)
 
 
 async def _bounded(scenario) -> None:
+    from channels.layers import DEFAULT_CHANNEL_LAYER, channel_layers
+
+    channel_layers.backends.pop(DEFAULT_CHANNEL_LAYER, None)  # a thread reused for another loop starts afresh
     try:
         async with asyncio.timeout(SCENARIO_TIMEOUT_S):
             await scenario()
@@ -73,10 +69,20 @@ async def _bounded(scenario) -> None:
             if stuck:
                 stacks = []
                 for task in stuck:
-                    buffer = io.StringIO()
-                    task.print_stack(file=buffer)
-                    stacks.append(buffer.getvalue())
+                    stacks.append(f"{task!r} awaiting:\n" + "\n".join(_awaiting(task.get_coro())))
                 raise AssertionError(f"{len(stuck)} task(s) ignored cancellation:\n" + "\n".join(stacks))
+
+
+def _awaiting(coroutine) -> list[str]:
+    """The chain of frames a suspended coroutine waits in, innermost last (a task's own stack
+    stops at its outermost frame)."""
+    lines = []
+    while coroutine is not None:
+        frame = getattr(coroutine, "cr_frame", None) or getattr(coroutine, "ag_frame", None)
+        if frame is not None:
+            lines.append(f"  {frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}")
+        coroutine = getattr(coroutine, "cr_await", None) or getattr(coroutine, "ag_await", None)
+    return lines
 
 
 async def connected_socket(project, headers) -> WebsocketCommunicator:
