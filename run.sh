@@ -60,9 +60,9 @@ case "$cmd" in
     if [ -n "${DATABASE_URL:-}" ] || [ -n "${REDIS_URL:-}" ]; then
       echo "== full suite against DATABASE_URL / REDIS_URL"
       "$PY" -m pytest "$@"
-      echo "== smoke suite on the embedded default (SQLite, embedded Redis)"
-      env -u DATABASE_URL -u REDIS_URL WORKBENCH_DATA_DIR="$WORKBENCH_DATA_DIR/embedded" \
-        "$PY" -m pytest -m smoke "$@"
+      echo "== full suite on the embedded default (SQLite, embedded Redis)"
+      env -u DATABASE_URL -u REDIS_URL -u CELERY_BROKER_URL WORKBENCH_DATA_DIR="$WORKBENCH_DATA_DIR/embedded" \
+        "$PY" -m pytest "$@"
     else
       echo "== full suite on the embedded default (SQLite, embedded Redis)"
       "$PY" -m pytest "$@"
