@@ -13,6 +13,9 @@ SECURITY_HEADERS = [
 ]
 
 
+FORM_TYPES = {b"multipart/form-data", b"application/x-www-form-urlencoded"}
+
+
 def _too_large_message(limit: int) -> str:
     return f"Request body too large: the limit is {limit / (1024 * 1024):.0f} MB."
 
@@ -49,6 +52,12 @@ class BodySizeLimit:
                 return await self._answer(scope, send, 400, "Malformed Content-Length header.")
             if declared_size > limit:
                 return await self._answer(scope, send, 413, _too_large_message(limit))
+
+        elif headers.get(b"content-type", b"").split(b";")[0].strip().lower() in FORM_TYPES:
+            # Django parses forms and file uploads by their declared length: a chunked one would be
+            # read whole (up to the upload limit) and then seen as empty.
+            return await self._answer(scope, send, 411, "Send forms and file uploads with a Content-Length "
+                                                        "header (chunked transfer encoding is not accepted).")
 
         received = 0
         answered = False

@@ -77,3 +77,23 @@ def test_malformed_content_length_is_a_clear_400(live_asgi):
         sock.sendall(b"POST /api/projects/ HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 12abc\r\n\r\n")
         answer = sock.recv(4096).decode()
     assert answer.startswith("HTTP/1.1 400")
+
+
+def test_a_chunked_upload_without_a_length_is_refused_at_once_with_411(live_asgi, owner, project):
+    from apps.accounts.services import token_create
+    from apps.datasets.models import Dataset, ImportJob
+
+    _, raw_token = token_create(user=owner, name="upload", permissions=["project.view", "dataset.view",
+                                                                          "dataset.import"], project=project)
+    dataset = Dataset.objects.create(project=project, name="Chunked", created_by=owner)
+    boundary = "wbboundary"
+    parts = [f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"rows.jsonl\"\r\n"
+             "Content-Type: application/x-ndjson\r\n\r\n".encode(), b'{"prompt": "hi"}\n' * 100,
+             f"\r\n--{boundary}--\r\n".encode()]
+    response = requests.post(f"{live_asgi}/api/projects/{project.pk}/datasets/{dataset.pk}/imports/",
+                             data=iter(parts), timeout=30,
+                             headers={"Content-Type": f"multipart/form-data; boundary={boundary}",
+                                      "Authorization": f"Bearer {raw_token}"})
+    assert response.status_code == 411
+    assert "Content-Length" in response.json()["detail"]
+    assert not ImportJob.objects.filter(dataset=dataset).exists()
