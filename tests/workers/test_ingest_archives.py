@@ -226,3 +226,24 @@ def test_human_sizes_in_messages():
     assert streams.human_size(1000) == "1000 bytes"
     assert streams.human_size(8 * MiB) == "8 MiB"
     assert streams.human_size(10 * 1024 * MiB) == "10 GiB"
+
+
+@pytest.mark.parametrize("name", ["../../x.jsonl", "/etc/x.jsonl", "..\\x.jsonl", "data/../../x.jsonl",
+                                  "C:\\x.jsonl", "\\\\server\\share\\x.jsonl"])
+def test_a_zip_entry_with_an_unsafe_name_is_refused_naming_it(tmp_path, name):
+    path = tmp_path / "unsafe.zip"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr(zipfile.ZipInfo(name), jsonl_text(ROWS).encode())
+    stored = zipfile.ZipFile(path).infolist()[0].filename
+    with pytest.raises(IngestError, match="has an unsafe name") as info:
+        detect_format(path)
+    assert f"'{stored}'" in str(info.value)
+
+
+def test_a_zip_entry_in_a_folder_is_read(tmp_path):
+    path = tmp_path / "folder.zip"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("export/2026/rows.jsonl", jsonl_text(ROWS).encode())
+    source = detect_format(path)
+    assert source.member == "export/2026/rows.jsonl"
+    assert len(list(read_records(path, source))) == len(ROWS)

@@ -209,6 +209,14 @@ def _is_noise(name: str) -> bool:
     return name.endswith("/") or name.startswith(_ZIP_NOISE) or PurePosixPath(name).name in _ZIP_NOISE_NAMES
 
 
+def _safe_member_name(name: str) -> bool:
+    """A relative name with no '..' part, under either separator: nothing is extracted today, but a
+    name that would escape a folder if it were is refused, as an extracting tool would refuse it."""
+    parts = name.replace("\\", "/").split("/")
+    return not (name.startswith(("/", "\\")) or (len(name) > 1 and name[1] == ":") or ".." in parts
+                or "\x00" in name)
+
+
 def zip_data_entry(f: BinaryIO, limits: Limits) -> zipfile.ZipInfo:
     """The one data entry of the zip archive open as `f`, after every check that needs no
     inflation: entry count, exactly one data file, method, encryption, declared size and ratio.
@@ -232,6 +240,9 @@ def zip_data_entry(f: BinaryIO, limits: Limits) -> zipfile.ZipInfo:
         )
     info = data[0]
     what = f"the archive entry '{info.filename}'"
+    if not _safe_member_name(info.filename):
+        raise IngestError(f"{what} has an unsafe name (an absolute path, a drive, or a '..' part); "
+                          "zip the data file at the top of the archive")
     if info.flag_bits & 0x1:
         raise IngestError(f"{what} is encrypted")
     if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
