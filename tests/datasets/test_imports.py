@@ -260,3 +260,15 @@ def test_a_row_the_database_refuses_is_raised_by_the_row_writer(dataset):
             writer.write([row_tuple(987654, 0, "0" * 64, row)])  # no such version
             writer.write([row_tuple(987654, 1, "0" * 64, row)])
     assert not DatasetRow.objects.exists()
+
+
+def test_an_uploaded_gzip_bomb_is_refused_at_upload_and_leaves_no_import(scientist_client, dataset, tmp_path):
+    from apps.datasets.models import ImportJob
+    from tests.workers.test_ingest_archives import _rows_bomb
+
+    bomb = _rows_bomb(tmp_path / "rows.jsonl.gz", 256, trailer_size=1000).read_bytes()
+    response = upload(scientist_client, dataset, bomb, "rows.jsonl.gz")
+    assert response.status_code == 400
+    assert response.json()["field"] == "file"
+    assert "likely compression bomb" in response.json()["detail"]
+    assert not ImportJob.objects.filter(dataset=dataset).exists()

@@ -50,7 +50,7 @@ def _refused_quickly(path: Path, limits: Limits) -> tuple[IngestError, int, floa
     tracemalloc.start()
     try:
         with pytest.raises(IngestError) as info:
-            list(read_records(path, limits=limits))
+            list(read_records(path, SourceFormat("jsonl", "gzip"), limits=limits))  # the stream's own checks
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -247,3 +247,47 @@ def test_a_zip_entry_in_a_folder_is_read(tmp_path):
     source = detect_format(path)
     assert source.member == "export/2026/rows.jsonl"
     assert len(list(read_records(path, source))) == len(ROWS)
+
+
+def _rows_bomb(path: Path, copies: int, *, trailer_size: int | None = None) -> Path:
+    """gzip of tiny JSON rows repeated `copies` MiB times (a few hundred times smaller than it
+    inflates), built from one compressed piece as the zeros bomb is."""
+    block = b'{"prompt": "a"}\n' * (MiB // 16)
+    compressor = zlib.compressobj(9, zlib.DEFLATED, -15)
+    compressor.compress(block)
+    compressor.flush(zlib.Z_FULL_FLUSH)
+    piece = compressor.compress(block) + compressor.flush(zlib.Z_FULL_FLUSH)
+    crc = 0
+    for _ in range(copies):
+        crc = zlib.crc32(block, crc)
+    with open(path, "wb") as f:
+        f.write(b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x02\xff")
+        for _ in range(copies):
+            f.write(piece)
+        f.write(compressor.flush())
+        size = copies * len(block) if trailer_size is None else trailer_size
+        f.write(struct.pack("<II", crc, size & 0xFFFFFFFF))
+    return path
+
+
+def test_a_gzip_bomb_of_tiny_rows_is_refused_at_upload_by_its_declared_size(tmp_path):
+    bomb = _rows_bomb(tmp_path / "rows.jsonl.gz", 512)
+    with pytest.raises(IngestError, match="declares 512 MiB inflated from .* refusing it as a likely compression bomb"):
+        detect_format(bomb)
+
+
+def test_a_gzip_bomb_hiding_its_size_is_refused_at_upload_by_its_first_mebibytes(tmp_path):
+    bomb = _rows_bomb(tmp_path / "rows.jsonl.gz", 512, trailer_size=1000)  # a forged, harmless-looking trailer
+    started = time.monotonic()
+    with pytest.raises(IngestError, match="inflates more than 100 times its compressed size"):
+        detect_format(bomb)
+    assert time.monotonic() - started < 2  # a head sample, not the whole bomb
+
+
+def test_the_ratio_counts_compressed_bytes_consumed_not_read_ahead(gzip_bomb):
+    inflated = 0
+    with pytest.raises(IngestError, match="inflates more than 100 times"):
+        with streams.open_payload(gzip_bomb, "gzip", Limits()) as stream:
+            while piece := stream.read(64 * 1024):
+                inflated += len(piece)
+    assert inflated < 2 * MiB  # tripped just past the 1 MiB grace, not at 100 x a 64 KiB read-ahead

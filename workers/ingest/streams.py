@@ -136,9 +136,12 @@ class _InflatingReader(io.RawIOBase):
             raise IngestError(
                 f"{self._what} inflates to more than the {human_size(limits.max_uncompressed_bytes)} limit"
             )
+        # Compressed bytes the inflater has consumed, not merely read: a chunk read ahead would
+        # let a bomb inflate CHUNK times the ratio before this check saw it.
+        consumed = self.bytes_in - len(self._pending)
         if (
             self.bytes_out >= RATIO_CHECK_AFTER_BYTES
-            and self.bytes_out > limits.max_compression_ratio * max(self.bytes_in, 1)
+            and self.bytes_out > limits.max_compression_ratio * max(consumed, 1)
         ):
             raise IngestError(
                 f"{self._what} inflates more than {limits.max_compression_ratio:g} times its compressed "
