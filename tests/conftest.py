@@ -186,12 +186,13 @@ def fast_password_hashing(settings):
 
 @pytest.fixture(autouse=True)
 def clear_cache():
-    """Rate-limit counters live in the cache; each test starts with a fresh budget. Only the
-    cache's own keys go: the same Redis carries the Celery broker and the channel layer."""
+    """Rate-limit counters and open-socket counts live in the cache's Redis; each test starts with
+    a fresh budget. Only those keys go: the same Redis carries the Celery broker and the channel layer."""
     from django.core.cache import cache
 
     client = cache._cache.get_client(write=True)
-    keys = list(client.scan_iter(match=f"{settings.CACHES['default']['KEY_PREFIX']}:1:*", count=1000))
+    prefix = settings.CACHES["default"]["KEY_PREFIX"]
+    keys = [*client.scan_iter(match=f"{prefix}:1:*", count=1000), *client.scan_iter(match=f"{prefix}:ws:*", count=1000)]
     if keys:
         client.delete(*keys)
 

@@ -215,6 +215,10 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 12 * 3600}
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 
+# Websockets one person, and one address, may hold open at once (all web processes together).
+WEBSOCKETS_PER_USER = env_int("WEBSOCKETS_PER_USER", 50)
+WEBSOCKETS_PER_ADDRESS = env_int("WEBSOCKETS_PER_ADDRESS", 200)
+
 # --- Fine-tune jobs ---------------------------------------------------------------------
 # A running job's worker writes a heartbeat this often; a job whose heartbeat is older than
 # the stale limit has lost its worker and may be taken over (and resumed from its checkpoint)

@@ -1,15 +1,23 @@
 """What every websocket consumer shares: authentication, a policy check, a message budget."""
 
+import asyncio
+import logging
 import time
 
+from asgiref.sync import sync_to_async
 from channels.auth import get_user
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+
+from apps.core import connections
+
+logger = logging.getLogger(__name__)
 
 CLOSE_UNAUTHORIZED = 4401
 CLOSE_FORBIDDEN = 4403  # access revoked while connected
 CLOSE_NOT_FOUND = 4404  # no such object, or not visible to this principal
 CLOSE_RATE_LIMITED = 4429
+CLOSE_TOO_MANY_SOCKETS = 4430  # this person (or address) already holds the most sockets allowed
 MAX_MESSAGE_BYTES = 4096
 
 
@@ -33,6 +41,15 @@ class PolicyConsumer(AsyncJsonWebsocketConsumer):
         if user is None or not user.is_authenticated:
             await self.close()
             return
+        self.counted = dict(user_id=user.pk, address=connections.scope_address(self.scope), channel=self.channel_name)
+        over = await sync_to_async(connections.admit, thread_sensitive=False)(**self.counted)
+        if over:
+            self.counted = None
+            await self.accept()
+            await self.close(code=CLOSE_TOO_MANY_SOCKETS,
+                             reason=f"Too many open connections for this {'account' if over == 'user' else 'address'}.")
+            return
+        self.refresher = asyncio.ensure_future(self._keep_counted())
         if not await database_sync_to_async(self.allowed)():
             await self.accept()
             await self.close(code=CLOSE_NOT_FOUND)
@@ -45,6 +62,19 @@ class PolicyConsumer(AsyncJsonWebsocketConsumer):
 
     async def disconnect(self, code):
         await self._leave_groups()
+        if getattr(self, "refresher", None):
+            self.refresher.cancel()
+        if getattr(self, "counted", None):
+            await sync_to_async(connections.release, thread_sensitive=False)(**self.counted)
+            self.counted = None
+
+    async def _keep_counted(self) -> None:
+        while True:
+            await asyncio.sleep(connections.REFRESH_S)
+            try:
+                await sync_to_async(connections.refresh, thread_sensitive=False)(**self.counted)
+            except Exception:  # Redis away for a moment: the entry outlives a few missed refreshes
+                logger.warning("could not refresh the open-socket count", exc_info=True)
 
     async def close(self, code=None, reason=None):
         # Leave the groups first: nothing more is forwarded once we decided to close.
