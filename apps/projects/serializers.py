@@ -2,6 +2,7 @@ from django.contrib.auth import get_user_model
 from guardian.models import UserObjectPermission
 from rest_framework import serializers
 
+from apps.projects import policy
 from apps.projects.models import AuditEvent, Membership, Project, Role
 from apps.projects.permissions import GRANTABLE, permission_from_codename
 
@@ -122,3 +123,25 @@ class _BuiltinRoleSerializer(serializers.Serializer):
 class PermissionCatalogueSerializer(serializers.Serializer):
     permissions = _PermissionEntrySerializer(many=True)
     roles = _BuiltinRoleSerializer(many=True)
+
+
+class ManagerOnlyFieldsMixin:
+    """Fields only those who may manage the object read: tracebacks and server paths tell an
+    attacker about the machine, and members need only the error message. Others get them empty.
+    The serializer needs the request in its context (DRF's generic views pass it)."""
+
+    manage_permission: str = ""
+    manager_only: tuple[str, ...] = ()  # top-level fields emptied
+    manager_only_info: tuple[str, ...] = ()  # keys of the `info` object emptied
+
+    def to_representation(self, instance):
+        data = super().to_representation(instance)
+        request = self.context.get("request")
+        if request is not None and policy.can(request.user, self.manage_permission, instance, request.auth):
+            return data
+        for field in self.manager_only:
+            if field in data:
+                data[field] = ""
+        if self.manager_only_info and isinstance(data.get("info"), dict):
+            data["info"] = {k: ("" if k in self.manager_only_info else v) for k, v in data["info"].items()}
+        return data

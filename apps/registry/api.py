@@ -37,14 +37,14 @@ class ProjectModelListCreateApi(ListAPIView):
         data.is_valid(raise_exception=True)
         model = services.model_register(user=request.user, project=project, token=request.auth,
                                         ip_address=client_ip(request), **data.validated_data)
-        return Response(ModelSerializer(model).data, status=status.HTTP_201_CREATED)
+        return Response(ModelSerializer(model, context={"request": request}).data, status=status.HTTP_201_CREATED)
 
 
 class ModelDetailApi(APIView):
     @extend_schema(responses=ModelSerializer)
     def get(self, request: Request, model_id: int) -> Response:
         model = policy.get_object(request.user, RegisteredModel, model_id, "model.view", request.auth)
-        return Response(ModelSerializer(model).data)
+        return Response(ModelSerializer(model, context={"request": request}).data)
 
     @extend_schema(responses={204: None})
     def delete(self, request: Request, model_id: int) -> Response:
@@ -63,7 +63,7 @@ class AdapterMergeApi(APIView):
         data.is_valid(raise_exception=True)
         model = services.adapter_merge(user=request.user, adapter=adapter, name=data.validated_data["name"],
                                        token=request.auth, ip_address=client_ip(request))
-        return Response(ModelSerializer(model).data, status=status.HTTP_202_ACCEPTED)
+        return Response(ModelSerializer(model, context={"request": request}).data, status=status.HTTP_202_ACCEPTED)
 
 
 class AdapterDownloadApi(APIView):

@@ -1,10 +1,15 @@
 from rest_framework import serializers
 
+from apps.projects.serializers import ManagerOnlyFieldsMixin
 from apps.registry.models import RegisteredModel
 
 
-class ModelSerializer(serializers.ModelSerializer):
+class ModelSerializer(ManagerOnlyFieldsMixin, serializers.ModelSerializer):
     project = serializers.IntegerField(source="project_id", read_only=True)
+    # Where the weights live on the server: for those who may register models.
+    manage_permission = "model.register"
+    manager_only = ("source_path",)
+    manager_only_info = ("path",)
 
     class Meta:
         model = RegisteredModel

@@ -37,7 +37,7 @@ class ProjectJobListLaunchApi(ListAPIView):
         job, _ = services.job_launch(user=request.user, project=project, token=request.auth,
                                      ip_address=client_ip(request),
                                      idempotency_key=request.headers.get("Idempotency-Key", ""), **data.validated_data)
-        return Response(JobSerializer(job).data, status=status.HTTP_201_CREATED)
+        return Response(JobSerializer(job, context={"request": request}).data, status=status.HTTP_201_CREATED)
 
 
 class JobEstimateApi(APIView):
@@ -56,7 +56,7 @@ class JobDetailApi(APIView):
     @extend_schema(responses=JobSerializer)
     def get(self, request: Request, job_id: int) -> Response:
         job = policy.get_object(request.user, TrainingJob, job_id, "job.view", request.auth)
-        return Response(JobSerializer(job).data)
+        return Response(JobSerializer(job, context={"request": request}).data)
 
 
 class JobCancelApi(APIView):
@@ -78,7 +78,7 @@ class JobResumeApi(APIView):
 def _transition(request: Request, job_id: int, service) -> Response:
     job = policy.get_object(request.user, TrainingJob, job_id, "job.view", request.auth)
     job = service(user=request.user, job=job, token=request.auth, ip_address=client_ip(request))
-    return Response(JobSerializer(job).data)
+    return Response(JobSerializer(job, context={"request": request}).data)
 
 
 class JobCopyApi(APIView):
@@ -91,7 +91,7 @@ class JobCopyApi(APIView):
         data.is_valid(raise_exception=True)
         copy = services.job_copy(user=request.user, job=job, token=request.auth, ip_address=client_ip(request),
                                  **data.validated_data)
-        return Response(JobSerializer(copy).data, status=status.HTTP_201_CREATED)
+        return Response(JobSerializer(copy, context={"request": request}).data, status=status.HTTP_201_CREATED)
 
 
 class JobMetricsApi(APIView):

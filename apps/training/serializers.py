@@ -1,11 +1,15 @@
 from rest_framework import serializers
 
+from apps.projects.serializers import ManagerOnlyFieldsMixin
 from apps.training import selectors
 from apps.training.models import MetricPoint, TrainingJob
 
 
-class JobSerializer(serializers.ModelSerializer):
+class JobSerializer(ManagerOnlyFieldsMixin, serializers.ModelSerializer):
     project = serializers.IntegerField(source="project_id", read_only=True)
+    # The traceback (server paths, library internals) for those who launch jobs; everyone sees `error`.
+    manage_permission = "job.launch"
+    manager_only = ("traceback",)
     base_model = serializers.IntegerField(source="base_model_id", read_only=True)
     dataset_version = serializers.IntegerField(source="dataset_version_id", read_only=True)
     adapter = serializers.IntegerField(source="adapter_id", read_only=True)
