@@ -1,7 +1,24 @@
 from django import forms
-from django.contrib.auth import password_validation
+from django.contrib.auth import authenticate, password_validation
+from django.contrib.auth import forms as auth_forms
 
 from apps.projects.permissions import PERMISSIONS
+
+
+class PasswordChangeForm(auth_forms.PasswordChangeForm):
+    """The old password is checked as a login is (authenticate, through django-axes): wrong old
+    passwords count towards the same lockout, and a locked-out account cannot change its password
+    by guessing either."""
+
+    def __init__(self, user, *args, request=None, **kwargs):
+        super().__init__(user, *args, **kwargs)
+        self.request = request
+
+    def clean_old_password(self):
+        old_password = self.cleaned_data["old_password"]
+        if authenticate(self.request, username=self.user.get_username(), password=old_password) is None:
+            raise forms.ValidationError(self.error_messages["password_incorrect"], code="password_incorrect")
+        return old_password
 
 
 class InvitationForm(forms.Form):

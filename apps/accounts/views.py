@@ -8,7 +8,7 @@ from django.urls import reverse, reverse_lazy
 from django.views.decorators.http import require_http_methods
 
 from apps.accounts import services
-from apps.accounts.forms import InvitationForm, SetPasswordForm, UserCreateForm
+from apps.accounts.forms import InvitationForm, PasswordChangeForm, SetPasswordForm, UserCreateForm
 from apps.accounts.models import Invitation
 from apps.core.errors import Gone, Invalid, NotFound, PermissionDenied
 from apps.core.http import client_ip
@@ -28,6 +28,10 @@ class PasswordChangeView(auth_views.PasswordChangeView):
 
     template_name = "accounts/password_change.html"
     success_url = reverse_lazy("accounts:password_change_done")
+    form_class = PasswordChangeForm
+
+    def get_form_kwargs(self):
+        return {**super().get_form_kwargs(), "request": self.request}
 
     def form_valid(self, form):
         from apps.projects.audit import audit_record

@@ -98,3 +98,29 @@ def test_password_change_with_a_wrong_old_password_shows_the_error(client, viewe
                                                    "new_password2": "x-y-z-1234567"})
     assert response.status_code == 200
     assert "Your old password was entered incorrectly" in response.content.decode()
+
+
+def test_wrong_old_passwords_at_password_change_lock_the_account_out_as_failed_logins_do(client):
+    alice = UserFactory(username="alice")
+    client.force_login(alice)
+    answers = [client.post("/accounts/password/", {"old_password": f"guess-{n}", "new_password1": "N3w-passphrase-ok",
+                                                   "new_password2": "N3w-passphrase-ok"}).status_code
+               for n in range(5)]
+    assert answers[:4] == [200, 200, 200, 200] and answers[4] == 429
+    # Locked out: the right old password changes nothing now, and logging in is refused too.
+    locked = client.post("/accounts/password/", {"old_password": PASSWORD, "new_password1": "N3w-passphrase-ok",
+                                                 "new_password2": "N3w-passphrase-ok"})
+    assert locked.status_code == 429
+    alice.refresh_from_db()
+    assert alice.check_password(PASSWORD)
+    assert login(Client(), "alice", PASSWORD).status_code == 429
+
+
+def test_the_right_old_password_changes_it(client):
+    alice = UserFactory(username="alice")
+    client.force_login(alice)
+    answer = client.post("/accounts/password/", {"old_password": PASSWORD, "new_password1": "N3w-passphrase-ok",
+                                                 "new_password2": "N3w-passphrase-ok"})
+    assert answer.status_code == 302
+    alice.refresh_from_db()
+    assert alice.check_password("N3w-passphrase-ok")
