@@ -3,11 +3,11 @@
 from celery import shared_task
 
 
-@shared_task(name="datasets.import")
-def import_dataset_task(job_id: int) -> None:
+@shared_task(name="datasets.import", bind=True)
+def import_dataset_task(self, job_id: int) -> None:
     from apps.datasets.importer import run_import
 
-    run_import(job_id)
+    run_import(job_id, worker=self.request.hostname or "")
 
 
 @shared_task(name="datasets.index_search")

@@ -1,8 +1,10 @@
 from django.conf import settings
 from django.db import models
 
+from apps.core.jobs import LeasedJob
 
-class Comparison(models.Model):
+
+class Comparison(LeasedJob):
     """Two to four models answering the same prompts with the same sampling parameters.
 
     A Celery task on the `inference` queue fills the grid of outputs (one per prompt and
@@ -33,13 +35,9 @@ class Comparison(models.Model):
     cells_done = models.PositiveIntegerField(default=0)
     cells_total = models.PositiveIntegerField(default=0)
     error = models.TextField(blank=True)
-    worker = models.CharField(max_length=200, blank=True)
-    runs = models.PositiveIntegerField(default=0)  # claims by a worker: 2+ means it was taken over after a loss
-    heartbeat_at = models.DateTimeField(null=True, blank=True)  # kept fresh by the worker running it
 
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
-    started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:

@@ -7,7 +7,7 @@ already loaded and takes turns with playground requests on the device. After eve
 its cells are stored (keyed by prompt and model, so a rerun skips what is done), published to
 `comparison.<id>`, and the cancel flag is read.
 
-Claiming, as for fine-tune jobs (apps.training.runner): a QUEUED comparison is taken at once; a
+Claiming is apps.core.jobs.claim, as for fine-tune jobs: a QUEUED comparison is taken at once; a
 RUNNING one only once its heartbeat is stale (its worker died and the broker redelivered the
 message: tasks are acked late), and it then continues with the cells not yet stored. A
 message for a comparison that ended does nothing, and one whose worker was lost
@@ -16,85 +16,25 @@ ones (TRAINING_HEARTBEAT_S, TRAINING_HEARTBEAT_STALE_S): one notion of a lost wo
 """
 
 import logging
-import threading
-import time
 import traceback
 
 from django.conf import settings
-from django.db import close_old_connections, connection, transaction
+from django.db import close_old_connections
 from django.utils import timezone
 
 from apps.comparison import events, selectors
 from apps.comparison.models import Comparison, Output
+from apps.core.jobs import Heartbeat, claim, reap
 
 logger = logging.getLogger(__name__)
 
 
-def claim(comparison_id: int, *, worker: str) -> Comparison | None:
-    """Take the comparison for this worker, or return None when it is not ours to run."""
-    stale_s = settings.TRAINING_HEARTBEAT_STALE_S
-    deadline = time.monotonic() + stale_s + 5
-    while True:
-        with transaction.atomic():
-            comparison = Comparison.objects.select_for_update().filter(pk=comparison_id).first()
-            if comparison is None or comparison.state in Comparison.ENDED:
-                return None
-            stale_before = timezone.now() - timezone.timedelta(seconds=stale_s)
-            orphaned = comparison.state == Comparison.State.RUNNING and (
-                comparison.heartbeat_at is None or comparison.heartbeat_at < stale_before)
-            if comparison.state == Comparison.State.QUEUED or orphaned:
-                if orphaned and comparison.runs >= settings.TRAINING_MAX_RUNS:
-                    comparison.state, comparison.finished_at = Comparison.State.FAILED, timezone.now()
-                    comparison.error = (f"The worker running this comparison was lost {comparison.runs} times (out "
-                                        "of memory, or the machine went away); it was not retried again.")
-                    comparison.save(update_fields=["state", "finished_at", "error"])
-                    return None
-                comparison.state, comparison.runs = Comparison.State.RUNNING, comparison.runs + 1
-                comparison.worker, comparison.heartbeat_at = worker[:200], timezone.now()
-                comparison.started_at = comparison.started_at or timezone.now()
-                comparison.save(update_fields=["state", "runs", "worker", "heartbeat_at", "started_at"])
-                return comparison
-        # RUNNING with a fresh heartbeat: its worker may have just died (a redelivery comes at
-        # once), or it is alive and this message is a duplicate. Wait to find out.
-        if time.monotonic() > deadline:
-            return None
-        time.sleep(min(1.0, stale_s / 4))
-
-
-class Heartbeat:
-    """A thread that keeps the comparison's heartbeat fresh while this worker runs it, however
-    long one batch takes."""
-
-    def __init__(self, comparison_id: int, *, runs: int) -> None:
-        self.comparison_id, self.runs = comparison_id, runs
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._beat, name=f"heartbeat-comparison-{comparison_id}", daemon=True)
-
-    def __enter__(self) -> "Heartbeat":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-
-    def _beat(self) -> None:
-        try:
-            while not self._stop.wait(settings.TRAINING_HEARTBEAT_S):
-                Comparison.objects.filter(pk=self.comparison_id, runs=self.runs,
-                                          state=Comparison.State.RUNNING).update(heartbeat_at=timezone.now())
-        except Exception:  # the run goes on; a stale heartbeat only invites a takeover
-            logger.exception("heartbeat of comparison %s stopped", self.comparison_id)
-        finally:
-            connection.close()
-
-
 def run_comparison(comparison_id: int, *, worker: str = "") -> None:
     """What the `comparison.run` task runs: claim, then generate the cells not yet stored."""
-    comparison = claim(comparison_id, worker=worker)
+    comparison = claim(Comparison, comparison_id, worker=worker, what="comparison")
     if comparison is None:
         return  # already ended, cancelled while queued, deleted, or running elsewhere
-    with Heartbeat(comparison.pk, runs=comparison.runs):
+    with Heartbeat(comparison):
         _run(comparison)
 
 
@@ -173,9 +113,4 @@ def reap_stale_comparisons() -> int:
     timeout, 12 hours); the claim above takes it over. Returns how many. Run by beat."""
     from apps.comparison.services import _enqueue
 
-    stale_before = timezone.now() - timezone.timedelta(seconds=settings.TRAINING_HEARTBEAT_STALE_S)
-    stale = list(Comparison.objects.filter(state=Comparison.State.RUNNING, heartbeat_at__lt=stale_before)
-                 .values_list("pk", flat=True))
-    for comparison_id in stale:
-        _enqueue(comparison_id)
-    return len(stale)
+    return reap(Comparison, _enqueue)

@@ -1,7 +1,14 @@
-"""Sending long work to Celery. Every job row is created first; its task gets only the id."""
+"""Long work: sending it to Celery, and the lease that makes exactly one worker run a job.
+Every job row is created first; its task gets only the id."""
 
 import logging
+import threading
+import time
 from collections.abc import Callable
+
+from django.conf import settings
+from django.db import connection, models, transaction
+from django.utils import timezone
 
 logger = logging.getLogger(__name__)
 
@@ -15,3 +22,104 @@ def enqueue(task, job_id: int, *, queue: str, on_failure: Callable[[str], None],
     except Exception as exc:
         logger.exception("could not queue %s for job %s", task.name, job_id)
         on_failure(f"Could not queue the job: {type(exc).__name__}")
+
+
+# --- the lease: exactly one worker runs a job ---------------------------------------------------
+
+
+class LeasedJob(models.Model):
+    """What a job row needs so that exactly one worker runs it, even when the broker hands the
+    same message to two (tasks are acknowledged late and redelivered when a worker dies).
+
+    A worker claims a QUEUED job by moving it to RUNNING, counting a run and naming itself; while
+    it works, a Heartbeat thread keeps `heartbeat_at` fresh. Another worker may take a RUNNING job
+    over only once that heartbeat is stale (the first worker died); a job whose worker was lost
+    JOB_MAX_RUNS times fails instead of looping. Subclasses declare `State` (with QUEUED, RUNNING,
+    FAILED) and `ENDED`, and have `error` and `finished_at` fields.
+    """
+
+    runs = models.PositiveIntegerField(default=0)  # claims by a worker: 2+ means it was taken over after a loss
+    worker = models.CharField(max_length=200, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)  # kept fresh by the worker running it
+    started_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        abstract = True
+
+
+def _stale_before():
+    return timezone.now() - timezone.timedelta(seconds=settings.TRAINING_HEARTBEAT_STALE_S)
+
+
+def claim(model: type[LeasedJob], pk: int, *, worker: str, what: str = "job",
+          on_given_up: Callable[[LeasedJob], None] | None = None, **claimed_fields) -> LeasedJob | None:
+    """Take the job for this worker, or None when it is not this worker's to run: ended, deleted,
+    or RUNNING under a live heartbeat (a duplicate message). A RUNNING job whose heartbeat is
+    fresh may belong to a worker that has just died (a redelivery comes at once), so the claim
+    waits up to the stale limit to find out. `claimed_fields` are set on the row as it is taken."""
+    deadline = time.monotonic() + settings.TRAINING_HEARTBEAT_STALE_S + 5
+    while True:
+        with transaction.atomic():
+            job = model.objects.select_for_update().filter(pk=pk).first()
+            if job is None or job.state in model.ENDED:
+                return None
+            orphaned = job.state == model.State.RUNNING and (job.heartbeat_at is None
+                                                             or job.heartbeat_at < _stale_before())
+            if job.state == model.State.QUEUED or orphaned:
+                if orphaned and job.runs >= settings.TRAINING_MAX_RUNS:
+                    job.state, job.finished_at = model.State.FAILED, timezone.now()
+                    job.error = (f"The worker running this {what} was lost {job.runs} times (out of memory, or the "
+                                 "machine went away); it was not retried again.")
+                    job.save(update_fields=["state", "finished_at", "error"])
+                    if on_given_up:
+                        on_given_up(job)
+                    return None
+                job.state, job.runs = model.State.RUNNING, job.runs + 1
+                job.worker, job.heartbeat_at = worker[:200], timezone.now()
+                job.started_at = job.started_at or timezone.now()
+                for name, value in claimed_fields.items():
+                    setattr(job, name, value)
+                job.save(update_fields=["state", "runs", "worker", "heartbeat_at", "started_at", *claimed_fields])
+                return job
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(min(1.0, settings.TRAINING_HEARTBEAT_STALE_S / 4))
+
+
+class Heartbeat:
+    """A thread that keeps a claimed job's heartbeat fresh while this worker runs it, however long
+    one step of the work takes. It writes only while the row is still this run's."""
+
+    def __init__(self, job: LeasedJob) -> None:
+        self.model, self.pk, self.runs = type(job), job.pk, job.runs
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, daemon=True,
+                                        name=f"heartbeat-{self.model._meta.model_name}-{self.pk}")
+
+    def __enter__(self) -> "Heartbeat":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _beat(self) -> None:
+        try:
+            while not self._stop.wait(settings.TRAINING_HEARTBEAT_S):
+                self.model.objects.filter(pk=self.pk, runs=self.runs, state=self.model.State.RUNNING).update(
+                    heartbeat_at=timezone.now())
+        except Exception:  # the work goes on; a stale heartbeat only invites a takeover
+            logger.exception("heartbeat of %s %s stopped", self.model._meta.model_name, self.pk)
+        finally:
+            connection.close()
+
+
+def reap(model: type[LeasedJob], send: Callable[[int], None]) -> int:
+    """Send again the message of every RUNNING job whose worker went silent (a whole machine lost,
+    so no redelivery came): `claim` then takes it over. Returns how many."""
+    stale = list(model.objects.filter(state=model.State.RUNNING, heartbeat_at__lt=_stale_before())
+                 .values_list("pk", flat=True))
+    for pk in stale:
+        send(pk)
+    return len(stale)

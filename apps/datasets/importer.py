@@ -24,6 +24,7 @@ from django.db.models import Max
 from django.utils import timezone
 
 from apps.core import storage
+from apps.core.jobs import Heartbeat, claim
 from apps.datasets import events, search_index
 from apps.datasets.bulk import RowWriter, VersionTally, concurrently, first_repeated_id, insert_rows, stored_tallies
 from apps.datasets.models import DatasetRow, DatasetVersion, ImportJob
@@ -87,16 +88,28 @@ def _finish(job: ImportJob, state: str, error: str = "") -> None:
     events.import_progress(job)
 
 
-def run_import(job_id: int) -> None:
-    job = ImportJob.objects.select_related("dataset").filter(pk=job_id).first()
-    if job is None or job.state not in ImportJob.ACTIVE:
-        return  # deleted, or already finished: a redelivered message does nothing
-    if job.state == ImportJob.State.RUNNING:
-        logger.warning("import %s was running when its worker stopped; starting it again", job_id)
+def run_import(job_id: int, *, worker: str = "") -> None:
+    """Claim the import (apps.core.jobs.claim: a message redelivered while a live worker runs it
+    does nothing), then load it into a new version under a heartbeat."""
+    if claim(ImportJob, job_id, worker=worker, what="import",
+             on_given_up=lambda lost: _given_up(lost)) is None:
+        return  # deleted, ended, or running under a live worker
+    job = ImportJob.objects.select_related("dataset", "version").get(pk=job_id)
+    with Heartbeat(job):
+        _run(job)
+
+
+def _given_up(job: ImportJob) -> None:
+    discard_version(job.version)
+    transaction.on_commit(lambda: events.import_progress(job))
+
+
+def _run(job: ImportJob) -> None:
+    job_id = job.pk
+    if job.runs > 1:  # taken over from a worker that died: its rows go, the import starts again
+        logger.warning("import %s lost its worker; starting it again", job_id)
         discard_version(job.version)
         job.version = None
-    job.state = ImportJob.State.RUNNING
-    job.started_at = timezone.now()
     job.rows_done = 0
     fmt = SourceFormat(**job.source_format)
     path = source_path(job)
@@ -108,7 +121,7 @@ def run_import(job_id: int) -> None:
             source={"import": job.pk, "filename": job.filename, "artifact_sha256": job.artifact_sha256,
                     "format": job.source_format, "mapping": job.mapping})
         job.version = version
-        job.save()
+        job.save(update_fields=["version", "rows_done", "rows_total_estimate"])  # not the heartbeat's field
     events.import_progress(job)
     try:
         _load_rows(job, version, path, fmt)

@@ -2,6 +2,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models.functions import Lower
 
+from apps.core.jobs import LeasedJob
 from apps.projects.permissions import object_permission_choices
 
 
@@ -98,8 +99,9 @@ class DatasetRow(models.Model):
                    models.Index(fields=["version", "split"], condition=~models.Q(split=""), name="datasets_row_split")]
 
 
-class ImportJob(models.Model):
-    """An import from an uploaded or server-side file into a new version, run by Celery."""
+class ImportJob(LeasedJob):
+    """An import from an uploaded or server-side file into a new version, run by Celery under a
+    lease (apps.core.jobs): a redelivered message never restarts an import a live worker runs."""
 
     class State(models.TextChoices):
         DRAFT = "draft"  # uploaded, waiting for the column mapping
@@ -110,6 +112,7 @@ class ImportJob(models.Model):
         CANCELLED = "cancelled"
 
     ACTIVE = (State.QUEUED, State.RUNNING)
+    ENDED = (State.SUCCEEDED, State.FAILED, State.CANCELLED)
 
     dataset = models.ForeignKey(Dataset, on_delete=models.CASCADE, related_name="imports")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
@@ -130,7 +133,6 @@ class ImportJob(models.Model):
     version = models.OneToOneField(DatasetVersion, null=True, blank=True, on_delete=models.SET_NULL,
                                    related_name="import_job")
     created_at = models.DateTimeField(auto_now_add=True)
-    started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:

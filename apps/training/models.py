@@ -1,8 +1,10 @@
 from django.conf import settings
 from django.db import models
 
+from apps.core.jobs import LeasedJob
 
-class TrainingJob(models.Model):
+
+class TrainingJob(LeasedJob):
     """A LoRA fine-tune: its pinned inputs, resolved config, lifecycle and outcome.
 
     The Celery task gets only the id. A worker claims the job by moving it to RUNNING and then
@@ -45,10 +47,7 @@ class TrainingJob(models.Model):
     priority = models.PositiveSmallIntegerField(choices=Priority.choices, default=Priority.NORMAL)
     state = models.CharField(max_length=16, choices=State.choices, default=State.QUEUED)
     cancel_requested = models.BooleanField(default=False)
-    runs = models.PositiveIntegerField(default=0)  # claims by a worker: 2+ means it was resumed after a fault
-    worker = models.CharField(max_length=200, blank=True)
-    worker_pid = models.PositiveIntegerField(null=True, blank=True)
-    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    worker_pid = models.PositiveIntegerField(null=True, blank=True)  # beside the lease's runs, worker, heartbeat_at
 
     current_step = models.PositiveIntegerField(default=0)
     total_steps = models.PositiveIntegerField(null=True, blank=True)
@@ -66,7 +65,6 @@ class TrainingJob(models.Model):
     idempotency_key = models.CharField(max_length=200, blank=True)
     request_hash = models.CharField(max_length=64, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
-    started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:

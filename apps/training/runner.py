@@ -1,23 +1,22 @@
 """Runs one fine-tune inside a worker: the adapter between the database, the channel layer
 and the training engine (workers.training).
 
-Claiming: a QUEUED job is taken at once. A RUNNING job is taken over only when its
-heartbeat is stale, i.e. the worker that ran it died (the broker redelivered the message,
-or the reaper re-sent it); the engine then resumes from the last complete checkpoint in the
-job's output folder. A message for a job that already ended does nothing (SECURITY.md 40),
-and a job whose worker was lost TRAINING_MAX_RUNS times fails instead of looping (37).
+Claiming is apps.core.jobs.claim: a QUEUED job is taken at once, a RUNNING one only once its
+heartbeat is stale (its worker died; the broker redelivered the message or the reaper re-sent
+it), and the engine then resumes from the last complete checkpoint in the job's output folder.
+A message for a job that already ended does nothing (SECURITY.md 40), and a job whose worker was
+lost TRAINING_MAX_RUNS times fails instead of looping (37).
 """
 
 import logging
-import threading
-import time
 import traceback
 from pathlib import Path
 
 from django.conf import settings
-from django.db import close_old_connections, connection, transaction
+from django.db import close_old_connections, transaction
 from django.utils import timezone
 
+from apps.core.jobs import Heartbeat, claim, reap
 from apps.training import events
 from apps.training.models import MetricPoint, TrainingJob
 from workers.training import ConfigError, TrainCallbacks, TrainCancelled, TrainConfig, TrainingDataError, train
@@ -34,72 +33,13 @@ def output_dir(job: TrainingJob) -> Path:
 
 
 def run_job(job_id: int, *, worker: str, pid: int) -> None:
-    job = claim(job_id, worker=worker, pid=pid)
+    job = claim(TrainingJob, job_id, worker=worker, what="job", worker_pid=pid,
+                on_given_up=lambda lost: transaction.on_commit(lambda: events.job_state(lost)))
     if job is None:
         return
     events.job_state(job)
-    heartbeat = Heartbeat(job.pk, pid=pid, runs=job.runs)
-    heartbeat.start()
-    try:
+    with Heartbeat(job):
         _train(job)
-    finally:
-        heartbeat.stop()
-
-
-def claim(job_id: int, *, worker: str, pid: int) -> TrainingJob | None:
-    """Take the job for this worker, or return None when it is not ours to run."""
-    deadline = time.monotonic() + settings.TRAINING_HEARTBEAT_STALE_S + 5
-    while True:
-        with transaction.atomic():
-            job = TrainingJob.objects.select_for_update().filter(pk=job_id).first()
-            if job is None or job.state in TrainingJob.ENDED:
-                return None
-            stale_before = timezone.now() - timezone.timedelta(seconds=settings.TRAINING_HEARTBEAT_STALE_S)
-            orphaned = job.state == TrainingJob.State.RUNNING and (job.heartbeat_at is None
-                                                                   or job.heartbeat_at < stale_before)
-            if job.state == TrainingJob.State.QUEUED or orphaned:
-                if orphaned and job.runs >= settings.TRAINING_MAX_RUNS:
-                    _end(job, TrainingJob.State.FAILED, error=(
-                        f"The worker running this job was lost {job.runs} times (out of memory, or the machine "
-                        "went away); it was not retried again. Resume it once the cause is fixed."))
-                    return None
-                job.state, job.runs = TrainingJob.State.RUNNING, job.runs + 1
-                job.worker, job.worker_pid, job.heartbeat_at = worker[:200], pid, timezone.now()
-                job.started_at = job.started_at or timezone.now()
-                job.save(update_fields=["state", "runs", "worker", "worker_pid", "heartbeat_at", "started_at"])
-                return job
-        # RUNNING with a fresh heartbeat: its worker may have just died (a redelivery comes at
-        # once), or it is alive and this message is a duplicate. Wait to find out.
-        if time.monotonic() > deadline:
-            return None
-        time.sleep(min(1.0, settings.TRAINING_HEARTBEAT_STALE_S / 4))
-
-
-class Heartbeat:
-    """A thread that keeps the job's heartbeat fresh while this worker runs it, independent of
-    how long one optimizer step or an evaluation takes."""
-
-    def __init__(self, job_id: int, *, pid: int, runs: int) -> None:
-        self.job_id, self.pid, self.runs = job_id, pid, runs
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._beat, name=f"heartbeat-job-{job_id}", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-
-    def _beat(self) -> None:
-        try:
-            while not self._stop.wait(settings.TRAINING_HEARTBEAT_S):
-                TrainingJob.objects.filter(pk=self.job_id, worker_pid=self.pid, runs=self.runs,
-                                           state=TrainingJob.State.RUNNING).update(heartbeat_at=timezone.now())
-        except Exception:  # the job goes on; a stale heartbeat only invites a takeover
-            logger.exception("heartbeat of job %s stopped", self.job_id)
-        finally:
-            connection.close()
 
 
 def _rows(job: TrainingJob, split: str, limit: int | None = None) -> list[dict]:
@@ -205,13 +145,7 @@ class JobCallbacks(TrainCallbacks):
 
 
 def reap_stale_jobs() -> int:
-    """Re-send the message of every RUNNING job whose worker went silent (a whole worker
-    machine lost, so no redelivery came); the claim above takes it over. Returns how many."""
+    """Re-send the message of every RUNNING job whose worker went silent; `claim` takes it over."""
     from apps.training.services import _enqueue
 
-    stale_before = timezone.now() - timezone.timedelta(seconds=settings.TRAINING_HEARTBEAT_STALE_S)
-    stale = list(TrainingJob.objects.filter(state=TrainingJob.State.RUNNING, heartbeat_at__lt=stale_before)
-                 .values_list("pk", flat=True))
-    for job_id in stale:
-        _enqueue(job_id)
-    return len(stale)
+    return reap(TrainingJob, _enqueue)

@@ -1,0 +1,92 @@
+"""The one lease every long job kind runs under (apps.core.jobs): one parametrized suite for each
+kind that uses it. Two workers handed the same message: one runs. A worker that died is taken
+over once its heartbeat is stale; one lost too often fails; the reaper re-sends what went silent;
+an ended job's message does nothing."""
+
+import threading
+import time
+
+import pytest
+from django.utils import timezone
+
+from apps.comparison.models import Comparison
+from apps.core.jobs import Heartbeat, claim, reap
+from apps.datasets.models import Dataset, ImportJob
+from apps.training.models import TrainingJob
+from tests.comparison.factories import make_comparison
+from tests.training.fixtures import make_job
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(60)]
+
+
+def new_import(project, owner, state):
+    dataset = Dataset.objects.create(project=project, name=f"Data {time.monotonic_ns()}", created_by=owner)
+    return ImportJob.objects.create(dataset=dataset, created_by=owner, filename="rows.jsonl", size_bytes=10,
+                                    state=state)
+
+
+KINDS = {
+    "training": (TrainingJob, lambda project, owner, state: make_job(project, owner, state=state)),
+    "comparison": (Comparison, lambda project, owner, state: make_comparison(project, owner, state=state,
+                                                                             outputs=False)),
+    "import": (ImportJob, new_import),
+}
+
+
+@pytest.fixture(params=sorted(KINDS))
+def kind(request, settings):
+    settings.TRAINING_HEARTBEAT_S, settings.TRAINING_HEARTBEAT_STALE_S, settings.TRAINING_MAX_RUNS = 0.1, 1.0, 3
+    return KINDS[request.param]
+
+
+def test_two_workers_given_the_same_message_one_runs_while_the_other_is_alive(kind, project, owner):
+    model, make = kind
+    job = make(project, owner, "queued")
+    first = claim(model, job.pk, worker="a@host")
+    assert (first.state, first.runs, first.worker) == ("running", 1, "a@host")
+    results = []
+    with Heartbeat(first):  # the first worker is alive: its heartbeat stays fresh
+        second = threading.Thread(target=lambda: results.append(claim(model, job.pk, worker="b@host")))
+        second.start()
+        second.join(30)
+    assert results == [None]  # the duplicate waited past the stale limit, saw a live worker, and left
+    job.refresh_from_db()
+    assert (job.state, job.runs, job.worker) == ("running", 1, "a@host")
+
+
+def test_a_job_whose_worker_died_is_taken_over_once_its_heartbeat_is_stale(kind, project, owner):
+    model, make = kind
+    job = make(project, owner, "queued")
+    claim(model, job.pk, worker="a@host")  # and then a@host dies: no heartbeat
+    started = time.monotonic()
+    taken = claim(model, job.pk, worker="b@host")
+    assert (taken.state, taken.runs, taken.worker) == ("running", 2, "b@host")
+    assert time.monotonic() - started < 10
+
+
+def test_a_job_lost_too_often_fails_with_the_reason_instead_of_looping(kind, project, owner):
+    model, make = kind
+    job = make(project, owner, "running")
+    model.objects.filter(pk=job.pk).update(runs=3, heartbeat_at=timezone.now() - timezone.timedelta(seconds=60))
+    assert claim(model, job.pk, worker="c@host") is None
+    job.refresh_from_db()
+    assert job.state == "failed" and "was lost 3 times" in job.error and job.finished_at is not None
+
+
+def test_an_ended_job_or_a_missing_one_is_never_run_again(kind, project, owner):
+    model, make = kind
+    done = make(project, owner, "succeeded")
+    assert claim(model, done.pk, worker="a@host") is None
+    assert claim(model, 10**9, worker="a@host") is None
+    done.refresh_from_db()
+    assert done.state == "succeeded" and done.runs == 0
+
+
+def test_the_reaper_resends_only_what_went_silent(kind, project, owner):
+    model, make = kind
+    silent, alive, queued = (make(project, owner, state) for state in ("running", "running", "queued"))
+    model.objects.filter(pk=silent.pk).update(heartbeat_at=timezone.now() - timezone.timedelta(seconds=60))
+    model.objects.filter(pk=alive.pk).update(heartbeat_at=timezone.now())
+    sent = []
+    assert reap(model, sent.append) == 1
+    assert sent == [silent.pk]
