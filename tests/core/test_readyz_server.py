@@ -33,8 +33,11 @@ def test_readyz_stays_ready_while_people_hold_live_pages(live_asgi, viewer, proj
 
 
 def test_a_generation_whose_socket_closed_right_after_asking_ends_and_leaves_nothing_behind(
-        live_asgi, scientist, project):
-    # No inference worker runs here: only the socket's going away can end this generation.
+        live_asgi, scientist, project, monkeypatch):
+    # Its message waits behind others (no worker takes it): only the socket's going away can end it.
+    from apps.serving import services
+
+    monkeypatch.setattr(services, "generation_enqueue", lambda generation_id: None)
     model = RegisteredModel.objects.create(project=project, name="Base", format="hf_dir", source_path="/x",
                                            weights_path="/x", status="ready", info={})
     url = live_asgi.replace("http://", "ws://") + f"/ws/projects/{project.pk}/playground/"
