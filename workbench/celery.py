@@ -11,5 +11,5 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "workbench.settings")
 app = Celery("workbench")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.conf.task_queues = (Queue("default"), Queue("gpu"), Queue("inference"))
+# Each app's tasks.py (apps/<app>/tasks.py); the engine in workers/ knows nothing of Celery.
 app.autodiscover_tasks()
-app.autodiscover_tasks(["workers"])

@@ -18,6 +18,7 @@ from django.utils import timezone
 from apps.annotation import events, queue
 from apps.annotation import schema as schema_rules
 from apps.annotation.models import Annotation, AnnotationExport, Campaign, Draft, Item, LabelSchema
+from apps.annotation.tasks import annotation_export_task, suggest_task
 from apps.core.errors import Conflict, Invalid, NotFound
 from apps.datasets.models import DatasetRow
 from apps.datasets.selectors import readable_version, with_metadata
@@ -201,8 +202,6 @@ def _create_items(campaign: Campaign, rows, sample: int | None, seed: int) -> in
 
 def _enqueue_suggestions(campaign_id: int) -> None:
     from apps.core.jobs import enqueue
-    from workers.tasks import suggest_task
-
     def fail(reason: str) -> None:
         Campaign.objects.filter(pk=campaign_id).update(suggestion_state="failed",
                                                        suggestion_progress={"error": reason})
@@ -554,8 +553,6 @@ def export_start(*, user, campaign: Campaign, kind: str = "resolved", mode: str 
 
 def _enqueue_export(export_id: int) -> None:
     from apps.core.jobs import enqueue
-    from workers.tasks import annotation_export_task
-
     def fail(reason: str) -> None:
         AnnotationExport.objects.filter(pk=export_id).update(state=AnnotationExport.State.FAILED, error=reason)
 

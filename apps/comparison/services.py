@@ -15,6 +15,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from apps.comparison.models import Comparison, Contestant, Output, Pair, Prompt, Vote
+from apps.comparison.tasks import compare_task
 from apps.core.errors import Conflict, Invalid, NotFound, QuotaExceeded
 from apps.core.jobs import enqueue
 from apps.datasets.models import Dataset, DatasetVersion
@@ -166,8 +167,6 @@ def _params_json(sampling) -> dict:
 
 
 def _enqueue(comparison_id: int) -> None:
-    from workers.tasks import compare_task
-
     def fail(reason: str) -> None:
         Comparison.objects.filter(pk=comparison_id).update(state=Comparison.State.FAILED, error=reason,
                                                            finished_at=timezone.now())

@@ -19,6 +19,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from apps.datasets.models import DatasetVersion
+from apps.datasets.tasks import index_search_task
 
 logger = logging.getLogger(__name__)
 
@@ -97,8 +98,6 @@ def after_ready(version: DatasetVersion) -> None:
 def queue(version_id: int) -> None:
     """Ask a worker to build the index, at most once per QUEUED_TTL_S per version."""
     from django.core.cache import cache
-
-    from workers.tasks import index_search_task
 
     if cache.add(QUEUED_KEY.format(int(version_id)), 1, timeout=QUEUED_TTL_S):
         transaction.on_commit(lambda: index_search_task.delay(int(version_id)))

@@ -10,6 +10,7 @@ from apps.core.errors import Conflict, Invalid, NotFound
 from apps.core.jobs import enqueue
 from apps.datasets import importer
 from apps.datasets.models import Dataset, ImportJob
+from apps.datasets.tasks import derive_version_task, export_version_task, import_dataset_task
 from apps.projects import policy
 from apps.projects.audit import audit_record
 from apps.projects.models import Project
@@ -149,8 +150,6 @@ def import_start(*, user, job: ImportJob, mapping: dict, skip_bad_rows: bool = F
 
 
 def _enqueue_import(job_id: int) -> None:
-    from workers.tasks import import_dataset_task
-
     enqueue(import_dataset_task, job_id, queue="default", on_failure=lambda reason: ImportJob.objects.filter(
         pk=job_id).update(state=ImportJob.State.FAILED, finished_at=timezone.now(), error=reason))
 
@@ -364,8 +363,6 @@ def _purge(version, *, user, ip_address: str | None = None):
 
 def _enqueue(job_id: int) -> None:
     from apps.datasets.models import DeriveJob
-    from workers.tasks import derive_version_task
-
     enqueue(derive_version_task, job_id, queue="default", on_failure=lambda reason: DeriveJob.objects.filter(
         pk=job_id).update(state=DeriveJob.State.FAILED, finished_at=timezone.now(), error=reason))
 
@@ -389,7 +386,5 @@ def export_start(*, user, version, export_format: str, token=None, ip_address: s
 
 def _enqueue_export(job_id: int) -> None:
     from apps.datasets.models import ExportJob
-    from workers.tasks import export_version_task
-
     enqueue(export_version_task, job_id, queue="default", on_failure=lambda reason: ExportJob.objects.filter(
         pk=job_id).update(state=ExportJob.State.FAILED, finished_at=timezone.now(), error=reason))

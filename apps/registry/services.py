@@ -14,6 +14,7 @@ from apps.projects import policy
 from apps.projects.audit import audit_record
 from apps.projects.models import Project
 from apps.registry.models import RegisteredModel
+from apps.registry.tasks import convert_model_task, merge_adapter_task
 
 
 def model_register(*, user, project: Project, name: str, path: str = "", hub_id: str = "", revision: str = "",
@@ -91,8 +92,6 @@ def _hub_snapshot(hub_id: str, revision: str) -> Path:
 
 
 def _enqueue_conversion(model_id: int) -> None:
-    from workers.tasks import convert_model_task
-
     enqueue(convert_model_task, model_id, queue="default", on_failure=lambda reason: RegisteredModel.objects.filter(
         pk=model_id).update(status=RegisteredModel.Status.FAILED, error=reason))
 
@@ -158,8 +157,6 @@ def adapter_merge(*, user, adapter: RegisteredModel, name: str, token=None,
 
 
 def _enqueue_merge(model_id: int) -> None:
-    from workers.tasks import merge_adapter_task
-
     enqueue(merge_adapter_task, model_id, queue="default", on_failure=lambda reason: RegisteredModel.objects.filter(
         pk=model_id).update(status=RegisteredModel.Status.FAILED, error=reason))
 

@@ -12,6 +12,7 @@ from apps.projects import policy
 from apps.projects.models import Project
 from apps.registry.models import RegisteredModel
 from apps.serving.models import Generation
+from apps.serving.tasks import generate_task
 
 PARAM_FIELDS = ("max_new_tokens", "temperature", "top_p", "top_k", "stop", "seed")
 
@@ -102,8 +103,6 @@ def _as_json(params) -> dict:
 
 
 def generation_enqueue(generation_id: int) -> None:
-    from workers.tasks import generate_task
-
     def fail(reason: str) -> None:
         generation = Generation.objects.get(pk=generation_id)
         generation.state, generation.error, generation.finished_at = Generation.State.FAILED, reason, timezone.now()

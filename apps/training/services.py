@@ -26,6 +26,7 @@ from apps.projects.audit import audit_record
 from apps.projects.models import Project
 from apps.registry.models import RegisteredModel
 from apps.training.models import TrainingJob
+from apps.training.tasks import train_task
 
 
 def job_launch(*, user, project: Project, name: str, base_model: int, dataset_version: int, train_split: str = "",
@@ -215,8 +216,6 @@ BROKER_PRIORITY = {TrainingJob.Priority.HIGH: 0, TrainingJob.Priority.NORMAL: 3,
 
 
 def _enqueue(job_id: int) -> None:
-    from workers.tasks import train_task
-
     priority = TrainingJob.objects.filter(pk=job_id).values_list("priority", flat=True).first()
     enqueue(train_task, job_id, queue="gpu", priority=BROKER_PRIORITY.get(priority, 3),
             on_failure=lambda reason: TrainingJob.objects.filter(pk=job_id).update(

@@ -48,7 +48,7 @@ def test_a_base_model_and_its_adapter_answer_every_sampled_prompt_with_scores(cl
     assert all(s["perplexity"] > 1 and 0 <= s["rouge_l"] <= 1 for s in summaries.values())
 
     # a message for a comparison that already ran does nothing
-    from workers.tasks import compare_task
+    from apps.comparison.tasks import compare_task
 
     compare_task.apply_async(args=[comparison["id"]], queue="inference")
     assert Output.objects.filter(comparison_id=comparison["id"]).count() == 10

@@ -128,7 +128,7 @@ def test_a_failure_keeps_the_traceback_and_a_plain_summary(client, scientist, pr
 
 def test_a_redelivered_message_for_an_ended_job_does_nothing(client, scientist, project, tiny_model, qa_version,
                                                              celery_worker):
-    from workers.tasks import train_task
+    from apps.training.tasks import train_task
 
     client.force_login(scientist)
     job = ended(client, launch(client, project, launch_body(tiny_model, qa_version, max_steps=5))["id"])

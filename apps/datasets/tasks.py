@@ -1,0 +1,31 @@
+"""Celery tasks of datasets: thin adapters that take a job id and hand it to the service that runs it."""
+
+from celery import shared_task
+
+
+@shared_task(name="datasets.import", bind=True)
+def import_dataset_task(self, job_id: int) -> None:
+    from apps.datasets.importer import run_import
+
+    run_import(job_id, worker=self.request.hostname or "")
+
+
+@shared_task(name="datasets.index_search")
+def index_search_task(version_id: int) -> None:
+    from apps.datasets.search_index import build
+
+    build(version_id)
+
+
+@shared_task(name="datasets.derive")
+def derive_version_task(job_id: int) -> None:
+    from apps.datasets.derive import run_derive
+
+    run_derive(job_id)
+
+
+@shared_task(name="datasets.export")
+def export_version_task(job_id: int) -> None:
+    from apps.datasets.exports import run_export_job
+
+    run_export_job(job_id)

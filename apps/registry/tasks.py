@@ -1,0 +1,17 @@
+"""Celery tasks of the model registry: conversions and merges, run by a worker."""
+
+from celery import shared_task
+
+
+@shared_task(name="registry.convert")
+def convert_model_task(model_id: int) -> None:
+    from apps.registry.services import run_conversion
+
+    run_conversion(model_id)
+
+
+@shared_task(name="registry.merge")
+def merge_adapter_task(model_id: int) -> None:
+    from apps.registry.services import run_merge
+
+    run_merge(model_id)

@@ -1,0 +1,40 @@
+"""The boundaries the architecture fixes, checked over the whole tree: the engine (workers/) is
+plain Python and torch with no Django, Celery or apps; every Celery task lives in its app's
+tasks.py under the name queued messages carry; loading every task leaves torch out of a web process."""
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+TASK_NAMES = {"annotation.export", "annotation.suggest", "comparison.reap_stale", "comparison.run", "datasets.derive",
+              "datasets.export", "datasets.import", "datasets.index_search", "monitoring.evaluate_alerts",
+              "registry.convert", "registry.merge", "serving.generate", "training.reap_stale", "training.run"}
+
+
+def test_no_module_of_the_engine_imports_django_celery_or_the_apps():
+    pattern = re.compile(r"^\s*(import|from)\s+(django|celery|kombu|channels|rest_framework|apps|workbench)\b",
+                         re.MULTILINE)
+    modules = sorted((REPO / "workers").rglob("*.py"))
+    assert len(modules) > 30 and {p.parent.name for p in modules} >= {"ingest", "pii", "models", "training",
+                                                                       "inference", "comparison"}
+    offenders = [str(p.relative_to(REPO)) for p in modules if pattern.search(p.read_text())]
+    assert offenders == []
+
+
+def test_every_task_is_in_its_apps_tasks_module_under_its_queued_name_and_no_web_process_loads_torch():
+    code = ("import json, os, sys; os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'workbench.settings'); import django; "
+            "django.setup(); from workbench.celery import app; app.loader.import_default_modules(); "
+            "import apps.datasets.services, apps.training.services, apps.serving.services, apps.comparison.services; "
+            "print(json.dumps({n: t.__module__ for n, t in app.tasks.items() if not n.startswith('celery.')})); "
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True,
+                         timeout=120)
+    registered, torch_loaded = out.stdout.strip().splitlines()[-2:]
+    tasks = json.loads(registered)
+    assert set(tasks) == TASK_NAMES
+    assert all(module == f"apps.{name.split('.')[0]}.tasks" for name, module in tasks.items()), tasks
+    assert torch_loaded == "False"
+    assert not (REPO / "workers" / "tasks.py").exists()
