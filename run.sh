@@ -55,6 +55,11 @@ case "$cmd" in
     ;;
   test)
     setup
+    echo "== boundaries: ruff, import contracts, migrations"
+    "$VENV/bin/ruff" check --quiet .
+    "$VENV/bin/lint-imports" --no-cache >/dev/null || "$VENV/bin/lint-imports" --no-cache
+    WORKBENCH_DATA_DIR=$(mktemp -d -t workbench-check.XXXXXX) "$PY" manage.py makemigrations --check --dry-run >/dev/null \
+      || { echo "models changed without a migration: run python manage.py makemigrations" >&2; exit 1; }
     ensure_chromium
     export WORKBENCH_DATA_DIR=${WORKBENCH_DATA_DIR:-$(mktemp -d -t workbench-test.XXXXXX)}
     if [ -n "${DATABASE_URL:-}" ] || [ -n "${REDIS_URL:-}" ]; then

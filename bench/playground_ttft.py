@@ -149,7 +149,7 @@ def run() -> list[dict]:
                 for _ in range(WARMUP):
                     await _stack_request(socket_, model_id)
                     engine()
-                for n in range(REQUESTS):
+                for _ in range(REQUESTS):
                     load.append(os.getloadavg()[0])
                     stack.append(await _stack_request(socket_, model_id))
                     solo.append(engine())

@@ -4,8 +4,8 @@ import time
 from channels.db import database_sync_to_async
 
 from apps.annotation import events
-from apps.core.consumers import PolicyConsumer
 from apps.projects.events import user_group
+from apps.projects.sockets import PolicyConsumer
 
 RECOUNT_EVERY_S = 1.0
 

@@ -2,8 +2,8 @@ from channels.db import database_sync_to_async
 
 from apps.comparison import events, selectors
 from apps.comparison.models import Comparison
-from apps.core.consumers import PolicyConsumer
 from apps.projects.events import user_group
+from apps.projects.sockets import PolicyConsumer
 
 BACKLOG_CHUNK = 200
 

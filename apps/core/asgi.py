@@ -4,7 +4,6 @@ import json
 import re
 from urllib.parse import urlsplit
 
-
 # This answer never reaches Django's middleware: it carries the headers that middleware would add.
 SECURITY_HEADERS = [
     (b"x-content-type-options", b"nosniff"), (b"x-frame-options", b"DENY"), (b"referrer-policy", b"same-origin"),

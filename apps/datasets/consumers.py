@@ -1,9 +1,9 @@
 from channels.db import database_sync_to_async
 
-from apps.core.consumers import PolicyConsumer
 from apps.datasets import events
 from apps.datasets.models import DeriveJob, ImportJob
 from apps.projects.events import user_group
+from apps.projects.sockets import PolicyConsumer
 
 
 class ImportProgressConsumer(PolicyConsumer):

@@ -125,7 +125,7 @@ def _texts(row: DatasetRow):
     for field in TEXT_FIELDS:
         if getattr(row, field):
             yield field, getattr(row, field)
-    for index, turn in enumerate(row.messages or []):
+    for turn in row.messages or []:
         if isinstance(turn, dict) and isinstance(turn.get("content"), str):
             yield "messages", turn["content"]
     for key, value in (row.metadata or {}).items():

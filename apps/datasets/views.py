@@ -6,8 +6,8 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from apps.core.errors import Conflict, Invalid, NotFound, PermissionDenied
 from apps.core.http import client_ip
-from apps.core.pagination import query_int
 from apps.core.pages import run_service
+from apps.core.pagination import query_int
 from apps.datasets import search_index, selectors, services
 from apps.datasets.forms import DatasetForm, MappingForm, SplitForm, UploadForm
 from apps.datasets.models import Dataset, DatasetVersion, DeriveJob, ImportJob

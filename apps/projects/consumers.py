@@ -1,6 +1,6 @@
-from apps.core.consumers import PolicyConsumer
 from apps.projects import events
 from apps.projects.models import Project
+from apps.projects.sockets import PolicyConsumer
 
 
 class ProjectActivityConsumer(PolicyConsumer):

@@ -4,10 +4,10 @@ from contextlib import aclosing
 
 from channels.db import database_sync_to_async
 
-from apps.core.consumers import PolicyConsumer
 from apps.core.errors import DomainError
 from apps.projects.events import user_group
 from apps.projects.models import Project
+from apps.projects.sockets import PolicyConsumer
 from apps.serving import services, stream
 from apps.serving.models import Generation
 

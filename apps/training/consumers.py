@@ -2,8 +2,8 @@ from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 
-from apps.core.consumers import PolicyConsumer
 from apps.projects.events import user_group
+from apps.projects.sockets import PolicyConsumer
 from apps.training import events, selectors
 from apps.training.models import TrainingJob
 

@@ -10,7 +10,7 @@ from channels.testing import WebsocketCommunicator
 
 from apps.annotation import services
 from apps.annotation.models import Campaign, Item
-from apps.core.consumers import CLOSE_NOT_FOUND
+from apps.projects.sockets import CLOSE_NOT_FOUND
 from tests.annotation.fixtures import answer
 from tests.projects.test_activity_socket import TIMEOUT_S, headers_for, next_close, run
 from workbench.asgi import application
@@ -102,9 +102,9 @@ def test_a_skip_does_not_count(owner, annotator, campaign):
 
 
 def test_an_annotator_removed_from_the_project_while_watching_is_disconnected(owner, annotator, project, campaign):
-    from apps.core.consumers import CLOSE_FORBIDDEN
     from apps.projects import services as project_services
     from apps.projects.models import Membership
+    from apps.projects.sockets import CLOSE_FORBIDDEN
 
     membership = Membership.objects.get(project=project, user=annotator)
     headers = headers_for(annotator)

@@ -199,7 +199,10 @@ def test_the_leaderboards_count_votes_per_comparison_and_across_the_project(clie
     base, tuned = placeholder_model(project, "Base"), placeholder_model(project, "Tuned")
     first = make_comparison(project, owner, models=[base, tuned])
     second = make_comparison(project, owner, models=[tuned, base], name="Again")
-    prefer_tuned = lambda pair: "a" if pair["a"].startswith("Tuned") else "b"
+
+    def prefer_tuned(pair):
+        return "a" if pair["a"].startswith("Tuned") else "b"
+
     for user in (scientist, annotator):
         client.force_login(user)
         _vote_everything(client, first, prefer_tuned)

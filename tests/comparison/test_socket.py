@@ -6,7 +6,7 @@ from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 
 from apps.comparison import events, selectors
-from apps.core.consumers import CLOSE_NOT_FOUND
+from apps.projects.sockets import CLOSE_NOT_FOUND
 from tests.comparison.factories import make_comparison
 from tests.projects.test_activity_socket import TIMEOUT_S, headers_for, next_close, run
 from workbench.asgi import application

@@ -5,10 +5,10 @@ import pytest
 from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 
-from apps.core.consumers import CLOSE_NOT_FOUND
 from apps.datasets.derive import run_derive
 from apps.datasets.models import Dataset, DeriveJob
 from apps.datasets.writer import write_version
+from apps.projects.sockets import CLOSE_NOT_FOUND
 from tests.projects.test_activity_socket import TIMEOUT_S, headers_for, next_close, run
 from workbench.asgi import application
 

@@ -14,9 +14,9 @@ from asgiref.sync import async_to_sync, sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.test import Client
 
-from apps.core.consumers import CLOSE_FORBIDDEN, CLOSE_NOT_FOUND, CLOSE_RATE_LIMITED, PolicyConsumer
 from apps.projects import services
 from apps.projects.models import Membership
+from apps.projects.sockets import CLOSE_FORBIDDEN, CLOSE_NOT_FOUND, CLOSE_RATE_LIMITED, PolicyConsumer
 from workbench.asgi import application
 
 pytestmark = pytest.mark.django_db(transaction=True)

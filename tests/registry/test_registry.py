@@ -138,7 +138,7 @@ def test_a_demo_model_whose_conversion_was_cut_short_is_converted_at_the_next_st
     waits out the broker's visibility timeout. The next start (seed_demo) asks again."""
     from django.core.management import call_command
 
-    from apps.core.management.commands.seed_demo import DEMO_MODEL, DEMO_PROJECT, DEMO_USERNAME
+    from apps.projects.management.commands.seed_demo import DEMO_MODEL, DEMO_PROJECT, DEMO_USERNAME
     from apps.projects.services import project_create
     from tests.factories import UserFactory
     from workers.models import demo_model_gguf

@@ -3,7 +3,7 @@
 import pytest
 from asgiref.sync import sync_to_async
 
-from apps.core.consumers import CLOSE_NOT_FOUND
+from apps.projects.sockets import CLOSE_NOT_FOUND
 from apps.serving.models import Generation
 from tests.projects.test_activity_socket import TIMEOUT_S, headers_for, next_close, run
 from workbench.asgi import application

@@ -6,9 +6,9 @@ import pytest
 from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 
-from apps.core.consumers import CLOSE_FORBIDDEN, CLOSE_NOT_FOUND, CLOSE_RATE_LIMITED, PolicyConsumer
 from apps.projects import services
 from apps.projects.models import Membership
+from apps.projects.sockets import CLOSE_FORBIDDEN, CLOSE_NOT_FOUND, CLOSE_RATE_LIMITED, PolicyConsumer
 from apps.training.models import MetricPoint
 from tests.projects.test_activity_socket import ALLOWED_ORIGIN, TIMEOUT_S, headers_for, next_close, run
 from tests.training.fixtures import make_job

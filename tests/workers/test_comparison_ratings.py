@@ -79,7 +79,9 @@ def test_bootstrap_intervals_are_seeded_and_narrow_with_more_votes():
     many = few * 20
     assert bootstrap_ratings(2, few, rounds=100, seed=3) == bootstrap_ratings(2, few, rounds=100, seed=3)
     assert bootstrap_ratings(2, few, rounds=100, seed=3) != bootstrap_ratings(2, few, rounds=100, seed=4)
-    width = lambda ci: ci[1] - ci[0]
+    def width(ci):
+        return ci[1] - ci[0]
+
     assert width(bootstrap_ratings(2, many, rounds=100, seed=3)[0]) < width(bootstrap_ratings(2, few, rounds=100,
                                                                                                seed=3)[0]) / 2
     assert bootstrap_ratings(3, few, rounds=10)[2] is None  # never voted on

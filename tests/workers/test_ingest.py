@@ -427,7 +427,7 @@ def test_200k_jsonl_lines_stream_with_flat_memory(tmp_path):
     started = time.monotonic()
     tracemalloc.start()
     try:
-        for _line, record in read_records(path):
+        for _ in read_records(path):
             count += 1
         peak = tracemalloc.get_traced_memory()[1]
     finally:

@@ -14,10 +14,10 @@ from typing import Any
 from .columnar import HF_MARKERS, hf_dir_files
 from .errors import DEFAULT_LIMITS, RATIO_CHECK_AFTER_BYTES, IngestError, Limits
 from .streams import CHUNK, human_size, open_payload, zip_data_entry
+from .text import sniff_delimited
 
 # Inflated at upload to check the compression ratio early (a few milliseconds).
 INFLATION_PROBE_BYTES = 4 * 2**20
-from .text import sniff_delimited
 
 KINDS = ("jsonl", "json", "csv", "tsv", "parquet", "hf_dir")
 COMPRESSIONS = (None, "gzip", "zip")

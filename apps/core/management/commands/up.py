@@ -130,7 +130,7 @@ class Command(BaseCommand):
 
     def _stop_all(self) -> None:
         self.stopping = True
-        for name, process in reversed(self.children):
+        for _, process in reversed(self.children):
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
         for name, process in reversed(self.children):

@@ -8,8 +8,11 @@ from asgiref.sync import sync_to_async
 from channels.auth import get_user
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.contrib.auth import get_user_model
 
 from apps.core import connections
+from apps.core.errors import DomainError
+from apps.projects import policy
 
 logger = logging.getLogger(__name__)
 
@@ -131,11 +134,6 @@ class PolicyConsumer(AsyncJsonWebsocketConsumer):
     def permits(self, permission: str, obj) -> bool:
         """The policy's answer for this socket's user, read fresh: the connect-time user object
         caches permissions from before a change, and the account may have been deactivated."""
-        from django.contrib.auth import get_user_model
-
-        from apps.core.errors import DomainError
-        from apps.projects import policy
-
         user = get_user_model().objects.filter(pk=self.scope["user"].pk, is_active=True).first()
         if obj is None or user is None:
             return False
