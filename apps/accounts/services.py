@@ -157,7 +157,7 @@ def token_create(*, user, name: str, permissions, project=None, expires_at=None,
     once; only its hash is kept.
     """
     from apps.projects import policy
-    from apps.projects.permissions import PERMISSIONS
+    from apps.projects.permissions import PERMISSIONS, implied_by, with_implied
 
     if token is not None:
         raise PermissionDenied("token.manage", "API tokens cannot create API tokens.")
@@ -178,10 +178,19 @@ def token_create(*, user, name: str, permissions, project=None, expires_at=None,
             raise Invalid(f"Tokens live at most {MAX_TOKEN_LIFETIME_DAYS} days.", field="expires_at")
     if project is not None:
         policy.require(user, "token.manage", project)
-        missing = sorted(set(permissions) - policy.project_permissions(user, project))
+        held = policy.project_permissions(user, project)
+        missing = sorted(set(permissions) - held)
         if missing:
             raise PermissionDenied(missing[0], "A token cannot hold permissions you do not hold: "
                                                + ", ".join(missing) + ".")
+        # What the asked permissions cannot work without comes with them (model.generate alone
+        # could not even see its project); a need the creator does not hold is refused, named.
+        for permission in sorted(permissions):
+            lacking = sorted(implied_by(permission) - held)
+            if lacking:
+                raise Invalid(f"{permission} needs {', '.join(lacking)} to work, which you do not hold.",
+                              field="permissions")
+    permissions = with_implied(permissions)
     key_id = secrets.token_hex(6)
     raw = f"{ApiToken.PREFIX}_{key_id}_{secrets.token_urlsafe(32)}"
     api_token = ApiToken.objects.create(name=name, user=user, project=project, permissions=sorted(set(permissions)),

@@ -51,6 +51,27 @@ ADMIN = SCIENTIST | {
 OWNER = frozenset(PERMISSIONS)
 
 
+# Voting is blind: a voter sees the pairs put to them, not the comparison.
+BLIND = frozenset({"compare.vote"})
+
+
+def implied_by(permission: str) -> frozenset[str]:
+    """What a permission cannot work without: every action needs to see its project, and acting
+    on datasets, models, jobs or comparisons needs to see them (`model.generate` finds the model
+    by name among the ones it may view)."""
+    kind = permission.split(".")[0]
+    needs = {"project.view"} if permission != "project.view" else set()
+    view = {"model": "model.view", "dataset": "dataset.view", "job": "job.view", "compare": "compare.view"}.get(kind)
+    if view and view != permission and permission not in BLIND:
+        needs.add(view)
+    return frozenset(needs)
+
+
+def with_implied(permissions) -> frozenset[str]:
+    """The permissions and everything they imply (a token's set, so that it works as asked)."""
+    return frozenset(permissions).union(*(implied_by(p) for p in permissions))
+
+
 @dataclass(frozen=True)
 class BuiltinRole:
     key: str
@@ -73,6 +94,7 @@ BUILTIN_ROLES: dict[str, BuiltinRole] = {
 ROLE_CHOICES = [(role.key, role.name) for role in BUILTIN_ROLES.values()]
 
 assert all(p in PERMISSIONS for role in BUILTIN_ROLES.values() for p in role.permissions)
+assert all(with_implied(role.permissions) == role.permissions for role in BUILTIN_ROLES.values())
 
 
 # --- object grants (django-guardian) ---------------------------------------------------------

@@ -105,3 +105,33 @@ def test_the_answers_that_reveal_a_new_token_may_not_be_cached(client, owner, pr
     assert page.status_code == 200 and "wb_" in page.content.decode()
     assert page["Cache-Control"] == "no-store"
     assert "no-store" not in client.get(f"/projects/{project.pk}/tokens/").get("Cache-Control", "")
+
+
+def test_a_token_asked_for_model_generate_alone_works_with_the_openai_client(live_asgi, owner, project):
+    """The README's own instruction: a project token holding model.generate is what /v1 needs."""
+    from openai import OpenAI
+
+    from apps.registry.models import RegisteredModel
+
+    RegisteredModel.objects.create(project=project, name="Served", format="hf_dir", source_path="/x",
+                                   weights_path="/x", status="ready", info={}, created_by=owner)
+    token, raw = services.token_create(user=owner, name="app", permissions=["model.generate"], project=project)
+    assert token.permissions == ["model.generate", "model.view", "project.view"]  # what it needs came with it
+    models = OpenAI(base_url=f"{live_asgi}/v1", api_key=raw, max_retries=0, timeout=20).models.list()
+    assert [m.id for m in models.data] == ["Served"]
+
+
+def test_a_token_whose_permissions_need_one_the_creator_lacks_is_refused_naming_it(client, owner, project):
+    from apps.projects.models import Role
+    from tests.factories import MembershipFactory, UserFactory
+
+    role = Role.objects.create(project=project, name="Exporter", permissions=["project.view", "dataset.export",
+                                                                             "token.manage"], created_by=owner)
+    exporter = UserFactory(username="ezra")
+    MembershipFactory(project=project, user=exporter, role="", custom_role=role)
+    client.force_login(exporter)
+    answer = client.post(f"/api/projects/{project.pk}/tokens/", {"name": "ci", "permissions": ["dataset.export"]},
+                         content_type="application/json")
+    assert answer.status_code == 400
+    assert answer.json() == {"detail": "dataset.export needs dataset.view to work, which you do not hold.",
+                             "field": "permissions"}
