@@ -33,6 +33,7 @@ class MemberAddForm(forms.Form):
     def __init__(self, *args, project, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["role"].choices = role_choices(project)
+        self.fields["role"].initial = "viewer"  # the least privileged role unless the admin picks another
 
 
 class MemberInviteForm(MemberAddForm):

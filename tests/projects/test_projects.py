@@ -144,3 +144,15 @@ def test_project_list_and_dashboard_queries_do_not_grow_with_data(client, viewer
         MembershipFactory(project=project)
     assert _queries_for(client, "/projects/") == small_list
     assert _queries_for(client, f"/projects/{project.pk}/") == small_dashboard
+
+
+def test_add_member_and_invite_offer_the_least_privileged_role_first(client, admin, project):
+    import re
+
+    client.force_login(admin)
+    page = client.get(f"/projects/{project.pk}/members/").content.decode()
+    selects = re.findall(r'<select name="(?:add|invite)-role"[^>]*>(.*?)</select>', page, re.S)
+    assert len(selects) == 2
+    for options in selects:
+        selected = re.findall(r'<option value="(\w+)"[^>]*selected', options)
+        assert selected == ["viewer"], options
