@@ -126,6 +126,7 @@ class JobCallbacks(TrainCallbacks):
     def on_checkpoint(self, *, step: int, path: str) -> None:
         self.job.checkpoint_step = step
         TrainingJob.objects.filter(pk=self.job.pk).update(checkpoint_step=step)
+        events.job_state(self.job)  # open pages show the new checkpoint
 
     def should_stop(self) -> bool:
         return TrainingJob.objects.filter(pk=self.job.pk, cancel_requested=True).exists()

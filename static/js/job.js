@@ -7,7 +7,8 @@
   if (!box || !window.WebSocket) return;
   var ended = ["succeeded", "failed", "cancelled"];
   var initialState = box.dataset.state;
-  var field = function (name) { return box.querySelector("[data-field=" + name + "]"); };
+  // Fields are on the whole page (the log and the samples are outside the job's card).
+  var field = function (name) { return document.querySelector("[data-field=" + name + "]"); };
   var points = { train: {}, eval: {} };
   var lastStep = -1;
   var drawPending = false;
@@ -45,15 +46,25 @@
     if (!drawPending) { drawPending = true; setTimeout(draw, 250); }
   }
 
+  function renderProgress(step, tokens) {
+    field("step").textContent = step;
+    if (tokens !== undefined && tokens !== null) field("tokens").textContent = tokens;
+    box.querySelector("progress").value = step;
+  }
+
   function renderState(job) {
     field("state").textContent = job.state;
-    field("step").textContent = job.current_step;
-    if (job.total_steps) field("total").textContent = job.total_steps;
-    field("tokens").textContent = job.tokens_trained;
+    if (job.total_steps) {
+      field("total").textContent = job.total_steps;
+      field("of").hidden = false;
+      box.querySelector("progress").max = job.total_steps;
+    }
+    renderProgress(Math.max(job.current_step, lastStep, 0), job.tokens_trained);
+    if (job.checkpoint_step) {
+      field("checkpoint").textContent = job.checkpoint_step;
+      field("checkpoint-note").hidden = false;
+    }
     field("error").textContent = job.error || "";
-    var bar = box.querySelector("progress");
-    if (job.total_steps) bar.max = job.total_steps;
-    bar.value = job.current_step;
     if (ended.indexOf(job.state) >= 0 && ended.indexOf(initialState) < 0) {
       // The outcome (adapter, metrics, traceback) is rendered by the server: show it.
       setTimeout(function () { location.reload(); }, 500);
@@ -64,7 +75,10 @@
     list.forEach(function (point) {
       var kind = point.kind === "eval" ? "eval" : "train";
       points[kind][point.step] = point;
-      if (point.step > lastStep) lastStep = point.step;
+      if (point.step > lastStep) {
+        lastStep = point.step;
+        if (kind === "train") renderProgress(point.step, point.tokens_seen);  // each step, as it is trained
+      }
     });
     scheduleDraw();
   }

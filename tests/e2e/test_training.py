@@ -4,7 +4,7 @@ import pytest
 from playwright.sync_api import expect
 
 from apps.training.models import TrainingJob
-from tests.conftest import browser_login
+from tests.conftest import browser_login, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -90,3 +90,36 @@ def test_scientist_overlays_two_runs_and_sees_where_their_configs_differ(page, s
     page.get_by_label("X axis").select_option("tokens")
     page.get_by_role("button", name="Show").click()
     expect(page.locator("#chart-compare")).to_contain_text("tokens seen")
+
+
+def test_every_live_field_of_a_running_job_moves_without_a_reload(page, client, scientist, project, tiny_model,
+                                                                  qa_version, celery_worker):
+    from apps.training import services
+    from tests.training.fixtures import launch_body
+
+    errors = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    client.force_login(scientist)
+    body = launch_body(tiny_model, qa_version, max_steps=3000, eval_every=1000, checkpoint_every=40)
+    launched = client.post(f"/api/projects/{project.pk}/jobs/", body, content_type="application/json")
+    assert launched.status_code == 201, launched.content
+    job = TrainingJob.objects.get(pk=launched.json()["id"])
+    browser_login(page, "sofia")
+    page.goto(f"/projects/{project.pk}/jobs/{job.pk}/")
+    page.evaluate("window.__loadedOnce = true")  # gone if the page reloads
+    expect(page.get_by_test_id("job-state")).to_have_text("running", timeout=60_000)
+
+    step = page.get_by_test_id("job-step")
+    expect(step).not_to_have_text("0", timeout=30_000)
+    first = int(step.inner_text())
+    wait_for(lambda: int(step.inner_text()) > first + 20, timeout=30, what="the step count to move on the page")
+    assert page.get_by_test_id("job-progress").evaluate("bar => bar.value") > first
+    assert page.get_by_test_id("job-progress").evaluate("bar => bar.max") == 3000
+    expect(page.get_by_test_id("job-checkpoint")).to_be_visible(timeout=30_000)
+    expect(page.get_by_test_id("log")).to_contain_text("started: 3000 steps")
+    assert page.evaluate("window.__loadedOnce") is True  # all of it live, no reload
+    assert errors == []
+
+    services.job_cancel(user=scientist, job=job)
+    expect(page.get_by_test_id("job-state")).to_have_text("cancelled", timeout=60_000)
+    expect(page.get_by_test_id("log")).to_contain_text("cancelled at step")
