@@ -65,12 +65,16 @@ def write_datasets_dir(rows: Iterable[dict], directory: Path, progress: Callable
     info (its features) and the state file that names the data file. Returns the row count."""
     directory.mkdir(parents=True, exist_ok=True)
     count = 0
-    digest = hashlib.sha256()
     with pa.OSFile(str(directory / HF_DATA_FILE), "wb") as sink, pa.ipc.new_stream(sink, SCHEMA) as writer:
         for batch in _batches(rows, progress):
             writer.write_batch(batch)
             count += batch.num_rows
-            digest.update(str(batch.num_rows).encode())
+    # `datasets` caches map() results by this fingerprint: it must change whenever the rows do
+    # (it was derived from the row count alone, so two versions of one size shared their cache).
+    digest = hashlib.sha256()
+    with open(directory / HF_DATA_FILE, "rb") as data:
+        for block in iter(lambda: data.read(1 << 20), b""):
+            digest.update(block)
     value = {"dtype": "string", "_type": "Value"}
     features = {**{name: value for name in TEXT_COLUMNS},
                 "messages": [{"role": value, "content": value}],  # a list of structs, in every datasets version
