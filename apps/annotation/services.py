@@ -388,6 +388,9 @@ def submit(*, user, campaign: Campaign, item: Item, client_id, values=None, comm
             if not skipped:
                 queue.count_answer(item.pk)
             queue.release(item.pk, user.pk)
+            audit_record(actor=user, action="annotation.skip" if skipped else "annotation.submit",
+                         project=campaign.project, target=annotation, publish=False,
+                         after={"campaign": campaign.pk, "item": item.pk})
     except LeaseLost:
         draft_save(user=user, campaign=campaign, item=item, values=values or {}, comment=comment, check=False)
         raise
@@ -424,6 +427,8 @@ def edit(*, user, annotation: Annotation, revision, values=None, comment=None) -
         if annotation.skipped and values is not None:
             Item.objects.filter(pk=annotation.item_id).update(completed=F("completed") + 1)
             transaction.on_commit(lambda: events.campaign_changed(annotation.item.campaign_id))
+        audit_record(actor=user, action="annotation.edit", project=annotation.item.campaign.project, target=annotation,
+                     publish=False, after={"revision": revision + 1, "fields": sorted(changes)})
     annotation.refresh_from_db()
     return annotation
 
@@ -474,7 +479,10 @@ def review(*, user, annotation: Annotation, decision: str, comment: str = "", va
                          "correct": Annotation.Review.CORRECTED}[decision]
     annotation.review_comment, annotation.reviewed_values = comment, corrected
     annotation.reviewed_by, annotation.reviewed_at = user, timezone.now()
-    annotation.save(update_fields=["review", "review_comment", "reviewed_values", "reviewed_by", "reviewed_at"])
+    with transaction.atomic():
+        annotation.save(update_fields=["review", "review_comment", "reviewed_values", "reviewed_by", "reviewed_at"])
+        audit_record(actor=user, action=f"annotation.review_{decision}", project=annotation.item.campaign.project,
+                     target=annotation, after={"annotator": annotation.annotator_id, "decision": decision})
     return annotation
 
 
@@ -483,7 +491,10 @@ def adjudicate(*, user, item: Item, values, token=None) -> Item:
     policy.require(user, "annotation.review", item.campaign, token)
     item.adjudicated_values = schema_rules.validate_answer(item.campaign.schema.fields, values, row_dict(item.row))
     item.adjudicated_by, item.adjudicated_at = user, timezone.now()
-    item.save(update_fields=["adjudicated_values", "adjudicated_by", "adjudicated_at"])
+    with transaction.atomic():
+        item.save(update_fields=["adjudicated_values", "adjudicated_by", "adjudicated_at"])
+        audit_record(actor=user, action="annotation.adjudicate", project=item.campaign.project, target=item,
+                     after={"campaign": item.campaign_id})
     return item
 
 
@@ -494,7 +505,10 @@ def set_gold(*, user, item: Item, values, token=None) -> Item:
     else:
         item.gold_values = schema_rules.validate_answer(item.campaign.schema.fields, values, row_dict(item.row))
         item.is_gold = True
-    item.save(update_fields=["is_gold", "gold_values"])
+    with transaction.atomic():
+        item.save(update_fields=["is_gold", "gold_values"])
+        audit_record(actor=user, action="annotation.gold_set" if item.is_gold else "annotation.gold_unset",
+                     project=item.campaign.project, target=item, after={"campaign": item.campaign_id})
     return item
 
 

@@ -282,6 +282,8 @@ def vote_cast(*, user, comparison: Comparison, pair_id, choice: str, client_id: 
         with transaction.atomic():
             vote = Vote.objects.create(pair=pair, comparison=comparison, voter=user, choice=choice, winner=winner,
                                        loser=loser, client_id=client_id)
+            audit_record(actor=user, action="comparison.vote", project=comparison.project, target=comparison,
+                         publish=False, after={"pair": pair.pk, "choice": choice})
     except IntegrityError:  # a concurrent retry won the race
         earlier = Vote.objects.filter(Q(pair=pair) | Q(voter=user, client_id=client_id)).first()
         if earlier is None:

@@ -7,7 +7,10 @@ from apps.projects.models import AuditEvent, Project
 
 
 def audit_record(*, actor, action: str, project: Project | None = None, target=None,
-                 ip_address: str | None = None, before: dict | None = None, after: dict | None = None) -> AuditEvent:
+                 ip_address: str | None = None, before: dict | None = None, after: dict | None = None,
+                 publish: bool = True) -> AuditEvent:
+    """Append who did what. `publish=False` keeps routine, high-volume work (each annotation,
+    each vote) out of the live activity feed; it is in the audit log all the same."""
     event = AuditEvent.objects.create(
         project=project,
         actor=actor if actor is not None and actor.is_authenticated else None,
@@ -19,7 +22,7 @@ def audit_record(*, actor, action: str, project: Project | None = None, target=N
         before=before,
         after=after,
     )
-    if project is not None:
+    if project is not None and publish:
         # Members see it appear on the dashboard; only the summary travels, never before/after.
         summary = activity_summary(event)
         transaction.on_commit(lambda: events.activity_published(project_id=project.pk, event=summary))
