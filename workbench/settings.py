@@ -332,7 +332,9 @@ LOGIN_URL = "accounts:login"
 LOGIN_REDIRECT_URL = "projects:list"
 LOGOUT_REDIRECT_URL = "accounts:login"
 INVITATION_TTL = timedelta(days=env_int("INVITATION_TTL_DAYS", 7))
-GUARDIAN_ANONYMOUS_USER_NAME = None  # no implicit anonymous principal in the policy layer
+# No implicit anonymous principal in the policy layer, and no "AnonymousUser" account (django-guardian
+# reads ANONYMOUS_USER_NAME: the GUARDIAN_-prefixed name used before did nothing).
+ANONYMOUS_USER_NAME = None
 
 # Brute-force protection: five failures for one username from one IP lock that pair out.
 AXES_FAILURE_LIMIT = env_int("LOGIN_FAILURE_LIMIT", 5)

@@ -668,12 +668,14 @@ def test_a_project_token_does_not_list_datasets_shared_from_other_projects(clien
     assert "Charlie secret" not in listed.content.decode()
 
 
-def test_a_token_without_project_view_does_not_list_projects(client, viewer, project):
-    _, raw = account_services.token_create(user=viewer, name="datasets-only", permissions=["dataset.view"])
-    assert client.get(f"/api/projects/{project.pk}/", **bearer(raw)).status_code == 404  # the detail agrees
-    listed = client.get("/api/projects/", **bearer(raw))
-    assert listed.status_code == 200
-    assert listed.json()["results"] == []
+def test_a_token_asked_for_dataset_view_sees_the_projects_its_datasets_are_in(client, viewer, project):
+    """No token lacks project.view: every permission implies it (a datasets-only token that could
+    not see its project could not work), and the token never exceeds its user's access."""
+    token, raw = account_services.token_create(user=viewer, name="datasets-only", permissions=["dataset.view"])
+    assert token.permissions == ["dataset.view", "project.view"]
+    assert client.get(f"/api/projects/{project.pk}/", **bearer(raw)).status_code == 200
+    assert [p["id"] for p in client.get("/api/projects/", **bearer(raw)).json()["results"]] == [project.pk]
+    assert call(client, "patch", f"/api/projects/{project.pk}/", {"description": "x"}, **bearer(raw)).status_code == 403
 
 
 def test_a_read_only_token_cannot_make_its_user_leave_the_project(client, viewer, project):
