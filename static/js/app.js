@@ -48,3 +48,11 @@ window.liveSocket = function (path, handlers) {
   }
   connect();
 };
+
+// Forms that undo work ask first: <form data-confirm="question">. Declined, nothing is sent.
+document.addEventListener("submit", function (event) {
+  var form = event.target;
+  if (form instanceof HTMLFormElement && form.dataset.confirm && !window.confirm(form.dataset.confirm)) {
+    event.preventDefault();
+  }
+}, true);

@@ -358,3 +358,26 @@ def test_a_manager_stops_the_model_suggestions_from_the_campaign_page(page, clie
     expect(page.get_by_text("Model suggestions stopped")).to_be_visible()
     expect(page.get_by_test_id("suggestions")).to_have_text("suggestions: cancelled")
     expect(page.get_by_role("button", name="Stop suggestions")).to_have_count(0)
+
+
+def test_closing_a_campaign_asks_first_and_declining_leaves_it_open(page, client, scientist, project, review_version):
+    client.force_login(scientist)
+    campaign = make_campaign(client, project, review_version)
+    browser_login(page, "sofia")
+    page.goto(f"/projects/{project.pk}/campaigns/{campaign['id']}/")
+    asked = []
+
+    def decline(dialog):
+        asked.append(dialog.message)
+        dialog.dismiss()
+
+    page.once("dialog", decline)
+    page.get_by_role("button", name="Close campaign").click()
+    expect(page.get_by_role("button", name="Close campaign")).to_be_visible()
+    assert asked == ["Close this campaign? Annotators can no longer submit to it."]
+    assert Campaign.objects.get(pk=campaign["id"]).state == "active"
+
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.get_by_role("button", name="Close campaign").click()
+    expect(page.get_by_role("button", name="Close campaign")).to_have_count(0)
+    assert Campaign.objects.get(pk=campaign["id"]).state == "closed"

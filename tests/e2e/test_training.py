@@ -94,7 +94,6 @@ def test_scientist_overlays_two_runs_and_sees_where_their_configs_differ(page, s
 
 def test_every_live_field_of_a_running_job_moves_without_a_reload(page, client, scientist, project, tiny_model,
                                                                   qa_version, celery_worker):
-    from apps.training import services
     from tests.training.fixtures import launch_body
 
     errors = []
@@ -120,6 +119,12 @@ def test_every_live_field_of_a_running_job_moves_without_a_reload(page, client, 
     assert page.evaluate("window.__loadedOnce") is True  # all of it live, no reload
     assert errors == []
 
-    services.job_cancel(user=scientist, job=job)
+    asked = []
+    page.once("dialog", lambda dialog: asked.append(dialog.message) or dialog.dismiss())
+    page.get_by_role("button", name="Cancel").click()  # declined: it goes on
+    assert asked and asked[0].startswith("Cancel this fine-tune?")
+    assert TrainingJob.objects.get(pk=job.pk).cancel_requested is False
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.get_by_role("button", name="Cancel").click()
     expect(page.get_by_test_id("job-state")).to_have_text("cancelled", timeout=60_000)
     expect(page.get_by_test_id("log")).to_contain_text("cancelled at step")
