@@ -14,6 +14,7 @@ import traceback
 from django.db import connection, transaction
 from django.utils import timezone
 
+from apps.core.jobs import Heartbeat, claim
 from apps.datasets import events, search_index
 from apps.datasets.bulk import insert_rows, row_tuple, stored_tallies
 from apps.datasets.importer import BATCH_ROWS, discard_version, next_version_number
@@ -38,17 +39,25 @@ class DeriveCancelled(Exception):
     pass
 
 
-def run_derive(job_id: int) -> None:
-    job = DeriveJob.objects.select_related("parent__dataset").filter(pk=job_id).first()
-    if job is None or job.state not in (DeriveJob.State.QUEUED, DeriveJob.State.RUNNING):
-        return  # already finished: a redelivered message does nothing
-    if job.state == DeriveJob.State.RUNNING:
+def run_derive(job_id: int, *, worker: str = "") -> None:
+    """Claim the job (apps.core.jobs.claim: a message redelivered while a live worker runs it does
+    nothing; ended ones neither), then derive under a heartbeat."""
+    if claim(DeriveJob, job_id, worker=worker, what="job", on_given_up=lambda lost: discard_version(lost.version)) is None:
+        return
+    job = DeriveJob.objects.select_related("parent__dataset", "version").get(pk=job_id)
+    with Heartbeat(job):
+        _derive(job)
+
+
+def _derive(job: DeriveJob) -> None:
+    job_id = job.pk
+    if job.runs > 1:
         discard_version(job.version)  # its worker died mid-way: start again
     version = None
     if job.kind not in DeriveJob.REPORT_KINDS:
         version = _new_version(job)
-    job.version, job.state = version, DeriveJob.State.RUNNING
-    job.save(update_fields=["version", "state"])
+    job.version = version
+    job.save(update_fields=["version"])
     events.derive_progress(job)
     try:
         {DeriveJob.Kind.SPLIT: _split, DeriveJob.Kind.REDACT: _redact, DeriveJob.Kind.PII_SCAN: _scan,

@@ -146,8 +146,9 @@ class ImportJob(LeasedJob):
         return self.dataset.project
 
 
-class DeriveJob(models.Model):
-    """A new version made from an existing one by the worker (splits; later redaction, edits)."""
+class DeriveJob(LeasedJob):
+    """A new version made from an existing one by the worker (splits, redactions, edits, PII scans,
+    token stats, purges), under the jobs lease (apps.core.jobs)."""
 
     class Kind(models.TextChoices):
         SPLIT = "split", "Split"
@@ -160,6 +161,7 @@ class DeriveJob(models.Model):
     REPORT_KINDS = (Kind.PII_SCAN, Kind.TOKEN_STATS, Kind.PURGE)  # no new version comes out of these
 
     State = ImportJob.State
+    ENDED = ImportJob.ENDED
 
     parent = models.ForeignKey(DatasetVersion, on_delete=models.CASCADE, related_name="derive_jobs")
     kind = models.CharField(max_length=16, choices=Kind.choices)

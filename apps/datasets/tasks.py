@@ -17,11 +17,11 @@ def index_search_task(version_id: int) -> None:
     build(version_id)
 
 
-@shared_task(name="datasets.derive")
-def derive_version_task(job_id: int) -> None:
+@shared_task(name="datasets.derive", bind=True)
+def derive_version_task(self, job_id: int) -> None:
     from apps.datasets.derive import run_derive
 
-    run_derive(job_id)
+    run_derive(job_id, worker=self.request.hostname or "")
 
 
 @shared_task(name="datasets.export")

@@ -11,10 +11,10 @@ from django.utils import timezone
 
 from apps.comparison.models import Comparison
 from apps.core.jobs import Heartbeat, claim, reap
-from apps.datasets.models import Dataset, ImportJob
+from apps.datasets.models import Dataset, DeriveJob, ImportJob
 from apps.training.models import TrainingJob
 from tests.comparison.factories import make_comparison
-from tests.training.fixtures import make_job
+from tests.training.fixtures import make_job, make_version
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(60)]
 
@@ -25,11 +25,17 @@ def new_import(project, owner, state):
                                     state=state)
 
 
+def new_derive(project, owner, state):
+    return DeriveJob.objects.create(parent=make_version(project, owner, name=f"QA {time.monotonic_ns()}"),
+                                    kind="pii_scan", created_by=owner, state=state)
+
+
 KINDS = {
     "training": (TrainingJob, lambda project, owner, state: make_job(project, owner, state=state)),
     "comparison": (Comparison, lambda project, owner, state: make_comparison(project, owner, state=state,
                                                                              outputs=False)),
     "import": (ImportJob, new_import),
+    "derive": (DeriveJob, new_derive),
 }
 
 
