@@ -23,6 +23,7 @@ from apps.annotation.quality import answers_by_item, resolve
 from apps.annotation.schema import candidate_keys, row_value
 from apps.annotation.services import row_dict
 from apps.core.exports import csv_lines
+from apps.core.jobs import Heartbeat, claim
 from apps.datasets.models import Dataset
 from apps.datasets.writer import write_version
 
@@ -31,11 +32,14 @@ MODES = ("majority", "adjudicated", "accepted")
 KINDS = ("resolved", "preferences")
 
 
-def run_export(export_id: int) -> None:
-    claimed = AnnotationExport.objects.filter(pk=export_id, state=AnnotationExport.State.QUEUED).update(
-        state=AnnotationExport.State.RUNNING)
-    if not claimed:
-        return  # already done (a redelivered message) or gone
+def run_export(export_id: int, *, worker: str = "") -> None:
+    if claim(AnnotationExport, export_id, worker=worker, what="export") is None:
+        return  # already done (a redelivered message), gone, or run by a live worker
+    with Heartbeat(AnnotationExport.objects.get(pk=export_id)):
+        _run(export_id)
+
+
+def _run(export_id: int) -> None:
     export = AnnotationExport.objects.select_related("campaign__schema", "campaign__dataset_version__dataset",
                                                      "dataset", "created_by").get(pk=export_id)
     try:

@@ -1,6 +1,8 @@
 from django.conf import settings
 from django.db import models
 
+from apps.core.jobs import LeasedJob
+
 
 class LabelSchema(models.Model):
     """One version of an annotation form (apps/annotation/schema.py). Versions are immutable
@@ -154,14 +156,16 @@ class Draft(models.Model):
         constraints = [models.UniqueConstraint(fields=["item", "annotator"], name="unique_draft")]
 
 
-class AnnotationExport(models.Model):
-    """Resolving a campaign's answers into a dataset version: a worker job."""
+class AnnotationExport(LeasedJob):
+    """Resolving a campaign's answers into a dataset version: a worker job under the jobs lease."""
 
     class State(models.TextChoices):
         QUEUED = "queued"
         RUNNING = "running"
         SUCCEEDED = "succeeded"
         FAILED = "failed"
+
+    ENDED = (State.SUCCEEDED, State.FAILED)
 
     campaign = models.ForeignKey(Campaign, on_delete=models.CASCADE, related_name="exports")
     kind = models.CharField(max_length=16, default="resolved")  # resolved | preferences

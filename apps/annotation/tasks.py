@@ -3,11 +3,11 @@
 from celery import shared_task
 
 
-@shared_task(name="annotation.export")
-def annotation_export_task(export_id: int) -> None:
+@shared_task(name="annotation.export", bind=True)
+def annotation_export_task(self, export_id: int) -> None:
     from apps.annotation.exports import run_export
 
-    run_export(export_id)
+    run_export(export_id, worker=self.request.hostname or "")
 
 
 @shared_task(name="annotation.suggest")

@@ -5,6 +5,7 @@ import json
 from django.http import StreamingHttpResponse
 
 from apps.core.exports import csv_lines
+from apps.core.jobs import Heartbeat, claim
 from apps.datasets.models import DatasetRow, DatasetVersion
 
 ROLE_COLUMNS = ["id", "prompt", "response", "messages", "label", "reference", "split"]
@@ -39,7 +40,7 @@ def version_export_response(version: DatasetVersion, export_format: str) -> Stre
 
 # --- export jobs: a file written by a worker ----------------------------------------------------
 
-def run_export_job(job_id: int) -> None:
+def run_export_job(job_id: int, *, worker: str = "") -> None:
     """Write the job's version to ARTIFACT_ROOT/exports/<job>/<file>, under a temporary name until
     complete; a failure leaves no file and says why."""
     import logging
@@ -55,10 +56,10 @@ def run_export_job(job_id: int) -> None:
     from apps.datasets.models import ExportJob
     from workers.ingest.export import write_datasets_dir, write_parquet
 
-    claimed = ExportJob.objects.filter(pk=job_id, state=ExportJob.State.QUEUED).update(state=ExportJob.State.RUNNING)
-    if not claimed:
-        return
+    if claim(ExportJob, job_id, worker=worker, what="export") is None:
+        return  # ended, gone, or written by a live worker (apps.core.jobs.claim)
     job = ExportJob.objects.select_related("version__dataset").get(pk=job_id)
+    heartbeat = Heartbeat(job).__enter__()
     folder = Path(settings.ARTIFACT_ROOT) / "exports" / str(job.pk)
     folder.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=".export-", dir=folder))
@@ -97,6 +98,7 @@ def run_export_job(job_id: int) -> None:
         job.state, job.error = ExportJob.State.FAILED, f"{type(exc).__name__}: {exc}"[:2000]
     finally:
         shutil.rmtree(work, ignore_errors=True)
+        heartbeat.__exit__(None, None, None)
     job.finished_at = timezone.now()
     job.save()
 

@@ -185,8 +185,9 @@ class DeriveJob(LeasedJob):
         return self.parent.dataset
 
 
-class ExportJob(models.Model):
-    """A version written to a file by a worker (any format, any size), downloaded when done."""
+class ExportJob(LeasedJob):
+    """A version written to a file by a worker (any format, any size), downloaded when done; under
+    the jobs lease (apps.core.jobs), so a lost worker's export is written again by another."""
 
     class Format(models.TextChoices):
         JSONL = "jsonl", "JSONL"
@@ -195,6 +196,7 @@ class ExportJob(models.Model):
         DATASETS = "datasets", "datasets directory (zip)"
 
     State = ImportJob.State
+    ENDED = ImportJob.ENDED
 
     version = models.ForeignKey(DatasetVersion, on_delete=models.CASCADE, related_name="exports")
     format = models.CharField(max_length=16, choices=Format.choices)

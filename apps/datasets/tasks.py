@@ -24,8 +24,8 @@ def derive_version_task(self, job_id: int) -> None:
     run_derive(job_id, worker=self.request.hostname or "")
 
 
-@shared_task(name="datasets.export")
-def export_version_task(job_id: int) -> None:
+@shared_task(name="datasets.export", bind=True)
+def export_version_task(self, job_id: int) -> None:
     from apps.datasets.exports import run_export_job
 
-    run_export_job(job_id)
+    run_export_job(job_id, worker=self.request.hostname or "")

@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from apps.comparison.models import Comparison
 from apps.core.jobs import Heartbeat, claim, reap
-from apps.datasets.models import Dataset, DeriveJob, ImportJob
+from apps.datasets.models import Dataset, DeriveJob, ExportJob, ImportJob
 from apps.training.models import TrainingJob
 from tests.comparison.factories import make_comparison
 from tests.training.fixtures import make_job, make_version
@@ -30,12 +30,18 @@ def new_derive(project, owner, state):
                                     kind="pii_scan", created_by=owner, state=state)
 
 
+def new_export(project, owner, state):
+    return ExportJob.objects.create(version=make_version(project, owner, name=f"QA {time.monotonic_ns()}"),
+                                    format="jsonl", created_by=owner, state=state)
+
+
 KINDS = {
     "training": (TrainingJob, lambda project, owner, state: make_job(project, owner, state=state)),
     "comparison": (Comparison, lambda project, owner, state: make_comparison(project, owner, state=state,
                                                                              outputs=False)),
     "import": (ImportJob, new_import),
     "derive": (DeriveJob, new_derive),
+    "export": (ExportJob, new_export),
 }
 
 
