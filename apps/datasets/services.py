@@ -245,10 +245,15 @@ def version_edit_start(*, user, version, edits: dict | None = None, drops: list 
     dropped = sorted({_position(p, version, "drops") for p in drops})
     if len(dropped) >= version.row_count:
         raise Invalid("An edit cannot drop every row of the version.", field="drops")
-    for key, changes in checked.items():
+    for key, changes in list(checked.items()):
         row = version.rows.get(position=int(key))
         if not (changes.get("prompt", row.prompt) or row.messages):
             raise Invalid("A row needs a prompt (or messages).", field=f"edits.{key}.prompt")
+        if all(getattr(row, field) == value for field, value in changes.items()):
+            del checked[key]  # already so: not a change
+    if not checked and not dropped:
+        raise Invalid("Nothing changes: every edited field already has that value.", field="edits")
+    _refuse_repeated_edit(version, checked, dropped)
     if not isinstance(message, str) or len(message) > 500:
         raise Invalid("A message is at most 500 characters.", field="message")
     described = message or "; ".join(filter(None, [f"{len(checked)} row(s) edited" if checked else "",
@@ -258,6 +263,18 @@ def version_edit_start(*, user, version, edits: dict | None = None, drops: list 
     return _derive_start(user=user, version=version, kind="edit", audit_action="dataset.edit", token=token,
                          ip_address=ip_address, params={"edits": checked, "drops": dropped, "message": described},
                          audited=audited)
+
+
+def _refuse_repeated_edit(version, edits: dict, drops: list) -> None:
+    """Saving the same edit of a version twice made two identical versions: the second is refused,
+    naming the version (or the job still making it) that already holds it."""
+    from apps.datasets.models import DeriveJob
+
+    for job in version.derive_jobs.filter(kind=DeriveJob.Kind.EDIT).exclude(
+            state__in=(DeriveJob.State.FAILED, DeriveJob.State.CANCELLED)).select_related("version"):
+        if job.params.get("edits") == edits and job.params.get("drops") == drops:
+            made = f"version {job.version.number}" if job.version else "an edit job still running"
+            raise Conflict(f"This edit of version {version.number} was already saved: {made} holds it.")
 
 
 def _digest(value: str | None) -> str | None:
