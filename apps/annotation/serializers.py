@@ -5,7 +5,7 @@ from apps.annotation.models import AnnotationExport, Campaign, LabelSchema
 
 class LabelSchemaSerializer(serializers.ModelSerializer):
     project = serializers.IntegerField(source="project_id", read_only=True)
-    parent = serializers.IntegerField(source="parent_id", read_only=True)
+    parent = serializers.IntegerField(source="parent_id", read_only=True, allow_null=True)
 
     class Meta:
         model = LabelSchema
@@ -23,7 +23,7 @@ class CampaignSerializer(serializers.ModelSerializer):
     schema = LabelSchemaSerializer(read_only=True)
     suggestion_model = serializers.IntegerField(source="suggestion_model_id", read_only=True)
     assignees = serializers.SlugRelatedField(many=True, slug_field="username", read_only=True)
-    created_by = serializers.CharField(source="created_by.username", default=None, read_only=True)
+    created_by = serializers.CharField(source="created_by.username", default=None, read_only=True, allow_null=True)
 
     class Meta:
         model = Campaign
@@ -100,8 +100,8 @@ class ExportStartSerializer(serializers.Serializer):
 class AnnotationExportSerializer(serializers.ModelSerializer):
     campaign = serializers.IntegerField(source="campaign_id", read_only=True)
     dataset = serializers.IntegerField(source="dataset_id", read_only=True)
-    version = serializers.IntegerField(source="version_id", read_only=True)
-    version_number = serializers.IntegerField(source="version.number", default=None, read_only=True)
+    version = serializers.IntegerField(source="version_id", read_only=True, allow_null=True)
+    version_number = serializers.IntegerField(source="version.number", default=None, read_only=True, allow_null=True)
 
     class Meta:
         model = AnnotationExport

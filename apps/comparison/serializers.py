@@ -6,8 +6,8 @@ from apps.comparison.models import Comparison, Pair, Vote
 
 class ComparisonSerializer(serializers.ModelSerializer):
     project = serializers.IntegerField(source="project_id", read_only=True)
-    dataset_version = serializers.IntegerField(source="dataset_version_id", read_only=True)
-    created_by = serializers.CharField(source="created_by.username", default=None, read_only=True)
+    dataset_version = serializers.IntegerField(source="dataset_version_id", read_only=True, allow_null=True)
+    created_by = serializers.CharField(source="created_by.username", default=None, read_only=True, allow_null=True)
     models = serializers.SerializerMethodField()
     prompt_count = serializers.SerializerMethodField()
 

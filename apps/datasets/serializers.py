@@ -17,8 +17,8 @@ class DatasetCreateSerializer(serializers.Serializer):
 
 
 class VersionSerializer(serializers.ModelSerializer):
-    parent = serializers.IntegerField(source="parent.number", read_only=True, default=None)
-    author = serializers.CharField(source="author.username", read_only=True, default=None)
+    parent = serializers.IntegerField(source="parent.number", read_only=True, allow_null=True, default=None)
+    author = serializers.CharField(source="author.username", read_only=True, allow_null=True, default=None)
 
     class Meta:
         model = DatasetVersion
@@ -34,7 +34,7 @@ class RowSerializer(serializers.ModelSerializer):
 
 
 class ImportSerializer(serializers.ModelSerializer):
-    version = serializers.IntegerField(source="version.number", read_only=True, default=None)
+    version = serializers.IntegerField(source="version.number", read_only=True, allow_null=True, default=None)
 
     class Meta:
         model = ImportJob
@@ -80,7 +80,7 @@ class EditSerializer(serializers.Serializer):
 
 class DeriveJobSerializer(serializers.ModelSerializer):
     parent = serializers.IntegerField(source="parent.number", read_only=True)
-    version = serializers.IntegerField(source="version.number", read_only=True, default=None)
+    version = serializers.IntegerField(source="version.number", read_only=True, allow_null=True, default=None)
 
     class Meta:
         model = DeriveJob

@@ -8,13 +8,18 @@ from apps.projects.permissions import GRANTABLE, permission_from_codename
 
 
 class ProjectSerializer(serializers.ModelSerializer):
-    member_count = serializers.IntegerField(read_only=True, required=False)
+    member_count = serializers.SerializerMethodField()
     archived = serializers.BooleanField(source="is_archived", read_only=True)
 
     class Meta:
         model = Project
         fields = ["id", "name", "description", "created_at", "archived", "member_count"]
         read_only_fields = ["id", "created_at"]
+
+    def get_member_count(self, project: Project) -> int:
+        """Annotated by lists (one query for all); counted for a single project."""
+        count = getattr(project, "member_count", None)
+        return count if count is not None else project.memberships.count()
 
 
 class ProjectWriteSerializer(serializers.Serializer):
@@ -100,7 +105,7 @@ class GrantCreateSerializer(serializers.Serializer):
 
 
 class AuditEventSerializer(serializers.ModelSerializer):
-    actor = serializers.CharField(source="actor.username", default=None, read_only=True)
+    actor = serializers.CharField(source="actor.username", default=None, read_only=True, allow_null=True)
 
     class Meta:
         model = AuditEvent

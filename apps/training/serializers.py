@@ -12,9 +12,9 @@ class JobSerializer(ManagerOnlyFieldsMixin, serializers.ModelSerializer):
     manager_only = ("traceback",)
     base_model = serializers.IntegerField(source="base_model_id", read_only=True)
     dataset_version = serializers.IntegerField(source="dataset_version_id", read_only=True)
-    adapter = serializers.IntegerField(source="adapter_id", read_only=True)
-    parent = serializers.IntegerField(source="parent_id", read_only=True)
-    created_by = serializers.CharField(source="created_by.username", default=None, read_only=True)
+    adapter = serializers.IntegerField(source="adapter_id", read_only=True, allow_null=True)
+    parent = serializers.IntegerField(source="parent_id", read_only=True, allow_null=True)
+    created_by = serializers.CharField(source="created_by.username", default=None, read_only=True, allow_null=True)
     queue_position = serializers.SerializerMethodField()
     priority = serializers.CharField(source="get_priority_display", read_only=True)
 
