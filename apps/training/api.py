@@ -5,7 +5,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from apps.core.errors import Invalid
 from apps.core.http import client_ip
+from apps.datasets.models import DatasetVersion
 from apps.projects import policy
 from apps.training import selectors, services
 from apps.training.models import TrainingJob
@@ -36,8 +38,23 @@ class ProjectJobListLaunchApi(ListAPIView):
         data.is_valid(raise_exception=True)
         job, _ = services.job_launch(user=request.user, project=project, token=request.auth,
                                      ip_address=client_ip(request),
-                                     idempotency_key=request.headers.get("Idempotency-Key", ""), **data.validated_data)
+                                     idempotency_key=request.headers.get("Idempotency-Key", ""),
+                                     **_by_version_id(project, data.validated_data))
         return Response(JobSerializer(job, context={"request": request}).data, status=status.HTTP_201_CREATED)
+
+
+def _by_version_id(project, data: dict) -> dict:
+    """A version named by its dataset and number (as every URL names it) becomes its id; the
+    service then checks it as any id (ready, in this project, readable by the caller)."""
+    data = dict(data)
+    if "dataset_version" not in data:
+        dataset, number = data.pop("dataset"), data.pop("version")
+        found = DatasetVersion.objects.filter(dataset_id=dataset, number=number, dataset__project=project).values_list(
+            "pk", flat=True).first()
+        if found is None:
+            raise Invalid("No such version of that dataset in this project.", field="version")
+        data["dataset_version"] = found
+    return data
 
 
 class JobEstimateApi(APIView):
@@ -49,7 +66,7 @@ class JobEstimateApi(APIView):
         data = JobLaunchSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         return Response(services.job_estimate(user=request.user, project=project, token=request.auth,
-                                              **data.validated_data))
+                                              **_by_version_id(project, data.validated_data)))
 
 
 class JobDetailApi(APIView):

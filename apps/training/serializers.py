@@ -34,11 +34,26 @@ class JobLaunchSerializer(serializers.Serializer):
     priority = serializers.ChoiceField(choices=["low", "normal", "high"], required=False, default="normal",
                                        help_text="high needs project.edit (project admins)")
     base_model = serializers.IntegerField(min_value=1)
-    dataset_version = serializers.IntegerField(min_value=1)
+    dataset_version = serializers.IntegerField(min_value=1, required=False,
+                                               help_text="the version's id; or give dataset and version instead")
+    dataset = serializers.IntegerField(min_value=1, required=False, help_text="with version: the dataset's id")
+    version = serializers.IntegerField(min_value=1, required=False,
+                                       help_text="with dataset: the version's number, as in its URLs")
     train_split = serializers.CharField(max_length=16, required=False, allow_blank=True, default="")
     eval_split = serializers.CharField(max_length=16, required=False, allow_blank=True, default="")
     config = serializers.DictField(required=False, default=dict,
                                    help_text="workers.training.TrainConfig fields; omitted ones take their defaults")
+
+    def validate(self, data):
+        pair = ("dataset" in data, "version" in data)
+        if "dataset_version" in data:
+            if any(pair):
+                raise serializers.ValidationError({"dataset_version": "Give dataset_version, or dataset and version, "
+                                                                      "not both."})
+        elif pair != (True, True):
+            raise serializers.ValidationError({"version" if pair[0] else "dataset": "Name the data: dataset_version "
+                                               "(an id), or dataset and version (its number)."})
+        return data
 
 
 class JobCopySerializer(serializers.Serializer):

@@ -203,3 +203,25 @@ def test_priorities_order_the_queue_and_high_is_for_admins(client, scientist, ad
     positions = {job["priority"]: client.get(f"/api/jobs/{job['id']}/").json()["queue_position"]
                  for job in (normal, low)}
     assert positions == {"normal": 2, "low": 3}
+
+
+def test_a_job_names_its_data_by_dataset_and_version_number_as_the_urls_do(client, scientist, project, tiny_model,
+                                                                           qa_version):
+    client.force_login(scientist)
+    body = {k: v for k, v in launch_body(tiny_model, qa_version).items() if k != "dataset_version"}
+    by_number = client.post(f"/api/projects/{project.pk}/jobs/estimate/",
+                            {**body, "dataset": qa_version.dataset_id, "version": qa_version.number},
+                            content_type="application/json")
+    assert by_number.status_code == 200, by_number.content
+    missing = client.post(f"/api/projects/{project.pk}/jobs/",
+                          {**body, "dataset": qa_version.dataset_id, "version": qa_version.number + 5},
+                          content_type="application/json")
+    assert missing.status_code == 400 and missing.json()["field"] == "version"
+    half = client.post(f"/api/projects/{project.pk}/jobs/", {**body, "dataset": qa_version.dataset_id},
+                       content_type="application/json")
+    assert half.status_code == 400 and "version" in half.json()
+    launched = client.post(f"/api/projects/{project.pk}/jobs/",
+                           {**body, "dataset": qa_version.dataset_id, "version": qa_version.number},
+                           content_type="application/json")
+    assert launched.status_code == 201, launched.content
+    assert launched.json()["dataset_version"] == qa_version.pk
