@@ -126,10 +126,15 @@ def import_page(request: HttpRequest, project_id: int, dataset_id: int, import_i
 @require_POST
 def import_cancel(request: HttpRequest, project_id: int, dataset_id: int, import_id: int) -> HttpResponse:
     job = _job(request, project_id, dataset_id, import_id)
+    was_draft = job.state == job.State.DRAFT
     try:
         services.import_cancel(user=request.user, job=job, ip_address=client_ip(request))
     except Conflict as exc:
         messages.error(request, exc.message)
+    else:
+        if was_draft:  # an upload never started: back to the dataset
+            messages.success(request, f"Upload “{job.filename}” discarded; nothing was imported.")
+            return redirect("datasets:detail", project_id=project_id, dataset_id=dataset_id)
     return redirect("datasets:import", project_id=project_id, dataset_id=dataset_id, import_id=import_id)
 
 

@@ -239,3 +239,23 @@ def test_an_owner_purges_an_old_version_and_is_told_why_a_pinned_one_stays(page,
     expect(purged.get_by_role("link")).to_have_count(0)  # nothing left to open
     wait_for(lambda: not DatasetRow.objects.filter(version=old).exists(), timeout=60, what="the worker's purge")
     assert DatasetRow.objects.filter(version=used).count() == 1
+
+
+def test_a_scientist_discards_an_upload_she_will_not_import(page, scientist, project, tmp_path):
+    from apps.datasets.models import ImportJob
+
+    dataset = dataset_create(user=scientist, project=project, name="Wrong file")
+    upload = tmp_path / "wrong.jsonl"
+    upload.write_text(json.dumps({"prompt": "not this one"}) + "\n")
+    browser_login(page, "sofia")
+    page.goto(f"/projects/{project.pk}/datasets/{dataset.pk}/")
+    page.get_by_label("File").set_input_files(str(upload))
+    page.get_by_role("button", name="Upload and preview").click()
+    expect(page.get_by_test_id("preview")).to_contain_text("not this one")
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.get_by_role("button", name="Discard upload").click()
+    expect(page).to_have_url(re.compile(rf"/projects/{project.pk}/datasets/{dataset.pk}/$"))
+    expect(page.get_by_role("status").or_(page.locator(".messages"))).to_contain_text(
+        "Upload “wrong.jsonl” discarded; nothing was imported.")
+    assert ImportJob.objects.get(dataset=dataset).state == "cancelled"
+    assert not dataset.versions.exists()
