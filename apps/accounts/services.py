@@ -226,3 +226,45 @@ def token_revoke(*, user, api_token: ApiToken, token=None, ip_address: str | Non
 def token_record_rejected_use(*, token: ApiToken, reason: str, request=None) -> None:
     audit_record(actor=None, action=f"token.use_after_{reason}", project=token.project, target=token,
                  ip_address=client_ip(request) if request else None)
+
+
+def user_set_active(*, by, user, active: bool, ip_address: str | None = None):
+    """A site admin deactivates an account (its sessions end, its sockets close, its tokens stop
+    working: every check asks for an active user) or reactivates it. Never one's own."""
+    from django.contrib.sessions.models import Session
+
+    from apps.projects.events import access_revoked
+
+    _require_site_admin(by)
+    if user.pk == by.pk:
+        raise Invalid("You cannot deactivate your own account.", field="user")
+    with transaction.atomic():
+        user.is_active = bool(active)
+        user.save(update_fields=["is_active"])
+        audit_record(actor=by, action="user.activate" if active else "user.deactivate", target=user,
+                     ip_address=ip_address, after={"username": user.username})
+    if not active:
+        for session in Session.objects.filter(expire_date__gt=timezone.now()).iterator():
+            if str(session.get_decoded().get("_auth_user_id")) == str(user.pk):
+                session.delete()
+        access_revoked(user_id=user.pk, project_id=None)
+    return user
+
+
+def user_reset_link(*, by, user, ip_address: str | None = None) -> str:
+    """A one-time path where the person sets a new password (Django's password-reset token: it
+    stops working once the password changes, and after PASSWORD_RESET_TIMEOUT). No mail server:
+    the admin copies it to the person."""
+    from django.contrib.auth.tokens import default_token_generator
+    from django.urls import reverse
+    from django.utils.encoding import force_bytes
+    from django.utils.http import urlsafe_base64_encode
+
+    _require_site_admin(by)
+    if not user.is_active:
+        raise Invalid("Reactivate the account first.", field="user")
+    audit_record(actor=by, action="user.password_reset_link", target=user, ip_address=ip_address,
+                 after={"username": user.username})
+    return reverse("accounts:password_reset", args=[urlsafe_base64_encode(force_bytes(user.pk)),
+                                                     default_token_generator.make_token(user)])
+

@@ -10,6 +10,9 @@ urlpatterns = [
     path("password/", views.PasswordChangeView.as_view(), name="password_change"),
     path("password/done/", views.PasswordChangeDoneView.as_view(), name="password_change_done"),
     path("users/", views.users, name="users"),
+    path("users/<int:user_id>/", views.user_action, name="user_action"),
+    path("reset/<uidb64>/<token>/", views.PasswordResetView.as_view(), name="password_reset"),
+    path("reset/done/", views.PasswordResetDoneView.as_view(), name="password_reset_done"),
     path("tokens/", views.personal_tokens, name="tokens"),
     path("invitation/<str:token>/", views.accept_invitation, name="accept_invitation"),
 ]

@@ -48,6 +48,44 @@ class PasswordChangeDoneView(auth_views.PasswordChangeDoneView):
     template_name = "accounts/password_change_done.html"
 
 
+class PasswordResetView(auth_views.PasswordResetConfirmView):
+    """The one-time link a site admin hands out: the person sets a new password (Django's view
+    and token; a used or expired link says so)."""
+
+    template_name = "accounts/password_reset.html"
+    success_url = reverse_lazy("accounts:password_reset_done")
+
+
+class PasswordResetDoneView(auth_views.PasswordResetCompleteView):
+    template_name = "accounts/password_reset_done.html"
+
+
+@login_required
+@require_http_methods(["POST"])
+def user_action(request: HttpRequest, user_id: int) -> HttpResponse:
+    """Site admins: deactivate, reactivate, or make a password reset link for an account."""
+    if not request.user.is_staff:
+        raise PermissionDenied("site.admin", "Only site admins can manage user accounts.")
+    target = get_user_model().objects.filter(pk=user_id).first()
+    if target is None:
+        raise NotFound()
+    action = request.POST.get("action")
+    try:
+        if action in ("deactivate", "activate"):
+            services.user_set_active(by=request.user, user=target, active=action == "activate",
+                                     ip_address=client_ip(request))
+            messages.success(request, f"{target.username} {'reactivated' if action == 'activate' else 'deactivated'}.")
+        elif action == "reset":
+            link = request.build_absolute_uri(services.user_reset_link(by=request.user, user=target,
+                                                                       ip_address=client_ip(request)))
+            request.session["reset_link"] = {"username": target.username, "link": link}
+        else:
+            raise Invalid("action is activate, deactivate or reset.", field="action")
+    except Invalid as exc:
+        messages.error(request, exc.message)
+    return redirect("accounts:users")
+
+
 @login_required
 @require_http_methods(["GET", "POST"])
 def users(request: HttpRequest) -> HttpResponse:
@@ -84,13 +122,18 @@ def users(request: HttpRequest) -> HttpResponse:
                     return redirect("accounts:users")
         if invite_form.errors or user_form.errors:
             status = 400
-    return render(request, "accounts/users.html", {
+    reset_link = request.session.pop("reset_link", None)  # shown once, on the page after making it
+    response = render(request, "accounts/users.html", {
+        "reset_link": reset_link,
         "users": get_user_model().objects.order_by("username"),
         "invitations": Invitation.objects.select_related("created_by")[:50],
         "invite_form": invite_form,
         "user_form": user_form,
         "new_link": new_link,
     }, status=status)
+    if new_link or reset_link:
+        response["Cache-Control"] = "no-store"
+    return response
 
 
 @require_http_methods(["GET", "POST"])

@@ -52,3 +52,48 @@ def test_invited_person_sets_a_password_logs_in_sees_projects_and_logs_out(_brow
     page.goto(link)  # the link worked once
     expect(page.get_by_test_id("invitation-error")).to_contain_text("already used")
     context.close()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_site_admin_resets_a_password_and_deactivates_an_account(_browser, live_asgi, site_admin):
+    from django.contrib.auth import get_user_model
+
+    from tests.factories import PASSWORD, UserFactory
+
+    UserFactory(username="forgetful")
+    person_context = _browser.new_context(base_url=live_asgi)
+    person = person_context.new_page()
+    browser_login(person, "forgetful", PASSWORD)
+    expect(person.get_by_test_id("whoami")).to_have_text("forgetful")
+
+    admin_context = _browser.new_context(base_url=live_asgi)
+    admin = admin_context.new_page()
+    browser_login(admin, "root")
+    admin.goto("/accounts/users/")
+    row = admin.get_by_test_id("account-forgetful")
+    row.get_by_role("button", name="Reset password").click()
+    link = admin.get_by_test_id("reset-link").input_value()
+    assert re.match(rf"{live_asgi}/accounts/reset/\w+/[\w-]+/$", link)
+    admin.reload()
+    expect(admin.get_by_test_id("reset-link")).to_have_count(0)  # shown once
+
+    stranger = _browser.new_context(base_url=live_asgi).new_page()
+    stranger.goto(link)
+    stranger.get_by_label("New password", exact=True).fill(NEW_PASSWORD)
+    stranger.get_by_label("New password confirmation").fill(NEW_PASSWORD)
+    stranger.get_by_role("button", name="Set password").click()
+    expect(stranger.get_by_role("heading", name="Your password is set")).to_be_visible()
+    stranger.goto(link)
+    expect(stranger.get_by_test_id("reset-invalid")).to_be_visible()  # works once
+    assert get_user_model().objects.get(username="forgetful").check_password(NEW_PASSWORD)
+
+    admin.goto("/accounts/users/")
+    admin.once("dialog", lambda dialog: dialog.accept())
+    admin.get_by_test_id("account-forgetful").get_by_role("button", name="Deactivate").click()
+    expect(admin.get_by_test_id("account-forgetful")).to_contain_text("deactivated")
+    person.reload()  # the session they had is gone
+    expect(person).to_have_url(re.compile(r"/accounts/login/"))
+    browser_login(person, "forgetful", NEW_PASSWORD)
+    expect(person.get_by_test_id("whoami")).to_have_count(0)  # a deactivated account cannot log in
+    person_context.close()
+    admin_context.close()
