@@ -31,8 +31,11 @@
     return String(Date.now()) + "-" + Math.random().toString(16).slice(2);
   }
 
+  var counts = { voted: 0, remaining: 0 };
+
   function progress(data) {
-    field("progress").textContent = data.voted + " voted · " + data.remaining + " left";
+    counts = { voted: data.voted, remaining: data.remaining };
+    field("progress").textContent = counts.voted + " voted · " + counts.remaining + " left";
   }
 
   function show(data) {
@@ -72,6 +75,8 @@
     field("error").textContent = "";
     post("votes/", { pair: pair.id, choice: choice, client_id: pair.clientId }).then(function (data) {
       voted = true;
+      // The vote counts at once, not only when the next pair comes.
+      progress({ voted: counts.voted + 1, remaining: Math.max(counts.remaining - 1, 0) });
       field("model-a").textContent = "Model: " + data.a.name;
       field("model-b").textContent = "Model: " + data.b.name;
       if (data.choice === "a" || data.choice === "b") {

@@ -10,13 +10,14 @@
   var input = document.getElementById("chat-input");
   var messages = [];
   var socket = null, pending = null, current = null, currentId = null, sentAt = 0, firstTokenAt = 0;
+  var askedModel = "Model";  // the name of the model the pending answer comes from
 
-  function bubble(role, text) {
+  function bubble(role, text, name) {
     var item = document.createElement("div");
     item.className = "chat-turn chat-" + role;
     item.dataset.role = role;
     var who = document.createElement("strong");
-    who.textContent = role === "user" ? "You" : "Model";
+    who.textContent = role === "user" ? "You" : (name || "Model");
     var body = document.createElement("div");
     body.className = "chat-text";
     body.textContent = text;  // text, never markup
@@ -43,7 +44,7 @@
       },
       message: function (data) {
         if (data.type === "started") {
-          current = bubble("assistant", "");
+          current = bubble("assistant", "", askedModel);
           currentId = data.id;
           field("stop").hidden = false;
         } else if (data.type === "delta" && current) {
@@ -83,8 +84,9 @@
     bubble("user", text);
     input.value = "";
     var turns = system ? [{ role: "system", content: system }].concat(messages) : messages.slice();
-    var payload = JSON.stringify({ type: "generate", model: document.getElementById("pg-model").value,
-                                   messages: turns, params: params() });
+    var select = document.getElementById("pg-model");
+    askedModel = select.selectedIndex >= 0 ? select.options[select.selectedIndex].text : "Model";
+    var payload = JSON.stringify({ type: "generate", model: select.value, messages: turns, params: params() });
     sentAt = performance.now();
     firstTokenAt = 0;
     if (socket && socket.readyState === WebSocket.OPEN) socket.send(payload); else pending = payload;

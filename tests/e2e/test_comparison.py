@@ -65,8 +65,10 @@ def test_scientist_compares_annotator_votes_blind_and_the_leaderboard_updates(pa
     expect(page.get_by_test_id("vote-prompt")).not_to_be_empty()
     expect(vote).not_to_contain_text(tiny_model.name)  # no model name before the vote
     expect(page.get_by_test_id("vote-progress")).to_contain_text("0 voted")
+    left = int(page.get_by_test_id("vote-progress").inner_text().split("·")[1].split()[0])
     page.keyboard.press("1")
     expect(page.get_by_test_id("vote-result")).to_contain_text("You voted: A is better")
+    expect(page.get_by_test_id("vote-progress")).to_have_text(f"1 voted · {left - 1} left")  # counted at once
     expect(page.get_by_test_id("model-a")).to_contain_text(tiny_model.name)  # revealed after the vote
     page.keyboard.press("Enter")
     expect(page.get_by_test_id("vote-progress")).to_contain_text("1 voted")
