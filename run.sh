@@ -58,7 +58,9 @@ case "$cmd" in
     echo "== boundaries: ruff, import contracts, migrations"
     "$VENV/bin/ruff" check --quiet .
     "$VENV/bin/lint-imports" --no-cache >/dev/null || "$VENV/bin/lint-imports" --no-cache
-    WORKBENCH_DATA_DIR=$(mktemp -d -t workbench-check.XXXXXX) "$PY" manage.py makemigrations --check --dry-run >/dev/null \
+    # On the embedded default in a scratch folder: the check needs no database of its own.
+    env -u DATABASE_URL -u REDIS_URL -u CELERY_BROKER_URL WORKBENCH_DATA_DIR=$(mktemp -d -t workbench-check.XXXXXX) \
+      "$PY" manage.py makemigrations --check --dry-run >/dev/null \
       || { echo "models changed without a migration: run python manage.py makemigrations" >&2; exit 1; }
     ensure_chromium
     export WORKBENCH_DATA_DIR=${WORKBENCH_DATA_DIR:-$(mktemp -d -t workbench-test.XXXXXX)}
