@@ -33,17 +33,21 @@ class JobConsumer(PolicyConsumer):
             after_step = max(int(query.get("after_step", ["-1"])[0]), -1)
         except ValueError:
             after_step = -1
-        state, chunks = await database_sync_to_async(self._backlog)(after_step)
+        state, chunks, log_tail = await database_sync_to_async(self._backlog)(after_step)
         await self.send_json({"type": "state", "job": state})
         for chunk in chunks:
             await self.send_json({"type": "points", "points": chunk})
+        # The log as it stands: a line written between the page's render and this socket's
+        # joining would otherwise be lost (lines are live only).
+        await self.send_json({"type": "log_tail", "text": log_tail})
         await self.send_json({"type": "live"})
 
-    def _backlog(self, after_step: int) -> tuple[dict, list[list[dict]]]:
+    def _backlog(self, after_step: int) -> tuple[dict, list[list[dict]], str]:
         job = TrainingJob.objects.get(pk=self.job_id)
         points = [{"kind": p.kind, **p.values, "step": p.step}
                   for p in selectors.job_points(job, after_step=after_step if after_step >= 0 else None)]
-        return events.state_payload(job), [points[i:i + BACKLOG_CHUNK] for i in range(0, len(points), BACKLOG_CHUNK)]
+        return (events.state_payload(job), [points[i:i + BACKLOG_CHUNK] for i in range(0, len(points), BACKLOG_CHUNK)],
+                job.log_tail)
 
     async def job_state(self, message):
         await self.send_json({"type": "state", "job": message["job"]})

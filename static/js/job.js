@@ -92,9 +92,14 @@
         if (data.type === "state") renderState(data.job);
         else if (data.type === "points") addPoints(data.points);
         else if (data.type === "live") live.hidden = false;
-        else if (data.type === "log") {
+        else if (data.type === "log_tail") {  // the log as stored when this socket joined
+          field("log").textContent = data.text;
+        } else if (data.type === "log") {
           var log = field("log");
-          log.textContent += (log.textContent ? "\n" : "") + data.line;
+          // A line stored just as the socket joined comes both in the tail and live: shown once.
+          if (log.textContent.split("\n").slice(-1)[0] !== data.line) {
+            log.textContent += (log.textContent ? "\n" : "") + data.line;
+          }
           log.scrollTop = log.scrollHeight;
         }
       },

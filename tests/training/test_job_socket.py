@@ -152,3 +152,25 @@ def test_a_viewer_removed_while_watching_is_disconnected(owner, viewer, project,
         await socket.disconnect(timeout=TIMEOUT_S)
 
     run(scenario)
+
+
+def test_the_log_as_stored_comes_before_live_lines_so_a_line_written_before_joining_is_not_lost(viewer, project,
+                                                                                                 owner):
+    job = make_job(project, owner, log_tail="10:00:00 started: 30 steps on cpu")
+    headers = headers_for(viewer)
+
+    async def scenario():
+        socket = job_socket(job, headers)
+        assert (await socket.connect(timeout=TIMEOUT_S))[0]
+        kinds = []
+        while True:
+            message = await socket.receive_json_from(timeout=TIMEOUT_S)
+            kinds.append(message["type"])
+            if message["type"] == "log_tail":
+                assert message["text"] == "10:00:00 started: 30 steps on cpu"
+            if message["type"] == "live":
+                break
+        assert kinds.index("log_tail") < kinds.index("live")
+        await socket.disconnect()
+
+    run(scenario)
