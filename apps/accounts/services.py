@@ -230,9 +230,8 @@ def token_record_rejected_use(*, token: ApiToken, reason: str, request=None) -> 
 
 def user_set_active(*, by, user, active: bool, ip_address: str | None = None):
     """A site admin deactivates an account (its sessions end, its sockets close, its tokens stop
-    working: every check asks for an active user) or reactivates it. Never one's own."""
-    from django.contrib.sessions.models import Session
-
+    working: every check asks for an active user, Django's session backend included) or
+    reactivates it. Never one's own."""
     from apps.projects.events import access_revoked
 
     _require_site_admin(by)
@@ -243,10 +242,7 @@ def user_set_active(*, by, user, active: bool, ip_address: str | None = None):
         user.save(update_fields=["is_active"])
         audit_record(actor=by, action="user.activate" if active else "user.deactivate", target=user,
                      ip_address=ip_address, after={"username": user.username})
-    if not active:
-        for session in Session.objects.filter(expire_date__gt=timezone.now()).iterator():
-            if str(session.get_decoded().get("_auth_user_id")) == str(user.pk):
-                session.delete()
+    if not active:  # open sockets re-check their session and close
         access_revoked(user_id=user.pk, project_id=None)
     return user
 
