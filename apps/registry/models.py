@@ -11,7 +11,8 @@ class LiveModelManager(models.Manager):
 
 
 class RegisteredModel(models.Model):
-    """A base model registered in a project: inspected at registration, loadable when READY.
+    """A base model registered in a project: inspected by a worker after registration,
+    loadable when READY.
 
     A GGUF file is converted once, in a worker, into a safetensors directory (`weights_path`);
     a Hugging Face safetensors directory is used where it lies. An adapter (kind ADAPTER) is a
@@ -28,6 +29,7 @@ class RegisteredModel(models.Model):
         ADAPTER = "adapter"
 
     class Status(models.TextChoices):
+        CHECKING = "checking"  # registered; a worker reads its metadata
         CONVERTING = "converting"
         READY = "ready"
         FAILED = "failed"

@@ -1,5 +1,5 @@
-"""Registering models: path checks and inspection here (metadata only, nothing loaded, no
-code run); conversion of GGUF files in a worker."""
+"""Registering models: path checks here; inspection (metadata only, nothing loaded, no code
+run) and the conversion of GGUF files in a worker."""
 
 import re
 from pathlib import Path
@@ -14,19 +14,22 @@ from apps.projects import policy
 from apps.projects.audit import audit_record
 from apps.projects.models import Project
 from apps.registry.models import RegisteredModel
-from apps.registry.tasks import convert_model_task, merge_adapter_task
+from apps.registry.tasks import convert_model_task, inspect_model_task, merge_adapter_task
 
 
 def model_register(*, user, project: Project, name: str, path: str = "", hub_id: str = "", revision: str = "",
-                   token=None, ip_address: str | None = None, extra_roots: list[Path] | None = None) -> RegisteredModel:
+                   token=None, ip_address: str | None = None) -> RegisteredModel:
     """Register a safetensors directory or a GGUF file found inside the model roots, or a hub id
     (`org/name`) from the local Hugging Face cache.
 
-    Refused with a clear reason (and nothing registered): a path outside the roots or through
-    a symlink out of them, no weights, pickle-only checkpoints, remote code, unreadable files, a
-    hub id that is not in the cache while downloads are off.
+    The request checks only what costs nothing: the path (inside the roots, symlinks resolved)
+    and its shape (a directory or a .gguf file, not pickle checkpoints). The model is CHECKING
+    until a worker has read its headers (`run_inspection`): a header can be made as large as an
+    attacker likes, and parsing it in the web process would stall every other request.
+    Refused with a clear reason (and nothing registered): a path outside the roots or through a
+    symlink out of them, pickle-only checkpoints, a hub id not in the cache while downloads are off.
     """
-    from workers.models import ModelSafetyError, inspect_model, resolve_model_path
+    from workers.models import ModelSafetyError, model_format, resolve_model_path
 
     policy.require(user, "model.register", project, token)
     name = " ".join((name or "").split())
@@ -34,33 +37,73 @@ def model_register(*, user, project: Project, name: str, path: str = "", hub_id:
         raise Invalid("A model needs a name of at most 120 characters.", field="name")
     if project.models.filter(name__iexact=name).exists():
         raise Invalid(f"This project already has a model called “{name}”.", field="name")
-    roots = [*settings.MODEL_ROOTS, *(extra_roots or [])]
+    roots = model_roots()
     field = "path"
     if hub_id:
         if path:
             raise Invalid("Give a path or a hub id, not both.", field="hub_id")
         path, field = str(_hub_snapshot(hub_id, revision or "main")), "hub_id"
-        roots.append(settings.HF_HUB_CACHE)  # the snapshot's files link to the cache's blobs
     try:
-        resolved = resolve_model_path(path or "", roots)
-        info = inspect_model(resolved, roots=roots)
+        resolved = resolve_model_path(path or "", [*roots, settings.HF_HUB_CACHE] if hub_id else roots)
+        model_type = model_format(resolved)
     except ModelSafetyError as exc:
         raise Invalid(str(exc), field=field) from None
-    is_gguf = info.format == "gguf"
     try:
         with transaction.atomic():
             model = RegisteredModel.objects.create(
-                project=project, name=name, format=info.format, source_path=str(resolved), info=info.as_dict(),
-                status=RegisteredModel.Status.CONVERTING if is_gguf else RegisteredModel.Status.READY,
-                weights_path="" if is_gguf else str(resolved), created_by=user)
+                project=project, name=name, format=model_type, source_path=str(resolved),
+                status=RegisteredModel.Status.CHECKING, created_by=user)
             audit_record(actor=user, action="model.register", project=project, target=model, ip_address=ip_address,
-                         after={"name": name, "path": str(resolved), "format": info.format,
-                                "parameters": info.parameters})
-            if is_gguf:
-                transaction.on_commit(lambda: _enqueue_conversion(model.pk))
+                         after={"name": name, "path": str(resolved), "format": model_type})
+            transaction.on_commit(lambda: _enqueue_inspection(model.pk))
     except IntegrityError:
         raise Invalid(f"This project already has a model called “{name}”.", field="name") from None
     return model
+
+
+def model_roots() -> list[Path]:
+    """Where models may be registered from: the configured roots and the folder of the demo
+    model's wheel (one GGUF file, installed with the product)."""
+    from workers.models import DemoModelMissing, demo_model_gguf
+
+    try:
+        demo = [demo_model_gguf().parent]
+    except DemoModelMissing:
+        demo = []
+    return [*settings.MODEL_ROOTS, *demo]
+
+
+def _enqueue_inspection(model_id: int) -> None:
+    enqueue(inspect_model_task, model_id, queue="default", on_failure=lambda reason: RegisteredModel.objects.filter(
+        pk=model_id).update(status=RegisteredModel.Status.FAILED, error=reason))
+
+
+def run_inspection(model_id: int) -> None:
+    """In a worker: read a registered model's metadata (config, safetensors or GGUF headers; no
+    weights, no code), then make it READY, or CONVERTING for a GGUF file (converted here too),
+    or FAILED with the reason a person can act on."""
+    from workers.models import ModelSafetyError, inspect_model, resolve_model_path
+
+    model = RegisteredModel.objects.filter(pk=model_id).first()
+    if model is None or model.status != RegisteredModel.Status.CHECKING:
+        return  # deleted, or already inspected: a redelivered message does nothing
+    # Checked again: the path may have changed since it was registered. Files inside a directory
+    # may link only into the roots (a Hugging Face snapshot links to its cache's blobs).
+    roots = [*model_roots(), settings.HF_HUB_CACHE]
+    try:
+        source = resolve_model_path(model.source_path, roots)
+        info = inspect_model(source, roots=roots)
+    except ModelSafetyError as exc:
+        model.status, model.error = RegisteredModel.Status.FAILED, str(exc)[:2000]
+        model.save(update_fields=["status", "error"])
+        return
+    is_gguf = info.format == "gguf"
+    model.info, model.format = info.as_dict(), info.format
+    model.status = RegisteredModel.Status.CONVERTING if is_gguf else RegisteredModel.Status.READY
+    model.weights_path = "" if is_gguf else str(source)
+    model.save(update_fields=["info", "format", "status", "weights_path"])
+    if is_gguf:
+        run_conversion(model.pk)
 
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
@@ -96,9 +139,12 @@ def _enqueue_conversion(model_id: int) -> None:
         pk=model_id).update(status=RegisteredModel.Status.FAILED, error=reason))
 
 
-def conversion_resume(model: RegisteredModel) -> None:
-    """Queue again the conversion of a GGUF model still waiting for one (its worker stopped mid-way)."""
-    if model.status == RegisteredModel.Status.CONVERTING and model.format == RegisteredModel.Format.GGUF:
+def registration_resume(model: RegisteredModel) -> None:
+    """Queue again the inspection or conversion of a model still waiting for it (its worker
+    stopped mid-way); a late duplicate message does nothing."""
+    if model.status == RegisteredModel.Status.CHECKING:
+        _enqueue_inspection(model.pk)
+    elif model.status == RegisteredModel.Status.CONVERTING and model.format == RegisteredModel.Format.GGUF:
         _enqueue_conversion(model.pk)
 
 
@@ -198,6 +244,8 @@ def model_memory_estimate(*, model: RegisteredModel, precision: str, batch_size:
                           mode: str) -> dict:
     from workers.models import ModelInfo, memory_estimate
 
+    if not model.info:
+        raise Invalid(f"The model “{model.name}” is {model.status}: its shapes are not known yet.", field="model")
     if precision not in ("bf16", "fp16", "fp32"):
         raise Invalid("precision is bf16, fp16 or fp32.", field="precision")
     if mode not in ("inference", "lora"):

@@ -1,6 +1,13 @@
-"""Celery tasks of the model registry: conversions and merges, run by a worker."""
+"""Celery tasks of the model registry: inspections, conversions and merges, run by a worker."""
 
 from celery import shared_task
+
+
+@shared_task(name="registry.inspect")
+def inspect_model_task(model_id: int) -> None:
+    from apps.registry.services import run_inspection
+
+    run_inspection(model_id)
 
 
 @shared_task(name="registry.convert")

@@ -48,7 +48,7 @@ def model_list(request: HttpRequest, project_id: int) -> HttpResponse:
         model = run_service(form, lambda: services.model_register(
             user=request.user, project=project, ip_address=client_ip(request), **form.cleaned_data))
         if model:
-            messages.success(request, f"Model “{model.name}” registered.")
+            messages.success(request, f"Model “{model.name}” registered: a worker is checking its files.")
             return redirect("registry:detail", project_id=project.pk, model_id=model.pk)
     request.nav_section = "models"
     return render(request, "registry/list.html", {

@@ -4,6 +4,7 @@ batcher, as production runs it) on the tiny model and a LoRA adapter of it."""
 import pytest
 
 from apps.comparison.models import Comparison, Output
+from apps.registry.services import run_inspection
 from tests.conftest import wait_for
 from tests.training.fixtures import QA, make_version
 
@@ -60,6 +61,7 @@ def test_a_running_comparison_cancelled_stops_after_its_current_batch(client, sc
     second = client.post(f"/api/projects/{project.pk}/models/", {"name": "Tiny again", "path": tiny_model.source_path},
                          content_type="application/json")
     assert second.status_code == 201, second.content
+    run_inspection(second.json()["id"])  # what the default worker does (only an inference worker runs here)
     prompts = [" ".join(["what is the capital of france ?"] * (1 + i % 3)) for i in range(320)]
     response = client.post(f"/api/projects/{project.pk}/comparisons/", {
         "name": "Long", "models": [tiny_model.pk, second.json()["id"]], "prompts": prompts,

@@ -6,6 +6,7 @@ import os
 import pytest
 
 from apps.registry.models import RegisteredModel
+from apps.registry.services import run_inspection
 from tests.workers.test_models import save_tiny_model
 
 pytestmark = pytest.mark.django_db
@@ -40,6 +41,7 @@ def test_a_cached_hub_model_registers_ready_with_its_metadata(client, scientist,
     client.force_login(scientist)
     response = register(client, project, hub_id="acme/tiny-llama")
     assert response.status_code == 201, response.content
+    run_inspection(response.json()["id"])  # the worker's task, here where the test's settings hold
     model = RegisteredModel.objects.get()
     assert model.status == "ready" and model.info["architecture"] == "LlamaForCausalLM"
     assert model.weights_path.endswith(f"snapshots/{COMMIT}")
@@ -72,5 +74,8 @@ def test_a_cached_snapshot_linking_out_of_the_cache_is_refused(client, scientist
     os.symlink(outside, snapshot / "generation_config.json")
     client.force_login(scientist)
     response = register(client, project, hub_id="acme/tiny-llama")
-    assert response.status_code == 400 and response.json()["field"] == "hub_id"
-    assert not RegisteredModel.objects.exists()
+    assert response.status_code == 201, response.content
+    run_inspection(response.json()["id"])  # the worker's task, here where the test's settings hold
+    model = RegisteredModel.objects.get()
+    assert model.status == "failed" and "links outside the configured model roots" in model.error
+    assert model.weights_path == "" and model.info == {}

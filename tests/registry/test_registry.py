@@ -42,11 +42,22 @@ def register(client, project, name, path):
                        content_type="application/json")
 
 
+def inspected(client, model_id: int) -> dict:
+    """Run the worker's inspection of a model registered in this test (whose settings the worker
+    process would not see), then read it back through the API."""
+    from apps.registry.services import run_inspection
+
+    run_inspection(model_id)
+    return client.get(f"/api/models/{model_id}/").json()
+
+
 def test_a_safetensors_directory_is_inspected_and_registered_ready(scientist_client, project, model_root):
     path, parameters = tiny_model_dir(model_root / "tiny")
     answer = register(scientist_client, project, "Tiny llama", path)
     assert answer.status_code == 201, answer.content
-    body = answer.json()
+    assert answer.json()["status"] == "checking" and answer.json()["format"] == "hf_dir"
+    assert scientist_client.get(f"/api/models/{answer.json()['id']}/memory-estimate/").status_code == 400
+    body = inspected(scientist_client, answer.json()["id"])
     assert body["status"] == "ready" and body["format"] == "hf_dir"
     assert body["info"]["parameters"] == parameters and body["info"]["context_length"] == 256
     assert AuditEvent.objects.filter(action="model.register", project=project).exists()
@@ -94,13 +105,16 @@ def test_a_symlink_out_of_the_roots_is_refused(scientist_client, project, model_
     assert answer.status_code == 400 and "outside" in answer.json()["detail"]
 
 
-def test_remote_code_configs_are_refused(scientist_client, project, model_root):
+def test_remote_code_configs_are_refused_by_the_inspection(scientist_client, project, model_root):
     path, _ = tiny_model_dir(model_root / "custom")
     config = json.loads((path / "config.json").read_text())
     config["auto_map"] = {"AutoModelForCausalLM": "modeling_evil.EvilModel"}
     (path / "config.json").write_text(json.dumps(config))
     answer = register(scientist_client, project, "Custom", path)
-    assert answer.status_code == 400 and "trust_remote_code is never enabled" in answer.json()["detail"]
+    assert answer.status_code == 201 and answer.json()["status"] == "checking"
+    body = inspected(scientist_client, answer.json()["id"])
+    assert body["status"] == "failed" and "trust_remote_code is never enabled" in body["error"]
+    assert body["info"] == {} and RegisteredModel.objects.get(pk=body["id"]).weights_path == ""
 
 
 def test_annotators_and_viewers_cannot_register(client, annotator, viewer, project, model_root):
@@ -122,12 +136,12 @@ def test_the_demo_gguf_is_registered_then_converted_by_a_worker(scientist_client
     from apps.registry.services import model_register
 
     model = model_register(user=project.memberships.get(role="scientist").user, project=project,
-                           name="SmolLM2", path=str(gguf), extra_roots=[gguf.parent])
-    assert model.status == "converting" and model.info["architecture"] == "llama"
-    assert 130_000_000 < model.info["parameters"] < 140_000_000
+                           name="SmolLM2", path=str(gguf))
+    assert model.status == "checking" and model.format == "gguf"
     ready = wait_for(lambda: RegisteredModel.objects.filter(pk=model.pk, status__in=["ready", "failed"]).first(),
-                     timeout=240, interval=1, what="the conversion")
+                     timeout=240, interval=1, what="the inspection and conversion")
     assert ready.status == "ready", ready.error
+    assert ready.info["architecture"] == "llama" and 130_000_000 < ready.info["parameters"] < 140_000_000
     assert (Path(ready.weights_path) / "model.safetensors").exists()
 
 
@@ -197,7 +211,22 @@ def test_the_start_command_offers_the_demo_model_to_every_project_from_the_model
     answer = register(client, other_project, "Demo here", gguf.name)
     try:
         assert answer.status_code == 201, answer.content
-        assert answer.json()["format"] == "gguf" and answer.json()["status"] == "converting"
+        assert answer.json()["format"] == "gguf" and answer.json()["status"] == "checking"
         assert answer.json()["source_path"] == str(offered.resolve())
     finally:  # no conversion is wanted here: their queued messages find nothing to do
         RegisteredModel.all_objects.all().delete()
+
+
+def test_the_request_reads_no_weight_header_a_worker_does(scientist_client, project, model_root):
+    """A safetensors header can be made as large as an attacker likes (10^6 tensors, 70 MB parsed
+    in the web process stalled every request): registration only looks at names; the worker
+    reads the header and refuses it with the reason."""
+    path, _ = tiny_model_dir(model_root / "huge-header")
+    declared = 15 * 1024 * 1024
+    with (path / "model.safetensors").open("wb") as weights:
+        weights.write(declared.to_bytes(8, "little") + b"[" + b" " * (declared - 2) + b"]")
+    answer = register(scientist_client, project, "Huge header", path)
+    assert answer.status_code == 201, answer.content
+    assert answer.json()["status"] == "checking" and answer.json()["info"] == {}
+    body = inspected(scientist_client, answer.json()["id"])
+    assert body["status"] == "failed" and "model.safetensors is corrupted" in body["error"]

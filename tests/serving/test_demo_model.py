@@ -19,8 +19,8 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 def test_the_demo_model_answers_the_capital_of_france_with_paris(owner, project, celery_worker, inference_worker,
                                                                  live_asgi):
     gguf = demo_model_gguf()
-    model = model_register(user=owner, project=project, name="SmolLM2", path=str(gguf), extra_roots=[gguf.parent])
-    wait_for(lambda: RegisteredModel.objects.get(pk=model.pk).status != "converting", timeout=240,
+    model = model_register(user=owner, project=project, name="SmolLM2", path=str(gguf))
+    wait_for(lambda: RegisteredModel.objects.get(pk=model.pk).status not in ("checking", "converting"), timeout=240,
              what="the GGUF conversion")
     assert RegisteredModel.objects.get(pk=model.pk).status == "ready"
     _, raw = account_services.token_create(user=owner, name="api", project=project,

@@ -21,8 +21,9 @@ QA = [
 
 @pytest.fixture
 def tiny_model(project, owner):
-    """The tiny Llama with a word-level tokenizer, registered READY in `project`."""
-    from apps.registry.services import model_register
+    """The tiny Llama with a word-level tokenizer, registered READY in `project` (inspected here
+    by the function the worker's task runs)."""
+    from apps.registry.services import model_register, run_inspection
     from tests.workers.test_models import save_tiny_model
 
     directory = settings.MODEL_ROOTS[0] / f"tiny-{uuid.uuid4().hex[:8]}"
@@ -30,7 +31,11 @@ def tiny_model(project, owner):
     # Initialised wider than transformers' default (0.02): with it, the frozen output layer of so
     # small a model cannot make any token likely, and no LoRA could lower the loss much.
     save_tiny_model(directory, initializer_range=0.3)
-    return model_register(user=owner, project=project, name=f"Tiny {directory.name}", path=str(directory))
+    model = model_register(user=owner, project=project, name=f"Tiny {directory.name}", path=str(directory))
+    run_inspection(model.pk)
+    model.refresh_from_db()
+    assert model.status == "ready", model.error
+    return model
 
 
 def make_version(project, owner, *, rows=QA * 4, eval_rows=QA, name="QA") -> DatasetVersion:

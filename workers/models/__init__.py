@@ -30,7 +30,7 @@ from .convert import convert_gguf_to_safetensors
 from .demo import DEMO_DISTRIBUTION, DEMO_GGUF_NAME, demo_model_gguf
 from .errors import DemoModelMissing, ModelFormatError, ModelSafetyError
 from .info import ModelInfo
-from .inspection import inspect_model
+from .inspection import inspect_model, model_format
 from .loading import load_for_inference
 from .memory import lora_parameter_count, memory_estimate
 from .paths import resolve_model_path
@@ -46,6 +46,7 @@ __all__ = [
     "convert_gguf_to_safetensors",
     "demo_model_gguf",
     "inspect_model",
+    "model_format",
     "load_for_inference",
     "lora_parameter_count",
     "memory_estimate",

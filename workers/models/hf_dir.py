@@ -74,6 +74,16 @@ def read_text(path: Path, limit: int = MAX_TEXT_BYTES) -> str:
         return fh.read(limit).decode("utf-8", errors="replace")
 
 
+def refuse_pickle_only(top: set[str]) -> None:
+    """ModelSafetyError when the top-level names hold pickle checkpoints and no safetensors."""
+    pickles = sorted(n for n in top if n.lower().endswith(PICKLE_SUFFIXES))
+    if pickles and not any(n.endswith(".safetensors") for n in top):
+        raise ModelSafetyError(
+            f"The directory holds only pickle checkpoints ({', '.join(pickles[:3])}), which can run code when "
+            "loaded: pickle checkpoints are refused; convert to safetensors."
+        )
+
+
 def check_hf_dir(directory: Path, names: set[str]) -> tuple[dict[str, Any], list[Path]]:
     """The safety and format checks every use of a directory goes through (inspect and load).
 
@@ -82,13 +92,7 @@ def check_hf_dir(directory: Path, names: set[str]) -> tuple[dict[str, Any], list
     code; ModelFormatError for a missing config, unknown model type or missing/unsafe shards.
     """
     top = {n for n in names if "/" not in n}
-    has_safetensors = any(n.endswith(".safetensors") for n in top)
-    pickles = sorted(n for n in top if n.lower().endswith(PICKLE_SUFFIXES))
-    if pickles and not has_safetensors:
-        raise ModelSafetyError(
-            f"The directory holds only pickle checkpoints ({', '.join(pickles[:3])}), which can run code when "
-            "loaded: pickle checkpoints are refused; convert to safetensors."
-        )
+    refuse_pickle_only(top)
     if "config.json" not in top:
         raise ModelFormatError("The directory has no config.json, so it is not a Hugging Face model directory.")
     config = read_json(directory / "config.json")

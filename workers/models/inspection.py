@@ -8,9 +8,38 @@ from pathlib import Path
 
 from .errors import ModelFormatError, ModelSafetyError
 from .gguf_file import inspect_gguf
-from .hf_dir import PICKLE_SUFFIXES, inspect_hf_dir
+from .hf_dir import MAX_LISTED_FILES, PICKLE_SUFFIXES, inspect_hf_dir, refuse_pickle_only
 from .info import ModelInfo
 from .paths import is_within, real_roots, safe_realpath
+
+
+def model_format(path: Path) -> str:
+    """"hf_dir" or "gguf", from the shape of a resolved path alone: its kind and, for a directory,
+    the names at its top (at most MAX_LISTED_FILES looked at). No file is opened, so a web request
+    can afford it; `inspect_model`, which reads headers of any size, belongs in a worker.
+
+    Raises ModelSafetyError for a pickle checkpoint (or a directory of only those) and
+    ModelFormatError for anything that is neither a directory nor a .gguf file."""
+    if path.is_dir():
+        names = set()
+        with os.scandir(path) as entries:
+            for entry in entries:
+                names.add(entry.name)
+                if len(names) > MAX_LISTED_FILES:
+                    raise ModelFormatError(f"The model directory holds more than {MAX_LISTED_FILES} files.")
+        refuse_pickle_only(names)
+        return "hf_dir"
+    suffix = path.suffix.lower()
+    if suffix == ".gguf":
+        return "gguf"
+    if suffix in PICKLE_SUFFIXES:
+        raise ModelSafetyError(
+            f"{path.name} is a pickle checkpoint, which can run code when loaded: pickle checkpoints are refused; "
+            "convert to safetensors."
+        )
+    if suffix == ".safetensors":
+        raise ModelFormatError("A lone .safetensors file is not a model: give its directory, with its config.json.")
+    raise ModelFormatError(f"{path.name} is neither a Hugging Face model directory nor a .gguf file.")
 
 
 def inspect_model(path: Path, *, roots: Iterable[os.PathLike | str] | None = None) -> ModelInfo:
@@ -36,16 +65,6 @@ def inspect_model(path: Path, *, roots: Iterable[os.PathLike | str] | None = Non
         raise ModelSafetyError(f"{path} resolves outside the configured model roots.")
     if not real.exists():
         raise ModelSafetyError(f"The model path {str(path)!r} does not exist.")
-    if real.is_dir():
+    if model_format(real) == "hf_dir":
         return inspect_hf_dir(real, allowed or [real])
-    suffix = real.suffix.lower()
-    if suffix == ".gguf":
-        return inspect_gguf(real)
-    if suffix in PICKLE_SUFFIXES:
-        raise ModelSafetyError(
-            f"{real.name} is a pickle checkpoint, which can run code when loaded: pickle checkpoints are refused; "
-            "convert to safetensors."
-        )
-    if suffix == ".safetensors":
-        raise ModelFormatError("A lone .safetensors file is not a model: give its directory, with its config.json.")
-    raise ModelFormatError(f"{real.name} is neither a Hugging Face model directory nor a .gguf file.")
+    return inspect_gguf(real)

@@ -12,7 +12,7 @@ from django.db import transaction
 
 from apps.projects.models import Project
 from apps.projects.services import project_create
-from apps.registry.services import conversion_resume, model_register
+from apps.registry.services import model_register, registration_resume
 
 DEMO_USERNAME = "admin"
 DEMO_PROJECT = "Demo project"
@@ -71,9 +71,9 @@ class Command(BaseCommand):
                 self._offer_demo_model(demo_model_gguf())
             except DemoModelMissing:
                 pass
-            # Stopped during its first conversion: the worker was killed and its message waits
+            # Stopped during its first inspection or conversion: the worker was killed and its message waits
             # out the broker's visibility timeout (hours). Ask again; a late duplicate does nothing.
-            conversion_resume(existing)
+            registration_resume(existing)
             return
         try:
             gguf = demo_model_gguf()
@@ -81,4 +81,4 @@ class Command(BaseCommand):
             self.stderr.write(f"demo model not registered: {exc}")
             return
         self._offer_demo_model(gguf)
-        model_register(user=admin, project=project, name=DEMO_MODEL, path=str(gguf), extra_roots=[gguf.parent])
+        model_register(user=admin, project=project, name=DEMO_MODEL, path=str(gguf))
