@@ -243,8 +243,7 @@ INFERENCE_TIMEOUT_S = env_float("INFERENCE_TIMEOUT_S", 300.0)
 
 # Workers with `-B` (the embedded default) look for jobs whose worker vanished this often.
 CELERY_BEAT_SCHEDULE = {
-    "training-reap-stale": {"task": "training.reap_stale", "schedule": 60.0, "options": {"queue": "default"}},
-    "comparison-reap-stale": {"task": "comparison.reap_stale", "schedule": 60.0, "options": {"queue": "default"}},
+    "jobs-reap-stale": {"task": "core.reap_stale", "schedule": 60.0, "options": {"queue": "default", "expires": 60}},
     "monitoring-evaluate-alerts": {"task": "monitoring.evaluate_alerts", "schedule": 60.0,
                                    "options": {"queue": "default", "expires": 60}},
 }

@@ -166,6 +166,7 @@ class AnnotationExport(LeasedJob):
         FAILED = "failed"
 
     ENDED = (State.SUCCEEDED, State.FAILED)
+    TASK, QUEUE = "annotation.export", "default"
 
     campaign = models.ForeignKey(Campaign, on_delete=models.CASCADE, related_name="exports")
     kind = models.CharField(max_length=16, default="resolved")  # resolved | preferences

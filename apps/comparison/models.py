@@ -20,6 +20,7 @@ class Comparison(LeasedJob):
 
     ACTIVE = (State.QUEUED, State.RUNNING)
     ENDED = (State.SUCCEEDED, State.FAILED, State.CANCELLED)
+    TASK, QUEUE = "comparison.run", "inference"
 
     project = models.ForeignKey("projects.Project", on_delete=models.CASCADE, related_name="comparisons")
     name = models.CharField(max_length=120)

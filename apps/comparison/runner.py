@@ -24,7 +24,7 @@ from django.utils import timezone
 
 from apps.comparison import events, selectors
 from apps.comparison.models import Comparison, Output
-from apps.core.jobs import Heartbeat, claim, reap
+from apps.core.jobs import Heartbeat, claim
 
 logger = logging.getLogger(__name__)
 
@@ -104,13 +104,3 @@ def _end(comparison_id: int, state: str, *, error: str = "", trace: str = "") ->
     comparison = Comparison.objects.filter(pk=comparison_id).first()
     if comparison is not None:
         events.comparison_state(comparison)
-
-
-
-def reap_stale_comparisons() -> int:
-    """Re-send the message of every RUNNING comparison whose worker went silent (a killed
-    inference worker's unacknowledged message would otherwise wait for the broker's visibility
-    timeout, 12 hours); the claim above takes it over. Returns how many. Run by beat."""
-    from apps.comparison.services import _enqueue
-
-    return reap(Comparison, _enqueue)

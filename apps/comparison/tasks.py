@@ -1,4 +1,5 @@
-"""Celery tasks of comparisons: a grid run on an `inference` worker, and the reaper."""
+"""Celery tasks of comparisons: a grid run on an `inference` worker (apps.core.tasks reaps those
+whose worker vanished)."""
 
 from celery import shared_task
 
@@ -9,9 +10,3 @@ def compare_task(self, comparison_id: int) -> None:
 
     run_comparison(comparison_id, worker=self.request.hostname or "")
 
-
-@shared_task(name="comparison.reap_stale")
-def reap_stale_comparisons_task() -> None:
-    from apps.comparison.runner import reap_stale_comparisons
-
-    reap_stale_comparisons()

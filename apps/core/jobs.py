@@ -5,7 +5,10 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import ClassVar
 
+from celery import current_app
+from django.apps import apps as django_apps
 from django.conf import settings
 from django.db import connection, models, transaction
 from django.utils import timezone
@@ -35,8 +38,12 @@ class LeasedJob(models.Model):
     it works, a Heartbeat thread keeps `heartbeat_at` fresh. Another worker may take a RUNNING job
     over only once that heartbeat is stale (the first worker died); a job whose worker was lost
     JOB_MAX_RUNS times fails instead of looping. Subclasses declare `State` (with QUEUED, RUNNING,
-    FAILED) and `ENDED`, and have `error` and `finished_at` fields.
+    FAILED) and `ENDED`, have `error` and `finished_at` fields, and name the Celery task that runs
+    one (`TASK`, its only argument the row's id) and its queue (`QUEUE`), which the reaper uses.
     """
+
+    TASK: ClassVar[str] = ""
+    QUEUE: ClassVar[str] = "default"
 
     runs = models.PositiveIntegerField(default=0)  # claims by a worker: 2+ means it was taken over after a loss
     worker = models.CharField(max_length=200, blank=True)
@@ -113,6 +120,21 @@ class Heartbeat:
             logger.exception("heartbeat of %s %s stopped", self.model._meta.model_name, self.pk)
         finally:
             connection.close()
+
+
+def leased_kinds() -> list[type[LeasedJob]]:
+    """Every job kind that runs under the lease (the concrete subclasses of LeasedJob)."""
+    return [model for model in django_apps.get_models() if issubclass(model, LeasedJob)]
+
+
+def _send(model: type[LeasedJob], pk: int) -> None:
+    current_app.send_task(model.TASK, args=[pk], queue=model.QUEUE)
+
+
+def reap_stale(send: Callable[[type[LeasedJob], int], None] = _send) -> dict[str, int]:
+    """The one reaper, run by beat: for every job kind, send again the message of each RUNNING
+    job whose worker went silent. Returns how many per kind (its model label)."""
+    return {model._meta.label: reap(model, lambda pk, model=model: send(model, pk)) for model in leased_kinds()}
 
 
 def reap(model: type[LeasedJob], send: Callable[[int], None]) -> int:

@@ -113,6 +113,7 @@ class ImportJob(LeasedJob):
 
     ACTIVE = (State.QUEUED, State.RUNNING)
     ENDED = (State.SUCCEEDED, State.FAILED, State.CANCELLED)
+    TASK, QUEUE = "datasets.import", "default"
 
     dataset = models.ForeignKey(Dataset, on_delete=models.CASCADE, related_name="imports")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
@@ -162,6 +163,7 @@ class DeriveJob(LeasedJob):
 
     State = ImportJob.State
     ENDED = ImportJob.ENDED
+    TASK, QUEUE = "datasets.derive", "default"
 
     parent = models.ForeignKey(DatasetVersion, on_delete=models.CASCADE, related_name="derive_jobs")
     kind = models.CharField(max_length=16, choices=Kind.choices)
@@ -197,6 +199,7 @@ class ExportJob(LeasedJob):
 
     State = ImportJob.State
     ENDED = ImportJob.ENDED
+    TASK, QUEUE = "datasets.export", "default"
 
     version = models.ForeignKey(DatasetVersion, on_delete=models.CASCADE, related_name="exports")
     format = models.CharField(max_length=16, choices=Format.choices)

@@ -1,8 +1,10 @@
 from django.conf import settings
 from django.db import models
 
+from apps.core.jobs import LeasedJob
 
-class Generation(models.Model):
+
+class Generation(LeasedJob):
     """One generation request (a playground turn or an OpenAI-compatible API call), run by a
     worker on the `inference` queue; the row keeps the request, the output and its timings."""
 
@@ -11,6 +13,9 @@ class Generation(models.Model):
         RUNNING = "running"
         SUCCEEDED = "succeeded"
         FAILED = "failed"
+
+    ENDED = (State.SUCCEEDED, State.FAILED)  # a stopped one succeeds with finish_reason "cancelled"
+    TASK, QUEUE = "serving.generate", "inference"
 
     class Source(models.TextChoices):
         PLAYGROUND = "playground"

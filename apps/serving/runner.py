@@ -11,6 +11,7 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
+from apps.core.jobs import Heartbeat, claim
 from apps.registry.models import RegisteredModel
 from apps.serving import events
 from apps.serving.models import Generation
@@ -40,14 +41,24 @@ def model_paths(model: RegisteredModel) -> tuple[Path, Path | None]:
     return Path(model.weights_path), None
 
 
-def run_generation(generation_id: int) -> None:
+def run_generation(generation_id: int, *, worker: str = "") -> None:
+    claimed = claim(Generation, generation_id, worker=worker, what="generation")
+    if claimed is None:
+        return  # ended, gone, or running under a live worker (a redelivered message)
+    generation = Generation.objects.select_related("model__base_model").get(pk=generation_id)
+    if generation.runs > 1:
+        # Its worker died mid-answer. Tokens already streamed cannot be taken back, so the answer
+        # is not generated again behind the caller's back: the caller learns why and may ask again.
+        _end(generation, error="The worker generating this answer was lost; send the request again.")
+        return
+    with Heartbeat(claimed):
+        _generate(generation)
+
+
+def _generate(generation: Generation) -> None:
     from workers.inference import InferenceInputError, SamplingParams
 
-    claimed = Generation.objects.filter(pk=generation_id, state=Generation.State.QUEUED).update(
-        state=Generation.State.RUNNING)
-    if not claimed:
-        return  # already run (a redelivered message) or gone
-    generation = Generation.objects.select_related("model__base_model").get(pk=generation_id)
+    generation_id = generation.pk
     if generation.cancel_requested:  # stopped while it waited for a worker: no token is generated
         generation.finish_reason = "cancelled"
         _end(generation)

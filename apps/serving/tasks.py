@@ -3,8 +3,8 @@
 from celery import shared_task
 
 
-@shared_task(name="serving.generate")
-def generate_task(generation_id: int) -> None:
+@shared_task(name="serving.generate", bind=True)
+def generate_task(self, generation_id: int) -> None:
     from apps.serving.runner import run_generation
 
-    run_generation(generation_id)
+    run_generation(generation_id, worker=self.request.hostname or "")

@@ -21,6 +21,7 @@ class TrainingJob(LeasedJob):
 
     ACTIVE = (State.QUEUED, State.RUNNING)
     ENDED = (State.SUCCEEDED, State.FAILED, State.CANCELLED)
+    TASK, QUEUE = "training.run", "gpu"
 
     class Method(models.TextChoices):
         SFT = "sft", "Supervised fine-tune (LoRA)"

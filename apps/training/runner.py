@@ -16,7 +16,7 @@ from django.conf import settings
 from django.db import close_old_connections, transaction
 from django.utils import timezone
 
-from apps.core.jobs import Heartbeat, claim, reap
+from apps.core.jobs import Heartbeat, claim
 from apps.training import events
 from apps.training.models import MetricPoint, TrainingJob
 from workers.training import ConfigError, TrainCallbacks, TrainCancelled, TrainConfig, TrainingDataError, train
@@ -144,9 +144,3 @@ class JobCallbacks(TrainCallbacks):
             update_conflicts=True, unique_fields=["job", "kind", "step"], update_fields=["values", "recorded_at"])
         events.metric_point(self.job.pk, kind, point)
 
-
-def reap_stale_jobs() -> int:
-    """Re-send the message of every RUNNING job whose worker went silent; `claim` takes it over."""
-    from apps.training.services import _enqueue
-
-    return reap(TrainingJob, _enqueue)

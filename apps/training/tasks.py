@@ -1,5 +1,5 @@
-"""Celery tasks of fine-tuning: a job run on a `gpu` worker, and the periodic reaper of jobs
-whose worker vanished. The runner (torch) is imported when a task runs, not by web processes."""
+"""Celery tasks of fine-tuning: a job run on a `gpu` worker (apps.core.tasks reaps those whose
+worker vanished). The runner (torch) is imported when a task runs, not by web processes."""
 
 import os
 
@@ -12,9 +12,3 @@ def train_task(self, job_id: int) -> None:
 
     run_job(job_id, worker=self.request.hostname or "", pid=os.getpid())
 
-
-@shared_task(name="training.reap_stale")
-def reap_stale_jobs_task() -> None:
-    from apps.training.runner import reap_stale_jobs
-
-    reap_stale_jobs()

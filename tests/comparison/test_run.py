@@ -79,11 +79,11 @@ def test_a_running_comparison_cancelled_stops_after_its_current_batch(client, sc
 def test_the_reaper_resends_a_comparison_whose_worker_vanished_and_a_worker_finishes_it(client, scientist, project,
                                                                                       owner, tiny_model,
                                                                                       inference_worker):
-    from apps.comparison.runner import reap_stale_comparisons
+    from apps.core.jobs import reap_stale
     from tests.comparison.test_runner import orphaned_comparison
 
     comparison = orphaned_comparison(project, owner, tiny_model)
-    assert reap_stale_comparisons() == 1
+    assert reap_stale()["comparison.Comparison"] == 1
     client.force_login(scientist)
     body = ended(client, comparison.pk)
     assert body["state"] == "succeeded", body["error"]
@@ -91,4 +91,4 @@ def test_the_reaper_resends_a_comparison_whose_worker_vanished_and_a_worker_fini
     texts = list(Output.objects.filter(comparison=comparison).order_by("prompt__position").values_list("text",
                                                                                                         flat=True))
     assert len(texts) == 3 and texts[0] == "stored before"  # the stored cell was kept, the rest made
-    assert reap_stale_comparisons() == 0
+    assert reap_stale()["comparison.Comparison"] == 0

@@ -9,9 +9,11 @@ import time
 import pytest
 from django.utils import timezone
 
+from apps.annotation.models import AnnotationExport, Campaign, LabelSchema
 from apps.comparison.models import Comparison
-from apps.core.jobs import Heartbeat, claim, reap
+from apps.core.jobs import Heartbeat, claim, leased_kinds, reap, reap_stale
 from apps.datasets.models import Dataset, DeriveJob, ExportJob, ImportJob
+from apps.serving.models import Generation
 from apps.training.models import TrainingJob
 from tests.comparison.factories import make_comparison
 from tests.training.fixtures import make_job, make_version
@@ -35,6 +37,20 @@ def new_export(project, owner, state):
                                     format="jsonl", created_by=owner, state=state)
 
 
+def new_annotation_export(project, owner, state):
+    schema = LabelSchema.objects.create(project=project, name="Form", fields=[], created_by=owner)
+    campaign = Campaign.objects.create(project=project, name="Labels", schema=schema, created_by=owner,
+                                       dataset_version=make_version(project, owner, name=f"QA {time.monotonic_ns()}"))
+    return AnnotationExport.objects.create(campaign=campaign, created_by=owner, state=state)
+
+
+def new_generation(project, owner, state):
+    from tests.comparison.factories import placeholder_model
+
+    return Generation.objects.create(project=project, model=placeholder_model(project), user=owner,
+                                     source="api", prompt="Hello", state=state)
+
+
 KINDS = {
     "training": (TrainingJob, lambda project, owner, state: make_job(project, owner, state=state)),
     "comparison": (Comparison, lambda project, owner, state: make_comparison(project, owner, state=state,
@@ -42,6 +58,8 @@ KINDS = {
     "import": (ImportJob, new_import),
     "derive": (DeriveJob, new_derive),
     "export": (ExportJob, new_export),
+    "annotation export": (AnnotationExport, new_annotation_export),
+    "generation": (Generation, new_generation),
 }
 
 
@@ -102,3 +120,22 @@ def test_the_reaper_resends_only_what_went_silent(kind, project, owner):
     sent = []
     assert reap(model, sent.append) == 1
     assert sent == [silent.pk]
+
+
+def test_every_leased_kind_is_in_this_suite_and_the_one_reaper_resends_each_to_its_task_and_queue(project, owner,
+                                                                                                  settings):
+    settings.TRAINING_HEARTBEAT_STALE_S = 1.0
+    assert set(leased_kinds()) == {model for model, _ in KINDS.values()}
+    silent = {}
+    for model, make in KINDS.values():
+        job = make(project, owner, "running")
+        model.objects.filter(pk=job.pk).update(heartbeat_at=timezone.now() - timezone.timedelta(seconds=60))
+        silent[model] = job.pk
+    sent = []
+    counts = reap_stale(lambda model, pk: sent.append((model.TASK, model.QUEUE, pk)))
+    assert counts == {model._meta.label: 1 for model in silent}
+    assert sorted(sent) == sorted((model.TASK, model.QUEUE, pk) for model, pk in silent.items())
+    from workbench.celery import app
+
+    app.loader.import_default_modules()
+    assert {model.TASK for model in silent} <= set(app.tasks)  # each names a task that exists

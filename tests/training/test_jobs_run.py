@@ -160,10 +160,10 @@ def orphaned_job(project, owner, model, version, *, runs: int) -> TrainingJob:
 def test_the_reaper_resends_a_job_whose_worker_vanished_and_a_worker_takes_it_over(client, scientist, owner,
                                                                                    project, tiny_model, qa_version,
                                                                                    celery_worker):
-    from apps.training.runner import reap_stale_jobs
+    from apps.core.jobs import reap_stale
 
     job = orphaned_job(project, owner, tiny_model, qa_version, runs=1)
-    assert reap_stale_jobs() == 1
+    assert reap_stale()["training.TrainingJob"] == 1
     client.force_login(scientist)
     ended_job = ended(client, job.pk)
     assert ended_job["state"] == "succeeded", ended_job["error"]
@@ -173,10 +173,10 @@ def test_the_reaper_resends_a_job_whose_worker_vanished_and_a_worker_takes_it_ov
 
 def test_a_job_that_lost_its_worker_too_often_fails_instead_of_looping(client, scientist, owner, project, tiny_model,
                                                                        qa_version, celery_worker, settings):
-    from apps.training.runner import reap_stale_jobs
+    from apps.core.jobs import reap_stale
 
     job = orphaned_job(project, owner, tiny_model, qa_version, runs=settings.TRAINING_MAX_RUNS)
-    assert reap_stale_jobs() == 1
+    assert reap_stale()["training.TrainingJob"] == 1
     client.force_login(scientist)
     ended_job = ended(client, job.pk)
     assert ended_job["state"] == "failed"
