@@ -393,7 +393,7 @@ def test_the_adapter_loads_with_peft_and_carries_the_config(model_dir, tmp_path)
 
     result = run(model_dir, tmp_path / "out", max_steps=3, target_modules=["q_proj", "v_proj"])
     saved = json.loads((result.adapter_dir / "workbench_train_config.json").read_text())
-    assert TrainConfig.from_dict(saved).target_modules == ["q_proj", "v_proj"]
+    assert TrainConfig.from_dict(saved["config"]).target_modules == ["q_proj", "v_proj"]
     assert json.loads((result.adapter_dir / "adapter_config.json").read_text())["target_modules"] in (
         ["q_proj", "v_proj"], ["v_proj", "q_proj"])
 
