@@ -44,6 +44,9 @@ class RegisteredModel(models.Model):
     weights_path = models.CharField(max_length=1000, blank=True)
     status = models.CharField(max_length=16, choices=Status.choices)
     info = models.JSONField(default=dict)  # workers.models.ModelInfo.as_dict() (an adapter: its base's)
+    # sha256 of the weight files (workers.models.weights_content_hash): what the weights are, wherever they
+    # lie. Reading them takes a while, so a worker fills it in once ("" until then).
+    content_hash = models.CharField(max_length=64, blank=True)
     kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.BASE)
     base_model = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT, related_name="adapters")
     # An adapter's lineage: the job that made it, its dataset version (id, hash), config and final metrics.

@@ -241,7 +241,7 @@ def model_delete(*, user, model: RegisteredModel, token=None, ip_address: str | 
 
 
 def model_memory_estimate(*, model: RegisteredModel, precision: str, batch_size: int, seq_len: int, lora_rank: int,
-                          mode: str) -> dict:
+                          mode: str, lora_parameters: int | None = None) -> dict:
     from workers.models import ModelInfo, memory_estimate
 
     if not model.info:
@@ -255,23 +255,54 @@ def model_memory_estimate(*, model: RegisteredModel, precision: str, batch_size:
         if not 1 <= value <= top:
             raise Invalid(f"{field} is between 1 and {top}.", field=field)
     return memory_estimate(ModelInfo(**model.info), precision=precision, batch_size=batch_size, seq_len=seq_len,
-                           lora_rank=lora_rank, mode=mode)
+                           lora_rank=lora_rank, mode=mode, lora_parameters=lora_parameters)
+
+
+def model_content_hash(model: RegisteredModel) -> str:
+    """In a worker: the content hash of a READY model's weights, computed once and stored."""
+    from workers.models import weights_content_hash
+
+    if not model.content_hash:
+        model.content_hash = weights_content_hash(Path(model.weights_path))
+        RegisteredModel.all_objects.filter(pk=model.pk).update(content_hash=model.content_hash)
+    return model.content_hash
+
+
+def adapter_lineage(job) -> dict:
+    """In a worker, before a fine-tune: what its adapter is made of, as the engine writes it into the
+    adapter's model card and workbench_train_config.json (workers.training.card)."""
+    base, version = job.base_model, job.dataset_version
+    return {"base_model": {"name": base.name, "content_hash": model_content_hash(base)},
+            "dataset": {"name": version.dataset.name, "version": version.number,
+                        "content_hash": version.content_hash},
+            "job": {"id": job.pk, "name": job.name}, "method": job.method,
+            "train_split": job.train_split, "eval_split": job.eval_split}
 
 
 def adapter_register(*, job, adapter_dir: Path, metrics: dict) -> RegisteredModel:
     """In a worker, when a fine-tune succeeds: its adapter becomes a model version of the
-    project, on top of the job's base model, with the lineage needed to reproduce it."""
+    project, on top of the job's base model, with the lineage needed to reproduce it and the
+    adapter's own facts (PEFT type, rank, target modules, trainable parameters)."""
+    import json
+
     base = job.base_model
     name = f"{job.name} (job {job.pk})"[:120]
     version = job.dataset_version
+    peft = json.loads((Path(adapter_dir) / "adapter_config.json").read_text())
+    targets = peft.get("target_modules")
+    adapter_facts = {"peft_type": peft.get("peft_type"), "r": peft.get("r"), "lora_alpha": peft.get("lora_alpha"),
+                     "target_modules": sorted(targets) if isinstance(targets, list) else targets,
+                     "trainable_parameters": (job.info or {}).get("trainable_params")}
     adapter = RegisteredModel.objects.create(
         project=job.project, name=name, format=RegisteredModel.Format.PEFT, kind=RegisteredModel.Kind.ADAPTER,
         base_model=base, source_path=str(adapter_dir), weights_path=str(adapter_dir),
         status=RegisteredModel.Status.READY, info=base.info, created_by=job.created_by,
-        lineage={"job": job.pk, "base_model": base.pk, "base_model_name": base.name,
-                 "dataset": version.dataset_id, "dataset_version": version.pk, "dataset_version_number": version.number,
+        lineage={"job": job.pk, "job_name": job.name, "method": job.method, "base_model": base.pk,
+                 "base_model_name": base.name, "base_model_content_hash": model_content_hash(base),
+                 "dataset": version.dataset_id, "dataset_name": version.dataset.name,
+                 "dataset_version": version.pk, "dataset_version_number": version.number,
                  "content_hash": version.content_hash, "train_split": job.train_split, "eval_split": job.eval_split,
-                 "config": job.config, "metrics": metrics})
+                 "adapter": adapter_facts, "config": job.config, "metrics": metrics})
     audit_record(actor=None, action="model.adapter_register", project=job.project, target=adapter,
                  after={"job": job.pk, "base_model": base.pk, "content_hash": version.content_hash})
     return adapter

@@ -68,9 +68,19 @@ def model_detail(request: HttpRequest, project_id: int, model_id: int) -> HttpRe
         except Invalid as exc:
             form.add_error(exc.field if exc.field in form.fields else None, exc.message)
     request.nav_section = "models"
+    lineage = model.lineage or {}
+    config = lineage.get("config") or {}
+    # An adapter's own facts, from its adapter_config.json (stored at registration), else its config.
+    adapter = {"peft_type": "LORA", "r": config.get("lora_r"), "lora_alpha": config.get("lora_alpha"),
+               "target_modules": config.get("target_modules"), **(lineage.get("adapter") or {})}
+    if isinstance(adapter["target_modules"], list):
+        adapter["target_modules"] = ", ".join(adapter["target_modules"])
     return render(request, "registry/detail.html", {
         "project": model.project, "model": model, "info": model.info, "form": form, "estimate": estimate,
-        "perms": policy.project_permissions(request.user, model.project), "tab": "models"})
+        "perms": policy.project_permissions(request.user, model.project), "tab": "models",
+        "can_download": model.kind == RegisteredModel.Kind.ADAPTER and policy.can(request.user, "model.download", model),
+        "lineage": lineage, "adapter": adapter, "config": sorted(config.items()),
+        "metrics": sorted((lineage.get("metrics") or {}).items())})
 
 
 @login_required

@@ -55,13 +55,16 @@ def _rows(job: TrainingJob, split: str, limit: int | None = None) -> list[dict]:
 
 
 def _train(job: TrainingJob) -> None:
+    from apps.registry.services import adapter_lineage
+
     callbacks = JobCallbacks(job)
     try:
+        lineage = adapter_lineage(job)  # hashes the base's weights the first time: before the run, not after
         config = TrainConfig.from_dict(job.config)
         train_rows = _rows(job, job.train_split)
         eval_rows = _rows(job, job.eval_split, MAX_EVAL_ROWS) if job.eval_split else []
         result = train(config, model_dir=Path(job.base_model.weights_path), output_dir=output_dir(job),
-                       train_rows=train_rows, eval_rows=eval_rows, callbacks=callbacks)
+                       train_rows=train_rows, eval_rows=eval_rows, callbacks=callbacks, lineage=lineage)
     except TrainCancelled as exc:
         close_old_connections()
         callbacks.log(f"cancelled at step {exc.step}")

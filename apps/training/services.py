@@ -88,16 +88,31 @@ def job_estimate(*, user, project: Project, name: str, base_model: int, dataset_
     # "auto" means bf16 on a capable GPU and fp32 on CPU; the web tier cannot know which worker
     # takes the job, so both are shown.
     precisions = ["bf16", "fp32"] if train_config.precision == "auto" else [train_config.precision]
+    trainable = _trainable_parameters(model, train_config)
     memory = {precision: model_memory_estimate(model=model, precision=precision, batch_size=train_config.batch_size,
                                                seq_len=train_config.max_seq_len, lora_rank=train_config.lora_r,
-                                               mode="lora") for precision in precisions}
+                                               mode="lora", lora_parameters=trainable) for precision in precisions}
     measured = selectors.seconds_per_example(model.pk)
     trained_examples = min(examples * train_config.epochs, steps * per_step)
     project.refresh_from_db(fields=["gpu_hour_budget"])
-    return {"examples": examples, "optimizer_steps": steps, "memory": memory,
+    return {"examples": examples, "optimizer_steps": steps, "memory": memory, "trainable_parameters": trainable,
             "time_s": round(measured[0] * trained_examples, 1) if measured else None,
             "time_basis_job": measured[1] if measured else None,
             "gpu_hours_used": round(selectors.gpu_hours_used(project), 3), "gpu_hour_budget": project.gpu_hour_budget}
+
+
+def _trainable_parameters(model: RegisteredModel, train_config) -> int | None:
+    """What PEFT will train for this config's target modules, from the weights' headers (no weights
+    read); None when the headers cannot be read here."""
+    from pathlib import Path
+
+    from workers.models import ModelSafetyError
+    from workers.training import ConfigError, lora_trainable_parameters
+
+    try:
+        return lora_trainable_parameters(Path(model.weights_path), train_config)
+    except (ModelSafetyError, ConfigError, OSError):
+        return None
 
 
 def _checked_inputs(user, project: Project, token, *, name, base_model, dataset_version, train_split, eval_split,

@@ -41,3 +41,68 @@ def test_scientist_registers_a_model_and_estimates_memory(page, scientist, proje
     expect(page.get_by_test_id("memory-estimate")).to_contain_text("total_bytes")
     page.get_by_role("navigation", name="Main").get_by_role("link", name="Models").click()
     expect(page.get_by_test_id("models")).to_contain_text("Tiny llama")
+
+
+@pytest.mark.slow
+def test_an_adapter_page_shows_its_own_format_and_lineage_and_its_download_carries_the_card(
+        page, client, scientist, viewer, project, tiny_model, qa_version, celery_worker, tmp_path):
+    import zipfile
+
+    from apps.training.models import TrainingJob
+    from tests.conftest import wait_for
+    from tests.training.fixtures import launch_body
+    from tests.training.test_jobs_run import assert_card_carries_the_lineage
+
+    client.force_login(scientist)
+    launched = client.post(f"/api/projects/{project.pk}/jobs/", launch_body(tiny_model, qa_version, max_steps=10),
+                           content_type="application/json")
+    assert launched.status_code == 201, launched.content
+    job = wait_for(lambda: (j := TrainingJob.objects.get(pk=launched.json()["id"])).state != "queued"
+                   and j.state != "running" and j, timeout=180, what="the job to end")
+    assert job.state == "succeeded", job.error
+    tiny_model.refresh_from_db()
+
+    browser_login(page, "sofia")
+    page.goto(f"/projects/{project.pk}/jobs/{job.pk}/")
+    page.get_by_test_id("adapter").get_by_role("link", name=job.adapter.name).click()
+    info = page.get_by_test_id("model-info")
+    expect(info.get_by_role("row", name="Format")).to_contain_text("PEFT LoRA adapter (SFT)")
+    expect(info).not_to_contain_text("gguf")
+    expect(info.get_by_role("row", name="Rank (r) / alpha")).to_contain_text("4 / 8")
+    expect(info.get_by_role("row", name="Target modules")).to_contain_text("k_proj, o_proj, q_proj, v_proj")
+    expect(page.get_by_test_id("base-content-hash")).to_have_text(tiny_model.content_hash)
+    expect(page.get_by_test_id("lineage-content-hash")).to_have_text(qa_version.content_hash)
+    expect(page.get_by_test_id("adapter-metrics").get_by_role("row", name="eval_loss", exact=False).filter(
+        has=page.get_by_role("rowheader", name="eval_loss", exact=True))).to_contain_text(
+        f"{job.metrics['eval_loss']:.4f}")
+    expect(page.get_by_test_id("adapter-config").get_by_role("row", name="lora_r")).to_contain_text("4")
+
+    with page.expect_download() as downloaded:
+        page.get_by_test_id("adapter-download").click()
+    archive = tmp_path / "adapter.zip"
+    downloaded.value.save_as(archive)
+    with zipfile.ZipFile(archive) as zipped:
+        zipped.extractall(tmp_path / "unzipped")
+    (folder,) = [p for p in (tmp_path / "unzipped").iterdir() if p.is_dir()]
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    peft_model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_model.weights_path), folder)
+    assert peft_model.peft_config["default"].r == 4
+    job_json = {"id": job.pk, "metrics": job.metrics}
+    assert_card_carries_the_lineage(folder, job_json, tiny_model, qa_version)
+
+    page.get_by_test_id("lineage-dataset").click()
+    expect(page).to_have_url(f"/projects/{project.pk}/datasets/{qa_version.dataset_id}/versions/1/")
+    page.go_back()
+    page.get_by_test_id("lineage-job").click()
+    expect(page.get_by_test_id("job-state")).to_have_text("succeeded")
+
+    # A viewer sees the lineage but is offered no download (model.download).
+    page.context.clear_cookies()
+    browser_login(page, viewer.username)
+    page.goto(f"/projects/{project.pk}/models/{job.adapter_id}/")
+    expect(page.get_by_test_id("lineage-content-hash")).to_have_text(qa_version.content_hash)
+    expect(page.get_by_test_id("adapter-download")).to_have_count(0)
+    page.goto(f"/projects/{project.pk}/jobs/{job.pk}/")
+    expect(page.get_by_test_id("adapter")).not_to_contain_text("download")

@@ -55,6 +55,8 @@ def test_a_job_trains_its_loss_falls_and_its_adapter_is_registered_with_lineage(
     assert adapter.kind == "adapter" and adapter.base_model_id == tiny_model.pk
     assert adapter.lineage["content_hash"] == qa_version.content_hash
     assert adapter.lineage["job"] == job["id"] and adapter.lineage["config"]["lora_r"] == 4
+    assert adapter.lineage["adapter"]["r"] == 4 and adapter.lineage["adapter"]["target_modules"] == [
+        "k_proj", "o_proj", "q_proj", "v_proj"]
 
     # The download is a PEFT directory that PeftModel.from_pretrained loads unchanged.
     download = client.get(f"/api/models/{adapter.pk}/download/")
@@ -68,6 +70,41 @@ def test_a_job_trains_its_loss_falls_and_its_adapter_is_registered_with_lineage(
     base = AutoModelForCausalLM.from_pretrained(tiny_model.weights_path)
     peft_model = PeftModel.from_pretrained(base, folder)
     assert peft_model.peft_config["default"].r == 4
+    assert_card_carries_the_lineage(folder, job, tiny_model, qa_version)
+
+
+def weights_hash_of(directory) -> str:
+    """The documented content hash, recomputed here: sha256 over `<file>\0<sha256 of file>\n`."""
+    import hashlib
+    from pathlib import Path
+
+    digest = hashlib.sha256()
+    for path in sorted(Path(directory).glob("*.safetensors")):
+        digest.update(f"{path.name}\0{hashlib.sha256(path.read_bytes()).hexdigest()}\n".encode())
+    return digest.hexdigest()
+
+
+def assert_card_carries_the_lineage(folder, job, base_model, version):
+    """The downloaded model card and workbench_train_config.json name the base (by name and the hash of
+    its weights), the dataset version and its hash, the job, the config and the final metrics."""
+    import json
+
+    from huggingface_hub import ModelCard
+
+    base_hash = weights_hash_of(base_model.weights_path)
+    base_model.refresh_from_db()
+    assert base_model.content_hash == base_hash  # computed once by the worker and stored
+    card = ModelCard.load(folder / "README.md")
+    assert card.data.base_model == base_model.name and card.data.library_name == "peft"
+    text = card.text
+    for expected in (base_hash, version.content_hash, f"job #{job['id']}", '"lora_r": 4', "eval_loss",
+                     f"{job['metrics']['eval_loss']:.6g}", "q_proj"):
+        assert expected in text, expected
+    assert "[More Information Needed]" not in text  # not PEFT's empty template
+    saved = json.loads((folder / "workbench_train_config.json").read_text())
+    assert saved["base_model"] == {"name": base_model.name, "content_hash": base_hash}
+    assert saved["dataset"]["content_hash"] == version.content_hash and saved["job"]["id"] == job["id"]
+    assert saved["config"]["lora_r"] == 4 and saved["metrics"]["eval_loss"] == pytest.approx(job["metrics"]["eval_loss"])
 
 
 def test_a_cancelled_job_stops_within_a_step_keeps_its_checkpoint_and_resumes_to_the_end(

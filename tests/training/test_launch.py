@@ -137,6 +137,26 @@ def test_the_estimate_counts_examples_and_steps_and_estimates_memory_without_lau
     assert not TrainingJob.objects.exists()
 
 
+@pytest.mark.filterwarnings("ignore:.*is_gradient_checkpointing:FutureWarning")  # peft 0.21 on transformers 5
+@pytest.mark.parametrize("targets", ["attention", "all_linear", ["q_proj", "v_proj"]])
+def test_the_estimate_counts_the_lora_parameters_peft_actually_trains(client, scientist, project, tiny_model,
+                                                                       qa_version, targets):
+    from pathlib import Path
+
+    from workers.models import load_for_inference
+    from workers.training import TrainConfig
+    from workers.training.lora import add_lora
+
+    client.force_login(scientist)
+    estimate = client.post(f"/api/projects/{project.pk}/jobs/estimate/",
+                           launch_body(tiny_model, qa_version, lora_r=8, target_modules=targets),
+                           content_type="application/json").json()
+    model, _ = load_for_inference(Path(tiny_model.weights_path))
+    trained, _ = add_lora(model, TrainConfig(lora_r=8, target_modules=targets)).get_nb_trainable_parameters()
+    assert estimate["trainable_parameters"] == trained
+    assert {m["lora_parameters"] for m in estimate["memory"].values()} == {trained}
+
+
 def test_a_queued_job_cancels_at_once_and_an_ended_one_cannot_be_cancelled(client, scientist, project, tiny_model,
                                                                           qa_version):
     client.force_login(scientist)

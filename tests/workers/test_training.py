@@ -393,7 +393,7 @@ def test_the_adapter_loads_with_peft_and_carries_the_config(model_dir, tmp_path)
 
     result = run(model_dir, tmp_path / "out", max_steps=3, target_modules=["q_proj", "v_proj"])
     saved = json.loads((result.adapter_dir / "workbench_train_config.json").read_text())
-    assert TrainConfig.from_dict(saved).target_modules == ["q_proj", "v_proj"]
+    assert TrainConfig.from_dict(saved["config"]).target_modules == ["q_proj", "v_proj"]
     assert json.loads((result.adapter_dir / "adapter_config.json").read_text())["target_modules"] in (
         ["q_proj", "v_proj"], ["v_proj", "q_proj"])
 
@@ -449,3 +449,16 @@ def test_logits_at_trained_positions_only_give_the_same_training(model_dir, tmp_
     assert [p["loss"] for p in fast.steps] == pytest.approx([p["loss"] for p in full.steps], abs=1e-5)
     for name, weight in adapter_weights(a.adapter_dir).items():
         torch.testing.assert_close(adapter_weights(b.adapter_dir)[name], weight, atol=2e-4, rtol=0)
+
+
+@pytest.mark.filterwarnings("ignore:.*is_gradient_checkpointing:FutureWarning")  # peft 0.21 on transformers 5
+@pytest.mark.parametrize("targets", ["attention", "all_linear", ["q_proj", "v_proj"], ["down_proj"]])
+def test_the_trainable_parameters_counted_from_the_headers_are_what_peft_trains(model_dir, targets):
+    from workers.models import load_for_inference
+    from workers.training import lora_trainable_parameters
+    from workers.training.lora import add_lora
+
+    config = TrainConfig(lora_r=8, target_modules=targets)
+    model, _ = load_for_inference(model_dir)
+    trainable, _ = add_lora(model, config).get_nb_trainable_parameters()
+    assert lora_trainable_parameters(model_dir, config) == trainable

@@ -29,6 +29,7 @@ from .convert import MARKER as CONVERSION_MARKER
 from .convert import convert_gguf_to_safetensors
 from .demo import DEMO_DISTRIBUTION, DEMO_GGUF_NAME, demo_model_gguf
 from .errors import DemoModelMissing, ModelFormatError, ModelSafetyError
+from .hashing import weights_content_hash
 from .info import ModelInfo
 from .inspection import inspect_model, model_format
 from .loading import load_for_inference
@@ -51,4 +52,5 @@ __all__ = [
     "lora_parameter_count",
     "memory_estimate",
     "resolve_model_path",
+    "weights_content_hash",
 ]

@@ -73,6 +73,7 @@ def memory_estimate(
     lora_rank: int = 16,
     mode: str = "inference",
     lora_targets: str = "all-linear",
+    lora_parameters: int | None = None,
 ) -> dict[str, Any]:
     """Estimated memory, in bytes, to run `info`'s model (see the module docstring for formulas).
 
@@ -81,6 +82,8 @@ def memory_estimate(
     activations_bytes, kv_cache_bytes, lora_parameters (a count), lora_weights_bytes,
     lora_gradients_bytes, optimizer_bytes and total_bytes, the inputs, `estimate: True`,
     and `missing`: model sizes the metadata did not state (their terms count as 0).
+    `lora_parameters`, when known (workers.training.lora_trainable_parameters counts them exactly from
+    the headers for a job's target modules), replaces the count from rank and `lora_targets`.
     Raises ValueError for an unknown precision, mode or target set, or a non-positive size.
     """
     if precision not in PRECISION_BYTES:
@@ -107,7 +110,8 @@ def memory_estimate(
     else:
         activations = (layers * tokens * hidden * width * ACTIVATION_VALUES_PER_TOKEN
                        + tokens * vocab * 4 * LOGIT_COPIES_TRAINING)
-        lora_params = lora_parameter_count(info, lora_rank, lora_targets)
+        lora_params = lora_parameters if lora_parameters is not None else lora_parameter_count(
+            info, lora_rank, lora_targets)
         lora_weights = lora_grads = lora_params * width
         optimizer = lora_params * (ADAMW_MOMENT_BYTES + (MASTER_WEIGHT_BYTES if width < 4 else 0))
 

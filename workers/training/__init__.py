@@ -17,7 +17,7 @@ from .checkpoint import TrainerState
 from .config import ConfigError, TrainConfig
 from .data import Example, TrainingDataError, build_examples
 from .loop import TrainCallbacks, TrainCancelled, TrainResult, train
-from .lora import check_target_modules, target_module_names
+from .lora import check_target_modules, lora_trainable_parameters, target_module_names
 
 __all__ = [
     "ConfigError",
@@ -30,6 +30,7 @@ __all__ = [
     "TrainingDataError",
     "build_examples",
     "check_target_modules",
+    "lora_trainable_parameters",
     "target_module_names",
     "train",
 ]

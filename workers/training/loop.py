@@ -15,7 +15,6 @@ The caller (a Celery task) sees progress through TrainCallbacks and stops the ru
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import random
@@ -29,13 +28,13 @@ from typing import Any
 
 from workers.models import load_for_inference
 
+from .card import write_adapter_files
 from .checkpoint import TrainerState, latest_checkpoint, load_checkpoint, remove_incomplete, save_checkpoint
 from .config import ConfigError, TrainConfig
 from .data import IGNORE, DataStats, Row, collate, epoch_batches, make_rows, prompt_token_ids, tokenize_rows
 from .lora import add_lora
 from .preference import Pair, dpo_terms, pair_batches, summarize, tokenize_pairs
 
-CONFIG_FILE = "workbench_train_config.json"
 MAX_GRAD_NORM = 1.0
 LOSS_SMOOTHING = 0.1      # weight of the newest step in the smoothed train_loss (an EMA over ~10 steps)
 
@@ -87,8 +86,12 @@ class TrainResult:
 
 
 def train(config: TrainConfig, *, model_dir: Path, output_dir: Path, train_rows: Sequence[dict],
-          eval_rows: Sequence[dict], callbacks: TrainCallbacks | None = None) -> TrainResult:
+          eval_rows: Sequence[dict], callbacks: TrainCallbacks | None = None,
+          lineage: dict | None = None) -> TrainResult:
     """Fine-tune a LoRA adapter on `model_dir` (a safetensors directory) and save it to output_dir/adapter.
+
+    `lineage` (base model name and content hash, dataset version, job: see card.py) is written with
+    the config and the final metrics into the adapter's README.md and workbench_train_config.json.
 
     If output_dir/checkpoints holds a complete checkpoint, the run resumes from the latest one and
     continues exactly as the uninterrupted run would have (same batches, same RNG, same final step).
@@ -109,10 +112,10 @@ def train(config: TrainConfig, *, model_dir: Path, output_dir: Path, train_rows:
     if run.state.last_eval_step != run.state.step:
         _validate(run)
     _checkpoint(run)
-    adapter_dir = _save_adapter(run)
     state = run.state
     metrics = {"train_loss": state.train_loss, "eval_loss": state.eval_loss, "best_eval_loss": state.best_eval_loss,
                "tokens_trained": state.tokens_seen, "steps": state.step, "stopped_early": state.stopped_early}
+    adapter_dir = _save_adapter(run, lineage=lineage, metrics=metrics)
     callbacks.log(f"Finished at step {state.step}: adapter saved to {adapter_dir}.")
     return TrainResult(final_step=state.step, adapter_dir=adapter_dir, metrics=metrics, resumed_from_step=resumed_from)
 
@@ -532,15 +535,15 @@ def _checkpoint(run: _Run) -> None:
     run.callbacks.on_checkpoint(step=run.state.step, path=str(path))
 
 
-def _save_adapter(run: _Run) -> Path:
-    """Write output_dir/adapter (PEFT save_pretrained + workbench_train_config.json), replacing an older
-    one only once the new one is complete."""
+def _save_adapter(run: _Run, *, lineage: dict | None, metrics: dict) -> Path:
+    """Write output_dir/adapter (PEFT save_pretrained, workbench_train_config.json and the model card),
+    replacing an older one only once the new one is complete."""
     target = run.output_dir / "adapter"
     run.output_dir.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=".adapter.tmp-", dir=run.output_dir))
     try:
         run.model.save_pretrained(work)
-        (work / CONFIG_FILE).write_text(json.dumps(run.config.as_dict(), indent=2))
+        write_adapter_files(work, config=run.config.as_dict(), lineage=lineage, metrics=metrics)
         if target.exists():
             old = Path(tempfile.mkdtemp(prefix=".adapter.old-", dir=run.output_dir))
             os.rename(target, old / "adapter")

@@ -71,6 +71,11 @@ def resolve_target_modules(model: Any, target_modules: str | list[str]) -> list[
 
     linear = [name for name, module in model.named_modules()
               if isinstance(module, torch.nn.Linear) and _BLOCK.search(name + ".")]
+    return _select_targets(linear, target_modules)
+
+
+def _select_targets(linear: list[str], target_modules: str | list[str]) -> list[str]:
+    """The PEFT target list from the module paths of the decoder blocks' linear layers."""
     leaves = {name.rpartition(".")[2] for name in linear}
     if target_modules == "all_linear":
         targets = sorted(leaves)
@@ -85,6 +90,28 @@ def resolve_target_modules(model: Any, target_modules: str | list[str]) -> list[
     if not targets:
         raise ConfigError("target_modules", f"{target_modules!r} matches no Linear layer of this model.")
     return targets
+
+
+def lora_trainable_parameters(model_dir: Path, config: TrainConfig, *,
+                              roots: Iterable[os.PathLike | str] | None = None) -> int:
+    """The parameters a LoRA run of `config` trains on this safetensors directory, exactly as PEFT counts
+    them, from the headers only (no torch, no weights): the same target resolution as add_lora, PEFT's
+    rule for matching a target (the module path, or its end after a dot), and r x (in + out) per
+    adapted layer (A is r x in, B is out x r; bias="none")."""
+    info = inspect_model(Path(model_dir), roots=roots)
+    if info.format != "hf_dir":
+        raise ModelFormatError("Trainable parameters are counted on a safetensors directory; convert the GGUF first.")
+    top = {f["name"] for f in info.files if "/" not in f["name"]}
+    shapes: dict[str, list[int]] = {}
+    for path in weight_files(Path(info.path), top):
+        for tensor, shape in read_safetensors_header(path).shapes.items():
+            module, _, kind = tensor.rpartition(".")
+            if kind == "weight" and len(shape) == 2:
+                shapes[module] = shape
+    # A 2-D weight in a decoder block is a Linear layer's (embeddings and lm_head are outside the blocks).
+    targets = _select_targets([m for m in shapes if _BLOCK.search(m + ".")], config.target_modules)
+    adapted = [m for m in shapes if any(m == t or m.endswith("." + t) for t in targets)]
+    return sum(config.lora_r * (shapes[m][0] + shapes[m][1]) for m in adapted)
 
 
 def add_lora(model: Any, config: TrainConfig) -> Any:
