@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('registry', '0004_model_download_permission'),
+        ('registry', '0005_model_content_hash'),
     ]
 
     operations = [
