@@ -137,10 +137,12 @@ DIFF_EXAMPLES = 10
 
 
 def version_diff(*, old: DatasetVersion, new: DatasetVersion) -> dict:
-    """Rows added, removed and changed from `old` to `new`, with a few examples of each.
+    """Rows added, removed, changed and moved between splits from `old` to `new`, with a few
+    examples of each.
 
     A row is identified by its content hash; a "changed" row keeps its id but not its hash
-    (only when the rows have ids). Set operations run in the database."""
+    (only when the rows have ids); a "moved" row keeps its hash but not its split. Set operations
+    run in the database."""
     old_rows = DatasetRow.objects.filter(version=old)
     new_rows = DatasetRow.objects.filter(version=new)
     added = new_rows.exclude(row_hash__in=old_rows.values("row_hash"))
@@ -152,6 +154,7 @@ def version_diff(*, old: DatasetVersion, new: DatasetVersion) -> dict:
         before = removed.filter(ext_id=after.ext_id).first()
         changed_examples.append({"id": after.ext_id, "before": before, "after": after})
     changed_count = changed_ids.count()
+    moved = _split_moves(old_rows, new_rows)
     return {
         "old": old, "new": new,
         "added": added.count() - changed_count, "removed": removed.count() - changed_count,
@@ -162,4 +165,24 @@ def version_diff(*, old: DatasetVersion, new: DatasetVersion) -> dict:
                                  [:DIFF_EXAMPLES]) if changed_count else list(removed.order_by("position")
                                                                               [:DIFF_EXAMPLES]),
         "changed_examples": changed_examples,
+        **moved,
     }
+
+
+def _split_moves(old_rows: QuerySet, new_rows: QuerySet) -> dict:
+    """Rows of `new` whose content is in `old` but never in the same split there: moved between
+    splits (a split version's rows all move from none to theirs). Keys: moved (the count),
+    moved_examples ([{"row", "before", "after"}], split names, "" for none)."""
+    from django.db.models import CharField, Value
+    from django.db.models.functions import Concat
+
+    def keyed(rows: QuerySet) -> QuerySet:  # content and split in one value: one IN test per row
+        return rows.annotate(split_key=Concat("row_hash", Value(":"), "split", output_field=CharField()))
+
+    moved = keyed(new_rows.filter(row_hash__in=old_rows.values("row_hash"))).exclude(
+        split_key__in=keyed(old_rows).values("split_key"))
+    examples = []
+    for row in moved.order_by("position")[:DIFF_EXAMPLES]:
+        before = old_rows.filter(row_hash=row.row_hash).order_by("position").values_list("split", flat=True).first()
+        examples.append({"row": row, "before": before or "", "after": row.split})
+    return {"moved": moved.count(), "moved_examples": examples}

@@ -182,11 +182,13 @@ def version_page(request: HttpRequest, project_id: int, dataset_id: int, number:
 
 
 def _split_counts(version) -> list[tuple[str, int]]:
-    """In train, validation, test order (JSON objects come back in the database's key order)."""
+    """Rows per split, train, validation, test first, then the others a file named (JSON objects
+    come back in the database's key order)."""
     from workers.ingest.splits import SPLIT_NAMES
 
-    counts = (version.schema.get("splits") or {}).get("counts") or {}
-    return [(name, counts[name]) for name in SPLIT_NAMES if name in counts]
+    counts = (version.schema.get("splits") or {}).get("counts") or version.stats.get("splits") or {}
+    return sorted(counts.items(), key=lambda item: (SPLIT_NAMES.index(item[0]) if item[0] in SPLIT_NAMES
+                                                    else len(SPLIT_NAMES), item[0]))
 
 
 @login_required
