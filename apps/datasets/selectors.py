@@ -152,7 +152,8 @@ def version_diff(*, old: DatasetVersion, new: DatasetVersion) -> dict:
     changed_examples = []
     for after in changed_ids.order_by("position")[:DIFF_EXAMPLES]:
         before = removed.filter(ext_id=after.ext_id).first()
-        changed_examples.append({"id": after.ext_id, "before": before, "after": after})
+        changed_examples.append({"id": after.ext_id, "before": before, "after": after,
+                                 "fields": changed_fields(before, after)})
     changed_count = changed_ids.count()
     moved = _split_moves(old_rows, new_rows)
     return {
@@ -167,6 +168,25 @@ def version_diff(*, old: DatasetVersion, new: DatasetVersion) -> dict:
         "changed_examples": changed_examples,
         **moved,
     }
+
+
+def _field_texts(row: DatasetRow) -> dict[str, str | None]:
+    """The fields of a row a diff compares, as text (chat turns one per line, metadata as JSON)."""
+    import json
+
+    return {"prompt": row.prompt,
+            "messages": "\n".join(f"{turn.get('role')}: {turn.get('content')}" for turn in row.messages
+                                  if isinstance(turn, dict)) if row.messages else None,
+            "response": row.response, "reference": row.reference, "label": row.label,
+            "metadata": json.dumps(row.metadata, ensure_ascii=False, sort_keys=True) if row.metadata else None}
+
+
+def changed_fields(before: DatasetRow, after: DatasetRow) -> list[dict]:
+    """[{"name", "hunks"}] for each field that differs: its word diff, every change in context."""
+    from apps.datasets.worddiff import word_diff
+
+    old, new = _field_texts(before), _field_texts(after)
+    return [{"name": name, "hunks": word_diff(old[name], new[name])} for name in old if old[name] != new[name]]
 
 
 def _split_moves(old_rows: QuerySet, new_rows: QuerySet) -> dict:
