@@ -148,3 +148,46 @@ def test_a_diff_counts_and_lists_rows_that_moved_between_splits(project, owner):
     (move,) = diff["moved_examples"]
     assert (move["row"].ext_id, move["before"], move["after"]) == ("r2", "test", "train")
     assert version_diff(old=old, new=old)["moved"] == 0
+
+
+def test_parts_tallied_apart_hash_their_splits_as_one_reader_does(tmp_path):
+    """The parallel import's parts write their rows' hash entries to files that the whole merges:
+    the splits must be in those entries, in order."""
+    from apps.datasets.bulk import VersionTally
+    from workers.ingest import ColumnMapping, canonical_row
+
+    mapping = ColumnMapping({"prompt": "prompt"})
+    rows = [(canonical_row({"prompt": f"q{i}", "lang": "en"}, mapping, i), ["train", "", "test"][i % 3])
+            for i in range(10)]
+    whole = VersionTally()
+    for position, (row, split) in enumerate(rows):
+        whole.row(1, position, row, split)
+    merged = VersionTally()
+    for index, part in enumerate((rows[:4], rows[4:])):
+        with open(tmp_path / f"{index}.digests", "wb") as digests:
+            tally = VersionTally(digests_to=digests)
+            for row, split in part:
+                tally.row(1, 0, row, split)
+        merged.merge_part(tally.part(), tmp_path / f"{index}.digests")
+    assert merged.hasher.hexdigest() == whole.hasher.hexdigest() and merged.hasher.count == 10
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_edit_of_a_split_version_keeps_the_splits_in_its_hash_and_counts(project, owner):
+    from apps.datasets.derive import run_derive
+    from apps.datasets.models import DeriveJob
+
+    dataset = Dataset.objects.create(project=project, name="Edited split", created_by=owner)
+    records = [{"id": f"r{i}", "prompt": f"text {i}"} for i in range(6)]
+    roles = {"id": "id", "prompt": "prompt"}
+    splits = ["train", "train", "test", "train", "test", "validation"]
+    version = write_version(dataset=dataset, records=records, roles=roles, splits=splits)
+    job = DeriveJob.objects.create(parent=version, kind=DeriveJob.Kind.EDIT, created_by=owner,
+                                   params={"edits": {"1": {"prompt": "text one"}}, "drops": [2], "message": "fix"})
+    run_derive(job.pk)  # in this process, as the worker would
+    job.refresh_from_db()
+    assert job.state == "succeeded", job.error
+    kept = [records[0], {**records[1], "prompt": "text one"}, *records[3:]]
+    same = write_version(dataset=dataset, records=kept, roles=roles, splits=splits[:2] + splits[3:])
+    assert job.version.content_hash == same.content_hash
+    assert job.version.stats["splits"] == {"test": 1, "train": 3, "validation": 1}  # the dropped row uncounted
