@@ -67,11 +67,11 @@ class VersionTally:
         if len(self.metadata_keys) < MAX_METADATA_KEYS:
             self.metadata_keys.update(row["metadata"])
         self.stats.add(row)
-        return row_tuple(version_id, position, self.hasher.update(row), row, split)
+        return row_tuple(version_id, position, self.hasher.update(row, split), row, split)
 
     def part(self) -> tuple:
-        """This tally as merge_part takes it (it crosses a process boundary; its row digests
-        went to the digests_to file)."""
+        """This tally as merge_part takes it (it crosses a process boundary; its rows' hash
+        entries, splits mixed in, went to the digests_to file)."""
         return self.stats, self.metadata_keys
 
     def merge_part(self, part: tuple, digests: Path) -> None:
@@ -171,9 +171,18 @@ def _aggregating():
 
 def stored_tallies(version_id: int) -> dict:
     """The labels (top MAX_LABELS and how many distinct) and the exact duplicates (count, first
-    positions) of a version's stored rows: VersionStats.as_dict's keys for them."""
-    labels, duplicates = concurrently(lambda: _labels(version_id), lambda: _duplicates(version_id))
-    return {**labels, **duplicates}
+    positions) of a version's stored rows: VersionStats.as_dict's keys for them; and "splits",
+    the rows per split, when some rows have one."""
+    labels, duplicates, splits = concurrently(lambda: _labels(version_id), lambda: _duplicates(version_id),
+                                              lambda: _splits(version_id))
+    return {**labels, **duplicates, **({"splits": splits} if splits else {})}
+
+
+def _splits(version_id: int) -> dict[str, int]:
+    with _aggregating() as cursor:  # the partial split index holds only the rows that have one
+        cursor.execute("SELECT split, count(*) FROM datasets_datasetrow WHERE version_id = %s AND split <> '' "
+                       "GROUP BY split ORDER BY split LIMIT %s", [version_id, MAX_LABELS])
+        return dict(cursor.fetchall())
 
 
 def _labels(version_id: int) -> dict:

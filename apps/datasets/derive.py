@@ -1,6 +1,7 @@
 """Runs a derive job in a worker: a new version made from an existing one, or a report on it.
 
-- split: rows copied inside the database (INSERT … SELECT), then assigned in batches;
+- split: rows copied inside the database (INSERT … SELECT), then assigned in batches, then
+  hashed again (a version's hash covers its split assignment; its rows' hashes do not);
 - redact: rows rewritten with typed placeholders where PII was found (new hashes);
 - pii_scan: a report (counts per type and column, masked examples); no new version;
 - purge: the parent's rows deleted for good, in batches (it was marked purged when asked).
@@ -121,12 +122,22 @@ def _split(job: DeriveJob, version: DatasetVersion) -> None:
             done += len(chunk)
             _progress(job, done)
     counts = {name: len(positions) for name, positions in by_split.items()}
+    version.content_hash = _stored_hash(version)  # the split assignment is part of the version's identity
     version.schema = {**version.schema, "splits": {"ratios": params["ratios"], "seed": params["seed"],
                                                    "stratified": params["stratify"], "counts": counts}}
     version.stats = {**version.stats, "splits": counts}
     version.status = DatasetVersion.Status.READY
-    version.save(update_fields=["schema", "stats", "status"])
+    version.save(update_fields=["content_hash", "schema", "stats", "status"])
     search_index.after_ready(version)
+
+
+def _stored_hash(version: DatasetVersion) -> str:
+    """The content hash of a version's stored rows: their row hashes and splits, in order."""
+    hasher = VersionHasher()
+    for row_hash, split in (DatasetRow.objects.filter(version=version).order_by("position")
+                            .values_list("row_hash", "split").iterator(chunk_size=BATCH_ROWS)):
+        hasher.update_row_hash(row_hash, split)
+    return hasher.hexdigest()
 
 
 def _texts(row: DatasetRow):
@@ -205,7 +216,7 @@ def _rewrite(job: DeriveJob, version: DatasetVersion, transform) -> int:
         if content is None:
             continue
         stats.add(content)
-        row_hash = hasher.update(content)
+        row_hash = hasher.update(content, row.split)
         changed += row_hash != row.row_hash
         batch.append(row_tuple(version.pk, position, row_hash, content, row.split))
         position += 1
@@ -217,9 +228,7 @@ def _rewrite(job: DeriveJob, version: DatasetVersion, transform) -> int:
     job.rows_done = done
     version.row_count = position
     version.content_hash = hasher.hexdigest()
-    kept_splits = "splits" in job.parent.stats and position == job.parent.row_count  # no row dropped
-    version.stats = {**stats.as_dict(), **stored_tallies(version.pk),
-                     **({"splits": job.parent.stats["splits"]} if kept_splits else {})}
+    version.stats = {**stats.as_dict(), **stored_tallies(version.pk)}  # split counts too, drops counted
     version.status = DatasetVersion.Status.READY
     version.save(update_fields=["row_count", "content_hash", "stats", "status"])
     search_index.after_ready(version)

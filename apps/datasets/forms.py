@@ -11,7 +11,8 @@ class UploadForm(forms.Form):
 
 
 ROLE_CHOICES = [("", "keep as metadata"), ("id", "id"), ("prompt", "prompt"), ("response", "response"),
-                ("messages", "messages (chat)"), ("label", "label"), ("reference", "reference")]
+                ("messages", "messages (chat)"), ("label", "label"), ("reference", "reference"),
+                ("split", "split (train, validation, test…)")]
 
 
 class MappingForm(forms.Form):

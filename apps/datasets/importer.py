@@ -28,7 +28,15 @@ from apps.core.jobs import Heartbeat, claim
 from apps.datasets import events, search_index
 from apps.datasets.bulk import RowWriter, VersionTally, concurrently, first_repeated_id, insert_rows, stored_tallies
 from apps.datasets.models import DatasetRow, DatasetVersion, ImportJob
-from workers.ingest import BadRows, ColumnMapping, IngestError, SourceFormat, canonical_row, read_records
+from workers.ingest import (
+    BadRows,
+    ColumnMapping,
+    IngestError,
+    SourceFormat,
+    canonical_row,
+    canonical_split,
+    read_records,
+)
 from workers.ingest.chunks import Part, Window, count_records, split_lines
 from workers.ingest.errors import DEFAULT_LIMITS, record_bad_row
 from workers.ingest.text import read_jsonl
@@ -195,8 +203,8 @@ def _load_sequentially(job: ImportJob, version: DatasetVersion, path: Path, fmt:
     started = last_progress = time.monotonic()
     position = 0
     with RowWriter() as writer:
-        for _, row in _canonical_rows(job, path, fmt, bad_rows):
-            batch.append(tally.row(version.pk, position, row))
+        for _, row, split in _canonical_rows(job, path, fmt, bad_rows):
+            batch.append(tally.row(version.pk, position, row, split))
             position += 1
             if len(batch) >= BATCH_ROWS:
                 writer.write(batch)
@@ -324,7 +332,7 @@ def _load_part(pipe, roles: dict, version_id: int, path: Path, part: Part, diges
             for line, record in records if part.end > part.start else ():
                 row = canonical_row(record, mapping, line)
                 check_lengths(row, mapping, line)
-                batch.append(tally.row(version_id, position, row))
+                batch.append(tally.row(version_id, position, row, canonical_split(record, mapping, line)))
                 position += 1
                 if len(batch) >= PART_BATCH_ROWS:
                     insert_rows(batch)
@@ -344,8 +352,8 @@ def _load_part(pipe, roles: dict, version_id: int, path: Path, part: Part, diges
 
 
 def _canonical_rows(job: ImportJob, path: Path, fmt: SourceFormat, bad_rows: BadRows):
-    """(line, canonical row) for each record the import keeps, in order; bad ones skipped into
-    `bad_rows` when the job says so, else raised."""
+    """(line, canonical row, split) for each record the import keeps, in order; bad ones skipped
+    into `bad_rows` when the job says so, else raised."""
     mapping = ColumnMapping(roles=job.mapping)
     options = job.options or {}
     skip_bad_rows = bool(options.get("skip_bad_rows"))
@@ -354,13 +362,14 @@ def _canonical_rows(job: ImportJob, path: Path, fmt: SourceFormat, bad_rows: Bad
     for line, record in records:
         try:
             row = canonical_row(record, mapping, line)
+            split = canonical_split(record, mapping, line)
         except IngestError as exc:  # e.g. no prompt in this row: skippable like a parse error
             if not skip_bad_rows:
                 raise
             record_bad_row(bad_rows, exc)
             continue
         check_lengths(row, mapping, line)
-        yield line, row
+        yield line, row, split
 
 
 def check_lengths(row: dict, mapping: ColumnMapping, line: int) -> None:
@@ -374,7 +383,7 @@ def check_lengths(row: dict, mapping: ColumnMapping, line: int) -> None:
 
 def _line_of(job: ImportJob, path: Path, fmt: SourceFormat, position: int) -> int:
     """The source line of the row stored at `position` (read again: only an error needs it)."""
-    for index, (line, _) in enumerate(_canonical_rows(job, path, fmt, BadRows())):
+    for index, (line, _, _) in enumerate(_canonical_rows(job, path, fmt, BadRows())):
         if index == position:
             return line
     raise AssertionError(f"no row at position {position}")

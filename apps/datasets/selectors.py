@@ -137,10 +137,12 @@ DIFF_EXAMPLES = 10
 
 
 def version_diff(*, old: DatasetVersion, new: DatasetVersion) -> dict:
-    """Rows added, removed and changed from `old` to `new`, with a few examples of each.
+    """Rows added, removed, changed and moved between splits from `old` to `new`, with a few
+    examples of each.
 
     A row is identified by its content hash; a "changed" row keeps its id but not its hash
-    (only when the rows have ids). Set operations run in the database."""
+    (only when the rows have ids); a "moved" row keeps its hash but not its split. Set operations
+    run in the database."""
     old_rows = DatasetRow.objects.filter(version=old)
     new_rows = DatasetRow.objects.filter(version=new)
     added = new_rows.exclude(row_hash__in=old_rows.values("row_hash"))
@@ -150,8 +152,10 @@ def version_diff(*, old: DatasetVersion, new: DatasetVersion) -> dict:
     changed_examples = []
     for after in changed_ids.order_by("position")[:DIFF_EXAMPLES]:
         before = removed.filter(ext_id=after.ext_id).first()
-        changed_examples.append({"id": after.ext_id, "before": before, "after": after})
+        changed_examples.append({"id": after.ext_id, "before": before, "after": after,
+                                 "fields": changed_fields(before, after)})
     changed_count = changed_ids.count()
+    moved = _split_moves(old_rows, new_rows)
     return {
         "old": old, "new": new,
         "added": added.count() - changed_count, "removed": removed.count() - changed_count,
@@ -162,4 +166,43 @@ def version_diff(*, old: DatasetVersion, new: DatasetVersion) -> dict:
                                  [:DIFF_EXAMPLES]) if changed_count else list(removed.order_by("position")
                                                                               [:DIFF_EXAMPLES]),
         "changed_examples": changed_examples,
+        **moved,
     }
+
+
+def _field_texts(row: DatasetRow) -> dict[str, str | None]:
+    """The fields of a row a diff compares, as text (chat turns one per line, metadata as JSON)."""
+    import json
+
+    return {"prompt": row.prompt,
+            "messages": "\n".join(f"{turn.get('role')}: {turn.get('content')}" for turn in row.messages
+                                  if isinstance(turn, dict)) if row.messages else None,
+            "response": row.response, "reference": row.reference, "label": row.label,
+            "metadata": json.dumps(row.metadata, ensure_ascii=False, sort_keys=True) if row.metadata else None}
+
+
+def changed_fields(before: DatasetRow, after: DatasetRow) -> list[dict]:
+    """[{"name", "hunks"}] for each field that differs: its word diff, every change in context."""
+    from apps.datasets.worddiff import word_diff
+
+    old, new = _field_texts(before), _field_texts(after)
+    return [{"name": name, "hunks": word_diff(old[name], new[name])} for name in old if old[name] != new[name]]
+
+
+def _split_moves(old_rows: QuerySet, new_rows: QuerySet) -> dict:
+    """Rows of `new` whose content is in `old` but never in the same split there: moved between
+    splits (a split version's rows all move from none to theirs). Keys: moved (the count),
+    moved_examples ([{"row", "before", "after"}], split names, "" for none)."""
+    from django.db.models import CharField, Value
+    from django.db.models.functions import Concat
+
+    def keyed(rows: QuerySet) -> QuerySet:  # content and split in one value: one IN test per row
+        return rows.annotate(split_key=Concat("row_hash", Value(":"), "split", output_field=CharField()))
+
+    moved = keyed(new_rows.filter(row_hash__in=old_rows.values("row_hash"))).exclude(
+        split_key__in=keyed(old_rows).values("split_key"))
+    examples = []
+    for row in moved.order_by("position")[:DIFF_EXAMPLES]:
+        before = old_rows.filter(row_hash=row.row_hash).order_by("position").values_list("split", flat=True).first()
+        examples.append({"row": row, "before": before or "", "after": row.split})
+    return {"moved": moved.count(), "moved_examples": examples}

@@ -2,6 +2,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
 from apps.core.errors import Conflict, Invalid, NotFound, PermissionDenied
@@ -153,9 +154,12 @@ def version_page(request: HttpRequest, project_id: int, dataset_id: int, number:
     meta_keys = version.schema.get("metadata_keys", [])
     meta = (meta_key, meta_value) if meta_key in meta_keys else None
     # One read of the jobs: a job finishing between two reads would show neither its result nor its progress.
-    jobs = list(DeriveJob.objects.filter(parent=version))  # newest first
+    jobs = list(DeriveJob.objects.filter(parent=version).select_related("version"))  # newest first
     pii_scan = next((job for job in jobs if job.kind == DeriveJob.Kind.PII_SCAN), None)
-    active_jobs = [job for job in reversed(jobs) if job.state in ImportJob.ACTIVE]
+    # The job this page was opened to follow (?job=, after an edit or a split) stays shown once it
+    # ended, with its new version; a fast worker may end it before the page is even drawn.
+    followed = request.GET.get("job", "")
+    active_jobs = [job for job in reversed(jobs) if job.state in ImportJob.ACTIVE or str(job.pk) == followed]
     export_jobs = version.exports.all()[:10] if "dataset.export" in policy.permissions_on(request.user, dataset) \
         else []
     from apps.annotation.selectors import annotation_filter
@@ -174,6 +178,8 @@ def version_page(request: HttpRequest, project_id: int, dataset_id: int, number:
                                                              next_after=next_after, q=q, label=label, split=split,
                                                              split_form=SplitForm(), pii_scan=pii_scan,
                                                              active_jobs=active_jobs, meta_keys=meta_keys,
+                                                             version_kinds=[kind for kind in DeriveJob.Kind.values
+                                                                            if kind not in DeriveJob.REPORT_KINDS],
                                                              export_jobs=export_jobs, campaigns=campaigns,
                                                              annotation=annotation if rows_in else "",
                                                              meta_key=meta_key if meta else "",
@@ -182,11 +188,13 @@ def version_page(request: HttpRequest, project_id: int, dataset_id: int, number:
 
 
 def _split_counts(version) -> list[tuple[str, int]]:
-    """In train, validation, test order (JSON objects come back in the database's key order)."""
+    """Rows per split, train, validation, test first, then the others a file named (JSON objects
+    come back in the database's key order)."""
     from workers.ingest.splits import SPLIT_NAMES
 
-    counts = (version.schema.get("splits") or {}).get("counts") or {}
-    return [(name, counts[name]) for name in SPLIT_NAMES if name in counts]
+    counts = (version.schema.get("splits") or {}).get("counts") or version.stats.get("splits") or {}
+    return sorted(counts.items(), key=lambda item: (SPLIT_NAMES.index(item[0]) if item[0] in SPLIT_NAMES
+                                                    else len(SPLIT_NAMES), item[0]))
 
 
 @login_required
@@ -260,14 +268,20 @@ def version_split(request: HttpRequest, project_id: int, dataset_id: int, number
         data = form.cleaned_data
         ratios = {name: data[name] for name in ("train", "validation", "test") if data[name]}
         try:
-            services.version_split_start(user=request.user, version=version, ratios=ratios, seed=data["seed"],
-                                         stratify=data["stratify"], ip_address=client_ip(request))
+            job = services.version_split_start(user=request.user, version=version, ratios=ratios, seed=data["seed"],
+                                               stratify=data["stratify"], ip_address=client_ip(request))
         except Invalid as exc:
             messages.error(request, exc.message)
         else:
             messages.success(request, f"Splitting v{version.number} into a new version; it appears below when done.")
-            return redirect("datasets:detail", project_id=project_id, dataset_id=dataset_id)
+            return _follow(project_id, dataset_id, number, job)
     return redirect("datasets:version", project_id=project_id, dataset_id=dataset_id, number=number)
+
+
+def _follow(project_id: int, dataset_id: int, number: int, job) -> HttpResponse:
+    """The version page, following `job` live until its new version is there."""
+    return redirect(reverse("datasets:version", kwargs={"project_id": project_id, "dataset_id": dataset_id,
+                                                        "number": number}) + f"?job={job.pk}#derive-jobs")
 
 
 @login_required
@@ -308,14 +322,15 @@ def row_page(request: HttpRequest, project_id: int, dataset_id: int, number: int
             changes = {field: value for field, value in changes.items() if value != getattr(row, field)}
             edits, drops = ({position: changes} if changes else {}), []
         try:
-            services.version_edit_start(user=request.user, version=version, edits=edits, drops=drops,
-                                        message=request.POST.get("message", "")[:500], ip_address=client_ip(request))
+            job = services.version_edit_start(user=request.user, version=version, edits=edits, drops=drops,
+                                              message=request.POST.get("message", "")[:500],
+                                              ip_address=client_ip(request))
         except Invalid as exc:
             messages.error(request, exc.message)
             return redirect("datasets:row", project_id=project_id, dataset_id=dataset_id, number=number,
                             position=position)
         messages.success(request, "Writing the new version: it appears on this page when it is done.")
-        return redirect("datasets:version", project_id=project_id, dataset_id=dataset_id, number=number)
+        return _follow(project_id, dataset_id, number, job)
     rendered = {field: render_markdown(getattr(row, field)) for field in ("prompt", "response", "reference")
                 if getattr(row, field) is not None}
     turns = [{"role": turn.get("role"), "html": render_markdown(turn.get("content"))}

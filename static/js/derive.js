@@ -1,8 +1,11 @@
-// Live progress of the jobs running on a dataset version (splits, PII scans, redactions): each
-// listens on its own socket and the page reloads when one ends, to show its result.
+// Live progress of the jobs on a dataset version (splits, edits, PII scans, redactions): each
+// listens on its own socket. A job that makes a version ends with a link to it here (the page was
+// opened to follow it); a report (a PII scan) reloads the page, which shows it.
 (function () {
   "use strict";
+  var ENDED = ["succeeded", "failed", "cancelled"];
   document.querySelectorAll("[data-testid=derive-job]").forEach(function (box) {
+    if (ENDED.indexOf(box.dataset.state) >= 0) return;  // ended before the page was drawn: shown as it is
     var field = function (name) { return box.querySelector("[data-field=" + name + "]"); };
     var bar = box.querySelector("progress");
     window.liveSocket(box.dataset.socket, {
@@ -13,9 +16,23 @@
         field("state").textContent = progress.state;
         field("rows").textContent = progress.rows_done;
         bar.max = progress.rows_total || bar.max;
-        bar.value = progress.rows_done;
-        if (["succeeded", "failed", "cancelled"].indexOf(progress.state) < 0) return true;
-        location.reload();
+        bar.value = progress.state === "succeeded" ? bar.max : progress.rows_done;
+        if (ENDED.indexOf(progress.state) < 0) return true;
+        box.dataset.state = progress.state;
+        if (!box.dataset.makesVersion) { location.reload(); return false; }
+        var result = field("result");
+        result.replaceChildren();
+        if (progress.state === "succeeded" && progress.version) {
+          var link = document.createElement("a");
+          link.href = box.dataset.versionsUrl + progress.version + "/";
+          link.textContent = "new version v" + progress.version;
+          result.append("→ ", link);
+        } else if (progress.error) {
+          var error = document.createElement("span");
+          error.className = "field-error";
+          error.textContent = progress.error;
+          result.append(error);
+        }
         return false;
       }
     });

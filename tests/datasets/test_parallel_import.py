@@ -16,7 +16,7 @@ from apps.datasets.services import import_create
 pytestmark = [pytest.mark.django_db(transaction=True),
               pytest.mark.skipif(connection.vendor != "postgresql", reason="parts are read in parallel on PostgreSQL")]
 
-MAPPING = {"id": "id", "prompt": "prompt", "response": "response", "label": "label"}
+MAPPING = {"id": "id", "prompt": "prompt", "response": "response", "label": "label", "part": "split"}
 
 
 def write_file(path: Path, count: int, *, bad_line: int | None = None, blank_every: int = 0,
@@ -29,7 +29,7 @@ def write_file(path: Path, count: int, *, bad_line: int | None = None, blank_eve
                 handle.write('{"id": "broken", "prompt": ' + line_end)
                 continue
             record = {"id": f"r{i}", "prompt": f"Question {i} é\twith a tab", "response": "line\nbreak" if i % 5 else None,
-                      "label": ["a", "b", "c"][i % 3], "source": f"s{i % 7}"}
+                      "label": ["a", "b", "c"][i % 3], "source": f"s{i % 7}", "part": ["train", "test", ""][i % 4 % 3]}
             handle.write(json.dumps(record, ensure_ascii=False) + line_end)
     return path
 
@@ -45,7 +45,7 @@ def import_file(owner, project, path: Path, name: str) -> ImportJob:
 
 def rows_of(version: DatasetVersion) -> list[tuple]:
     return list(DatasetRow.objects.filter(version=version).order_by("position").values_list(
-        "position", "row_hash", "ext_id", "prompt", "response", "label", "metadata"))
+        "position", "row_hash", "ext_id", "prompt", "response", "label", "metadata", "split"))
 
 
 @pytest.fixture
@@ -71,7 +71,8 @@ def test_parts_read_in_parallel_give_what_one_reader_gives(owner, project, tmp_p
     assert parallel == [3]
     assert one.state == several.state == ImportJob.State.SUCCEEDED, (one.error, several.error)
     assert several.version.row_count == one.version.row_count == 5000
-    assert several.version.content_hash == one.version.content_hash
+    assert several.version.content_hash == one.version.content_hash  # the splits mixed in alike
+    assert set(several.version.stats["splits"]) == {"train", "test"}
     assert several.version.stats == one.version.stats
     assert several.version.schema == one.version.schema
     assert rows_of(several.version) == rows_of(one.version)

@@ -53,6 +53,8 @@ def test_a_diff_shows_rows_added_removed_and_changed(scientist_client, dataset, 
     assert [row.ext_id for row in diff["removed_examples"]] == ["r3"]
     change = diff["changed_examples"][0]
     assert change["id"] == "r2" and change["after"].response == "Use textContent, never innerHTML."
+    (field,) = change["fields"]  # only the response changed: its word diff
+    assert field["name"] == "response" and [op for op, _ in field["hunks"][0].parts] == ["del", "ins"]
     html = page.content.decode()
     assert "<script>alert(1)</script>" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
 

@@ -122,11 +122,13 @@ def test_preview_gives_format_columns_records_and_a_mapping_guess(all_formats):
 
 def test_preview_suggests_roles_from_common_column_names(tmp_path):
     path = write(tmp_path, "a.jsonl", json.dumps(
-        {"UID": 1, "Instruction": "a", "input": "b", "output": "c", "Category": "d", "gold": "e", "x": 1}
+        {"UID": 1, "Instruction": "a", "input": "b", "output": "c", "Category": "d", "gold": "e", "x": 1,
+         "Split": "train"}
     ) + "\n")
     guess = preview(path)["suggested_mapping"]
     assert guess.roles == {
         "UID": "id", "Instruction": "prompt", "output": "response", "Category": "label", "gold": "reference",
+        "Split": "split",
     }
     chat = write(tmp_path, "c.jsonl", '{"conversation": [{"role": "user", "content": "hi"}]}\n')
     assert preview(chat)["suggested_mapping"].roles == {"conversation": "messages"}

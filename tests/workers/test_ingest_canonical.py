@@ -14,12 +14,13 @@ from workers.ingest import (
     VersionHasher,
     canonical_json,
     canonical_row,
+    canonical_split,
     row_hash,
 )
 
 
 def test_roles_are_the_documented_ones():
-    assert ROLES == ("id", "prompt", "response", "messages", "label", "reference")
+    assert ROLES == ("id", "prompt", "response", "messages", "label", "reference", "split")
 
 
 def test_a_mapping_refuses_unknown_roles_and_roles_given_twice():
@@ -195,6 +196,43 @@ def test_version_hash_is_the_hash_of_row_hashes_in_order():
         reversed_order.update(row)
     assert reversed_order.hexdigest() != expected
     assert VersionHasher().hexdigest() == hashlib.sha256(b"").hexdigest()
+
+
+def test_a_split_is_part_of_the_version_hash_but_not_of_the_row_hash():
+    rows = [{"prompt": "a"}, {"prompt": "b"}]
+    unsplit, split, other_split = VersionHasher(), VersionHasher(), VersionHasher()
+    plain = [unsplit.update(row) for row in rows]
+    assert [split.update(row, name) for row, name in zip(rows, ["train", "test"])] == plain  # rows keep their hash
+    for row, name in zip(rows, ["test", "train"]):
+        other_split.update(row, name)
+    assert len({unsplit.hexdigest(), split.hexdigest(), other_split.hexdigest()}) == 3
+    # A version without splits hashes as it always did: sha256 over its row digests.
+    assert unsplit.hexdigest() == hashlib.sha256(b"".join(bytes.fromhex(d) for d in plain)).hexdigest()
+    again = VersionHasher()  # from the stored row hashes and splits, as a split job does
+    for digest, name in zip(plain, ["train", "test"]):
+        again.update_row_hash(digest, name)
+    assert again.hexdigest() == split.hexdigest()
+
+
+def test_a_column_mapped_to_split_names_the_rows_split_and_is_no_metadata():
+    mapping = ColumnMapping({"q": "prompt", "part": "split"})
+    record = {"q": "hi", "part": "validation", "lang": "en"}
+    assert canonical_row(record, mapping, 1)["metadata"] == {"lang": "en"}
+    assert canonical_row(record, mapping, 1) == canonical_row({"q": "hi", "lang": "en"}, ColumnMapping({"q": "prompt"}), 1)
+    assert canonical_split(record, mapping, 1) == "validation"
+    assert canonical_split({"q": "hi", "part": ""}, mapping, 1) == ""  # an empty cell: no split
+    assert canonical_split(record, ColumnMapping({"q": "prompt"}), 1) == ""  # no split column
+
+
+@pytest.mark.parametrize("value, complaint", [
+    ("train set", "is not a split name"),
+    ("x" * 17, "is not a split name"),
+    (["train"], "is a list, not text"),
+])
+def test_a_bad_split_name_is_refused_naming_the_line_and_column(value, complaint):
+    with pytest.raises(IngestError) as info:
+        canonical_split({"q": "hi", "part": value}, ColumnMapping({"q": "prompt", "part": "split"}), 7)
+    assert (info.value.line, info.value.column) == (7, "part") and complaint in str(info.value)
 
 
 def test_ingest_errors_say_where_and_survive_pickling():

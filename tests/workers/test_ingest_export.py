@@ -10,7 +10,7 @@ pytestmark = pytest.mark.timeout(120)
 
 
 def rows(responses):
-    return [{"id": str(i), "prompt": f"q{i}", "response": r, "metadata": "{}"} for i, r in enumerate(responses)]
+    return [{"id": str(i), "prompt": f"q{i}", "response": r, "metadata": {}} for i, r in enumerate(responses)]
 
 
 def fingerprint(directory) -> str:

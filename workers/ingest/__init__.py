@@ -9,7 +9,8 @@ Plain Python (no Django, no Celery): a thin task feeds it a path and stores what
     hasher = VersionHasher()
     for line, record in read_records(path, fmt):
         row = canonical_row(record, mapping, line)
-        hasher.update(row)                        # store row; version hash = hasher.hexdigest()
+        split = canonical_split(record, mapping, line)  # "" unless a column is mapped to 'split'
+        hasher.update(row, split)                 # store row; version hash = hasher.hexdigest()
 
 Formats: JSON Lines, JSON arrays, CSV/TSV (any single-character delimiter), Parquet, and
 folders written by datasets' save_to_disk; JSONL/JSON/CSV/TSV may come gzip-compressed or as
@@ -23,7 +24,7 @@ holding another, Arrow extension types, and caps hit while inflating (size, rati
 See Limits for the caps.
 """
 
-from .canonical import ROLES, ColumnMapping, VersionHasher, canonical_json, canonical_row, row_hash
+from .canonical import ROLES, ColumnMapping, VersionHasher, canonical_json, canonical_row, canonical_split, row_hash
 from .detect import SourceFormat, detect_format
 from .errors import BadRows, IngestError, Limits
 from .records import preview, read_records, suggest_mapping
@@ -38,6 +39,7 @@ __all__ = [
     "VersionHasher",
     "canonical_json",
     "canonical_row",
+    "canonical_split",
     "detect_format",
     "preview",
     "read_records",

@@ -19,6 +19,11 @@ normalized before hashing by these rules:
   trimming and no HTML escaping (pages escape when they render). NUL characters and unpaired
   surrogates are refused: PostgreSQL text cannot store them.
 - Floats that are NaN (pandas' missing value) are None; infinities are refused.
+
+A row's split (train, validation, ...) is not part of the row: the row hash is the content's
+alone, so a row keeps its hash when it moves to another split and diffs can tell a move from
+an edit. The split is part of the version: its content hash mixes each row's split in
+(VersionHasher), so two versions that differ only in split assignment hash differently.
 """
 
 from __future__ import annotations
@@ -37,11 +42,14 @@ import orjson
 
 from .errors import IngestError
 
-ROLES = ("id", "prompt", "response", "messages", "label", "reference")
+ROLES = ("id", "prompt", "response", "messages", "label", "reference", "split")
 MESSAGE_ROLES = ("system", "user", "assistant", "tool")
 # Role -> key of the canonical row ("id" is the source's own id, kept as ext_id).
+# "split" is no key of the row: canonical_split() reads it (see the module docstring).
 _ROW_KEYS = {"id": "ext_id", "prompt": "prompt", "response": "response", "messages": "messages",
              "label": "label", "reference": "reference"}
+# A split name is stored in a 16-character indexed column and appears in page addresses.
+SPLIT_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,16}")
 ROW_KEYS = ("ext_id", "prompt", "response", "messages", "label", "reference", "metadata")
 
 _FORBIDDEN = re.compile("[\x00\ud800-\udfff]")
@@ -221,6 +229,8 @@ def canonical_row(record: dict[str, Any], mapping: ColumnMapping, line: int) -> 
     roles = mapping.roles
     for column, role in roles.items():
         value = record.get(column)
+        if role == "split":
+            continue  # canonical_split()
         if role == "messages":
             row["messages"] = _messages(value, line, column)
         elif type(value) is str and value.isascii() and "\x00" not in value and "\r" not in value:
@@ -247,6 +257,22 @@ def canonical_row(record: dict[str, Any], mapping: ColumnMapping, line: int) -> 
             raise IngestError("no column is mapped to 'prompt' or 'messages'", line=line)
         raise IngestError("the row has no prompt (or messages)", line=line, column=column)
     return row
+
+
+def canonical_split(record: dict[str, Any], mapping: ColumnMapping, line: int) -> str:
+    """The split named by the record's column mapped to 'split' ("" when none is mapped or the
+    cell is empty). Raises IngestError naming `line` and the column for a name that is not 1 to
+    16 letters, digits, '_', '-' or '.', or for a list or object."""
+    column = mapping.column_for("split")
+    if column is None:
+        return ""
+    name = _scalar_text(record.get(column), line, column)
+    if name is None:
+        return ""
+    if not SPLIT_NAME.fullmatch(name):
+        raise IngestError(f"the split {name[:40]!r} is not a split name (1 to 16 letters, digits, '_', '-' or '.')",
+                          line=line, column=column)
+    return name
 
 
 # --- hashing ------------------------------------------------------------------------------
@@ -292,10 +318,22 @@ def row_hash(row: dict[str, Any]) -> str:
     return hashlib.sha256(canonical_json(row)).hexdigest()
 
 
+def split_entry(digest: bytes, split: str) -> bytes:
+    """What a row adds to its version's hash: its 32-byte row digest when it has no split (so
+    the hash of a version without splits is what it always was), else the sha256 of the split
+    name and the digest (a version's split assignment is part of its identity)."""
+    if not split:
+        return digest
+    return hashlib.sha256(b"split\x00" + split.encode("utf-8") + b"\x00" + digest).digest()
+
+
 class VersionHasher:
-    """The content hash of a dataset version: sha256 over the 32-byte sha256 digests of its
-    canonical rows, in order. It depends only on the rows (not on the source format), and can
-    be recomputed from stored row hashes with update_row_hash(). No rows: sha256 of nothing.
+    """The content hash of a dataset version: sha256 over one 32-byte entry per canonical row,
+    in order (split_entry: the row's digest, mixed with its split when it has one). It depends
+    only on the rows and their splits (not on the source format), and can be recomputed from
+    stored row hashes and splits with update_row_hash(). No rows: sha256 of nothing.
+
+    Versions made before splits counted kept their stored hash (their parent's, for a split).
     """
 
     def __init__(self, digests_to: BinaryIO | None = None) -> None:
@@ -305,20 +343,20 @@ class VersionHasher:
         # whole's hasher (update_digests): on disk, so that memory does not grow with the rows.
         self._digests_to = digests_to
 
-    def update(self, row: dict[str, Any]) -> str:
-        """Add the next row; return its row hash (to store beside it)."""
+    def update(self, row: dict[str, Any], split: str = "") -> str:
+        """Add the next row, in `split` ("" for none); return its row hash (to store beside it)."""
         digest = hashlib.sha256(canonical_json(row)).digest()
-        self._add(digest)
+        self._add(split_entry(digest, split))
         return digest.hex()
 
-    def update_row_hash(self, digest: str) -> None:
-        """Add the next row by its row_hash() hex digest."""
-        self._add(bytes.fromhex(digest))
+    def update_row_hash(self, digest: str, split: str = "") -> None:
+        """Add the next row by its row_hash() hex digest and its split."""
+        self._add(split_entry(bytes.fromhex(digest), split))
 
-    def update_digests(self, digests: bytes) -> None:
-        """Add rows by their raw 32-byte digests, in order (what another wrote to digests_to)."""
-        self._hash.update(digests)
-        self.count += len(digests) // 32
+    def update_digests(self, entries: bytes) -> None:
+        """Add rows by their 32-byte entries, in order (what another wrote to digests_to)."""
+        self._hash.update(entries)
+        self.count += len(entries) // 32
 
     def _add(self, digest: bytes) -> None:
         self._hash.update(digest)

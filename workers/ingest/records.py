@@ -95,6 +95,7 @@ SUGGESTIONS: dict[str, tuple[str, ...]] = {
     "messages": ("messages", "conversation", "conversations", "chat", "dialog", "dialogue"),
     "label": ("label", "class", "category", "labels"),
     "reference": ("reference", "target", "gold", "ground_truth", "expected", "expected_output"),
+    "split": ("split",),
 }
 
 
