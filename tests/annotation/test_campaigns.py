@@ -495,3 +495,36 @@ def test_a_manager_stops_the_model_suggestions_and_the_worker_honours_it(client,
     assert AuditEvent.objects.filter(action="campaign.suggestions_stop").count() == 1
     client.force_login(annotator)
     assert next_item(client, campaign).status_code == 200  # annotating goes on
+
+
+def test_agreement_with_consensus_counts_the_items_two_annotators_disagree_on(client, scientist, annotator,
+                                                                            second_annotator, project, owner):
+    from apps.datasets.models import Dataset
+    from apps.datasets.writer import write_version
+
+    version = write_version(dataset=Dataset.objects.create(project=project, name="Sixteen", created_by=owner),
+                            records=[{"id": f"s{i}", "prompt": f"Text {i}"} for i in range(16)],
+                            roles={"id": "id", "prompt": "prompt"})
+    client.force_login(scientist)
+    fields = [{"name": "sentiment", "type": "single_label", "labels": ["positive", "negative"]}]
+    campaign = make_campaign(client, project, version, overlap=2, schema=make_schema(client, project, fields))
+    # anna: positive on examples 1-8, negative on 9-16. ben agrees on 1-5 and 9-13 and says the
+    # opposite on 6-8 and 14-16: 6 of 16 disagree.
+    labels = {annotator: lambda p: "positive" if p < 8 else "negative",
+              second_annotator: lambda p: ("positive" if p < 8 else "negative") if p % 8 < 5 else
+              ("negative" if p < 8 else "positive")}
+    for user, label_of in labels.items():
+        client.force_login(user)
+        while (response := next_item(client, campaign)).status_code == 200:
+            item = response.json()
+            assert submit(client, campaign, item["id"], {"sentiment": label_of(item["position"])}).status_code == 201
+    client.force_login(scientist)
+    quality = client.get(f"/api/campaigns/{campaign['id']}/quality/").json()
+    sentiment = quality["fields"][0]
+    assert sentiment["disagreements"] == 6 and sentiment["items_with_2_plus"] == 16
+    # By hand: each agreed with the (shared) answer on the 10 agreed items; the 6 others have no
+    # majority. 10/16 = 0.625. Cohen: p_o = 10/16, both said positive 8 times and negative 8 times,
+    # p_e = (8*8 + 8*8)/256 = 0.5, kappa = (0.625 - 0.5)/(1 - 0.5) = 0.25.
+    people = {p["annotator"]: p["consensus_agreement"] for p in quality["annotators"]}
+    assert people == {"anna": 0.625, "ben": 0.625}
+    assert sentiment["cohen_kappa"][0]["kappa"] == pytest.approx(0.25)
