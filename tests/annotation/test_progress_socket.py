@@ -119,3 +119,43 @@ def test_an_annotator_removed_from_the_project_while_watching_is_disconnected(ow
         await socket.disconnect(timeout=TIMEOUT_S)
 
     run(scenario)
+
+
+def test_reviewers_get_the_agreement_and_annotator_tables_live_and_annotators_do_not(owner, annotator,
+                                                                                   second_annotator, campaign):
+    Campaign.objects.filter(pk=campaign.pk).update(overlap=2)
+    manager, worker = headers_for(owner), headers_for(annotator)
+
+    async def scenario():
+        watching = socket_for(campaign, manager)
+        assert (await watching.connect(timeout=TIMEOUT_S))[0]
+        first = await watching.receive_json_from(timeout=TIMEOUT_S)
+        assert first["quality"]["annotators"] == [] and "No annotations yet." in first["quality_html"]
+        annotating = socket_for(campaign, worker)
+        assert (await annotating.connect(timeout=TIMEOUT_S))[0]
+        assert "quality" not in await annotating.receive_json_from(timeout=TIMEOUT_S)
+        # anna and ben answer the same first example differently: a disagreement, no consensus.
+        await sync_to_async(answer_one)(annotator, campaign)
+        await watching.receive_json_from(timeout=TIMEOUT_S)
+        await sync_to_async(lambda: answer_first_with(second_annotator, campaign, "negative"))()
+        message = await watching.receive_json_from(timeout=TIMEOUT_S)
+        assert message["progress"]["annotations"] == 2
+        sentiment = next(f for f in message["quality"]["fields"] if f["field"] == "sentiment")
+        assert (sentiment["items_with_2_plus"], sentiment["disagreements"]) == (1, 1)
+        people = {p["annotator"]: p for p in message["quality"]["annotators"]}
+        assert people["anna"]["annotations"] == 1 and people["ben"]["annotations"] == 1
+        assert '<td>ben</td><td>1</td>' in message["quality_html"]
+        later = await annotating.receive_json_from(timeout=TIMEOUT_S)
+        assert later["progress"]["annotations"] >= 1 and "quality" not in later and "quality_html" not in later
+        await watching.disconnect()
+        await annotating.disconnect()
+
+    run(scenario)
+
+
+def answer_first_with(user, campaign, sentiment) -> None:
+    """Answer the campaign's first example (which the queue would hand to someone else first)."""
+    campaign = Campaign.objects.get(pk=campaign.pk)
+    item = Item.objects.select_related("row").get(campaign=campaign, position=0)
+    services.submit(user=user, campaign=campaign, item=item, client_id=str(uuid.uuid4()),
+                    values=answer(sentiment=sentiment))

@@ -181,6 +181,36 @@ def test_a_manager_watches_the_campaign_progress_move_as_annotators_answer(page,
     expect(progress.get_by_role("progressbar")).to_have_attribute("value", "2")
 
 
+def test_a_manager_watches_agreement_and_the_annotator_table_move_as_annotators_answer(
+        page, client, scientist, annotator, second_annotator, project, review_version):
+    client.force_login(scientist)
+    campaign = make_campaign(client, project, review_version, schema=make_schema(client, project, KEYBOARD_FIELDS),
+                             overlap=2, sample=2, seed=4)
+    browser_login(page, "sofia")
+    page.goto(f"/projects/{project.pk}/campaigns/{campaign['id']}/")
+    people = page.get_by_test_id("annotators")
+    expect(people).to_contain_text("No annotations yet.")
+    expect(page.get_by_test_id("campaign-progress").locator("[data-field=live]")).to_be_visible()
+    # Both prefer A on both examples; on sentiment they agree on the first and not the second.
+    for user, labels in ((annotator, ["positive", "positive"]), (second_annotator, ["positive", "negative"])):
+        client.force_login(user)
+        for label in labels:
+            item = next_item(client, campaign).json()
+            assert submit(client, campaign, item["id"], {"sentiment": label, "better": "A"}).status_code == 201
+    expect(page.get_by_test_id("campaign-progress")).to_contain_text("4 / 4 annotations")
+    # No reload. Sentiment by hand: item agreements 1 and 0, P = 0.5; answers 3 positive, 1
+    # negative, P_e = (3/4)^2 + (1/4)^2 = 0.625; Fleiss' kappa = (0.5 - 0.625) / (1 - 0.625) = -0.333.
+    # Krippendorff: coincidences pos-pos 2, pos-neg 1, neg-pos 1 (n = 4, n_pos = 3, n_neg = 1):
+    # D_o = 2/4, D_e = 2 * 3 * 1 / (4 * 3) = 0.5, alpha = 1 - D_o / D_e = 0.
+    # Agreement with consensus: sentiment 1/2 (the split example has none), better 2/2; mean 0.75.
+    sentiment = page.get_by_test_id("agreement").locator("tr", has_text="sentiment")
+    expect(sentiment.locator("td")).to_have_text(["sentiment", "nominal", "2", "-0.333", "0.000", "1"])
+    for name in ("anna", "ben"):
+        expect(people.locator("tr", has_text=name).locator("td").nth(1)).to_have_text("2")
+        expect(people.locator("tr", has_text=name).locator("td").nth(4)).to_have_text("0.75")
+    expect(page.get_by_test_id("agreement-chart")).to_contain_text("Agreement per field")
+
+
 SELECT_IN_SOURCE = """([testid, wanted]) => {
   // What a mouse drag over `wanted` in the span source leaves: a selection of those characters,
   // across whatever highlights they cross.
