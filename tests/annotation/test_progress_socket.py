@@ -29,8 +29,8 @@ def campaign(project, owner, review_version):
                                     dataset_version_id=review_version.pk, schema_id=schema.pk, overlap=1)
 
 
-def socket_for(campaign, headers) -> WebsocketCommunicator:
-    return WebsocketCommunicator(application, f"/ws/campaigns/{campaign.pk}/", headers=headers)
+def socket_for(campaign, headers, query: str = "") -> WebsocketCommunicator:
+    return WebsocketCommunicator(application, f"/ws/campaigns/{campaign.pk}/{query}", headers=headers)
 
 
 def answer_one(user, campaign) -> None:
@@ -121,19 +121,23 @@ def test_an_annotator_removed_from_the_project_while_watching_is_disconnected(ow
     run(scenario)
 
 
-def test_reviewers_get_the_agreement_and_annotator_tables_live_and_annotators_do_not(owner, annotator,
+def test_reviewers_asking_get_the_agreement_and_annotator_tables_live_and_annotators_do_not(owner, annotator,
                                                                                    second_annotator, campaign):
     Campaign.objects.filter(pk=campaign.pk).update(overlap=2)
     manager, worker = headers_for(owner), headers_for(annotator)
 
     async def scenario():
-        watching = socket_for(campaign, manager)
+        watching = socket_for(campaign, manager, "?tables=1")
         assert (await watching.connect(timeout=TIMEOUT_S))[0]
         first = await watching.receive_json_from(timeout=TIMEOUT_S)
         assert first["quality"]["annotators"] == [] and "No annotations yet." in first["quality_html"]
-        annotating = socket_for(campaign, worker)
+        annotating = socket_for(campaign, worker, "?tables=1")  # asked, not given
         assert (await annotating.connect(timeout=TIMEOUT_S))[0]
         assert "quality" not in await annotating.receive_json_from(timeout=TIMEOUT_S)
+        plain = socket_for(campaign, manager)  # the manager's own annotating page: counts only
+        assert (await plain.connect(timeout=TIMEOUT_S))[0]
+        assert "quality" not in await plain.receive_json_from(timeout=TIMEOUT_S)
+        await plain.disconnect()
         # anna and ben answer the same first example differently: a disagreement, no consensus.
         await sync_to_async(answer_one)(annotator, campaign)
         await watching.receive_json_from(timeout=TIMEOUT_S)

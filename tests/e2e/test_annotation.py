@@ -211,6 +211,66 @@ def test_a_manager_watches_agreement_and_the_annotator_table_move_as_annotators_
     expect(page.get_by_test_id("agreement-chart")).to_contain_text("Agreement per field")
 
 
+def test_the_annotators_campaign_count_moves_as_everyone_answers(page, client, scientist, annotator,
+                                                                  second_annotator, project, review_version):
+    client.force_login(scientist)
+    campaign = make_campaign(client, project, review_version, schema=make_schema(client, project, KEYBOARD_FIELDS),
+                             overlap=2)
+    browser_login(page, "anna")
+    page.goto(f"/projects/{project.pk}/campaigns/{campaign['id']}/annotate/")
+    progress = page.get_by_test_id("progress")
+    expect(progress).to_have_text("Mine: 0 · campaign: 0 / 20 annotations")
+    client.force_login(second_annotator)  # ben works meanwhile
+    for _ in range(2):
+        item = next_item(client, campaign).json()
+        assert submit(client, campaign, item["id"], {"sentiment": "positive", "better": "A"}).status_code == 201
+    expect(progress).to_have_text("Mine: 0 · campaign: 2 / 20 annotations")  # no reload, no answer of hers
+    page.keyboard.press("1")
+    page.keyboard.press("a")
+    page.keyboard.press("Control+Enter")
+    expect(progress).to_have_text("Mine: 1 · campaign: 3 / 20 annotations")
+
+
+def test_a_suggestions_pre_fill_and_its_diff_survive_a_reload(page, client, scientist, annotator, project,
+                                                              review_version):
+    client.force_login(scientist)
+    fields = [{"name": "sentiment", "type": "single_label", "labels": ["positive", "negative", "neutral"]},
+              {"name": "ideal", "type": "text", "prefill": "response", "required": True}]
+    campaign = make_campaign(client, project, review_version, schema=make_schema(client, project, fields), sample=1)
+    # What a finished suggestion job leaves: the form starts its text from the model's draft.
+    schema = LabelSchema.objects.get(campaigns__id=campaign["id"])
+    schema.fields[1]["prefill"] = "suggestion"
+    schema.save(update_fields=["fields"])
+    suggestion = {"model": None, "values": {"sentiment": "negative", "ideal": "The parcel was late."}}
+    Item.objects.filter(campaign_id=campaign["id"]).update(suggestion=suggestion)
+    Campaign.objects.filter(pk=campaign["id"]).update(suggestion_state="succeeded")
+
+    browser_login(page, "anna")
+    page.goto(f"/projects/{project.pk}/campaigns/{campaign['id']}/annotate/")
+    title = page.get_by_test_id("item-title")
+    expect(title).to_have_text("Example 1 — pre-filled by the model: check it")
+    expect(page.get_by_label("[2] negative")).to_be_checked()
+    ideal = page.get_by_label("ideal")
+    expect(ideal).to_have_value("The parcel was late.")
+    ideal.press("End")
+    ideal.type(" Sorry!")
+    expect(page.get_by_test_id("diff").locator("ins")).to_contain_text(["Sorry!"])
+    expect(page.get_by_test_id("status")).to_have_text("Draft saved.")
+
+    page.reload()
+    expect(title).to_have_text("Example 1 — pre-filled by the model: check it")  # still the model's draft
+    expect(ideal).to_have_value("The parcel was late. Sorry!")  # her draft
+    diff = page.get_by_test_id("diff")  # against the suggestion, still
+    expect(diff.locator("ins", has_text="Sorry!")).to_have_count(1)
+    expect(diff.locator("del")).to_have_count(0)
+    expect(page.get_by_label("[2] negative")).to_be_checked()
+    page.keyboard.press("Control+Enter")
+    expect(page.get_by_test_id("done")).to_be_visible()
+    kept = Annotation.objects.get(annotator=annotator)
+    assert kept.values == {"sentiment": "negative", "ideal": "The parcel was late. Sorry!"}
+    assert kept.suggestion == suggestion
+
+
 SELECT_IN_SOURCE = """([testid, wanted]) => {
   // What a mouse drag over `wanted` in the span source leaves: a selection of those characters,
   // across whatever highlights they cross.
