@@ -1,5 +1,6 @@
 // The annotator's page: one item at a time from the campaign's queue, keyboard first, no reload.
-// Keys: label hotkeys (1-9 unless the form names others), a/b/… pick a response, t tie, x both
+// Keys: label hotkeys (1-9, then free letters, then those with Shift, unless the form names
+// others: apps/annotation/schema.py HOTKEYS), a/b/… pick a response, t tie, x both
 // bad, Ctrl+Enter submits, S skips, Backspace or ← goes back to fix the previous answer, ? lists
 // the shortcuts. Every submission carries a client id made when the item is shown, so a retry
 // after a network error never counts twice. Drafts autosave. Example text arrives as HTML the
@@ -81,6 +82,8 @@
   });
 
   // --- keys ----------------------------------------------------------------------------------
+  // A capital letter is typed with Shift: the page says so.
+  function keyName(key) { return /^[A-Z]$/.test(key) ? "Shift+" + key : key; }
   var keymap = {};
   fields.forEach(function (field) {
     (field.type === "single_label" || field.type === "multi_label" ? field.labels : []).forEach(function (label) {
@@ -99,7 +102,7 @@
   }
   var list = dialog.querySelector("[data-testid=shortcut-list]");
   Object.keys(keymap).forEach(function (key) {
-    list.append(el("li", {}, key + " — " + keymap[key].field.name + ": " + keymap[key].value));
+    list.append(el("li", {}, keyName(key) + " — " + keymap[key].field.name + ": " + keymap[key].value));
   });
   [["Ctrl+Enter", "submit"], ["S", "skip"], ["Backspace or ←", "previous item (fix it)"], ["?", "these shortcuts"]]
     .forEach(function (pair) { list.append(el("li", {}, pair[0] + " — " + pair[1])); });
@@ -214,7 +217,7 @@
         field.labels.forEach(function (label) {
           var on = field.type === "single_label" ? value === label.value : (value || []).indexOf(label.value) >= 0;
           set.append(choice(field, field.type === "single_label" ? "radio" : "checkbox", label.value,
-            (label.hotkey ? "[" + label.hotkey + "] " : "") + label.value, on));
+            (label.hotkey ? "[" + keyName(label.hotkey) + "] " : "") + label.value, on));
         });
       } else if (field.type === "rating") {
         for (var n = field.min; n <= field.max; n++) {

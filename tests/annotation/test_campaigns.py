@@ -528,3 +528,49 @@ def test_agreement_with_consensus_counts_the_items_two_annotators_disagree_on(cl
     people = {p["annotator"]: p["consensus_agreement"] for p in quality["annotators"]}
     assert people == {"anna": 0.625, "ben": 0.625}
     assert sentiment["cohen_kappa"][0]["kappa"] == pytest.approx(0.25)
+
+
+def classify_form(version, **changes) -> dict:
+    return {"name": "Tone", "dataset_version": version.pk, "schema": "preset:classify", "labels": "",
+            "overlap": 1, "lease_seconds": 600, "seed": 0, **changes}
+
+
+def test_the_classify_form_takes_the_versions_labels_or_the_ones_typed_in(client, scientist, project, review_version,
+                                                                         owner):
+    from apps.datasets.models import Dataset
+    from apps.datasets.writer import write_version
+
+    client.force_login(scientist)
+    url = f"/projects/{project.pk}/campaigns/new/"
+    page = client.get(url)
+    assert f'"{review_version.pk}": ["negative", "positive"]'.encode() in page.content  # where the editor starts
+    assert client.post(url, classify_form(review_version)).status_code == 302
+    # The version's labels (5 of each: then in alphabetical order), not positive/negative/neutral.
+    labels = Campaign.objects.get().schema.fields[0]["labels"]
+    assert [(label["value"], label["hotkey"]) for label in labels] == [("negative", "1"), ("positive", "2")]
+
+    typed = client.post(url, classify_form(review_version, name="Tone 2", labels="late\n\n  early \nlost"))
+    assert typed.status_code == 302
+    assert [label["value"] for label in LabelSchema.objects.get(campaigns__name="Tone 2").fields[0]["labels"]] == [
+        "late", "early", "lost"]
+
+    unlabelled = write_version(dataset=Dataset.objects.create(project=project, name="Plain", created_by=owner),
+                               records=[{"prompt": "hello"}], roles={"prompt": "prompt"})
+    refused = client.post(url, classify_form(unlabelled, name="Tone 3"))
+    assert refused.status_code == 400 and b"has no labels: add the labels" in refused.content
+    twice = client.post(url, classify_form(review_version, name="Tone 4", labels="late\nlate"))
+    assert twice.status_code == 400 and b"listed twice" in twice.content
+    assert Campaign.objects.count() == 2
+
+
+def test_every_label_gets_a_key_past_the_ninth_around_the_pages_own_and_the_forms_named_keys():
+    from apps.annotation.schema import RESERVED_KEYS, validate_schema
+
+    fields = validate_schema([
+        {"name": "topic", "type": "single_label", "labels": [f"t{i}" for i in range(30)]},
+        {"name": "flag", "type": "multi_label", "labels": [{"value": "spam", "hotkey": "j"}]}])
+    keys = [label["hotkey"] for label in fields[0]["labels"]]
+    # 1-9, then the letters the page does not keep (not a-h, s, t, x; j is the other field's), then Shift+letter.
+    assert keys == [*"123456789", *"iklmnopqruvwyz", *"IJKLMNO"]
+    assert len(set(keys)) == 30 and not {key.lower() for key in keys} & RESERVED_KEYS
+    assert fields[1]["labels"][0]["hotkey"] == "j"

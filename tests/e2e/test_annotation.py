@@ -42,6 +42,68 @@ def test_a_scientist_creates_a_campaign_from_a_ready_made_form(page, scientist, 
     assert LabelSchema.objects.count() == 1  # the refused first try left no form behind
 
 
+def test_classify_labels_come_from_the_version_are_edited_in_the_form_and_each_gets_a_key(
+        page, scientist, annotator, project, review_version):
+    browser_login(page, "sofia")
+    page.goto(f"/projects/{project.pk}/campaigns/new/")
+    page.get_by_label("Name").fill("Tone")
+    page.get_by_label("Annotation form").select_option(label="Custom (JSON below)")
+    editor = page.get_by_test_id("label-editor")
+    expect(editor).to_be_hidden()  # only for Classify
+    page.get_by_label("Annotation form").select_option(label="Classify")
+    expect(editor.get_by_role("textbox", name="Label 1")).to_have_value("negative")  # the version's labels
+    expect(editor.get_by_role("textbox", name="Label 2")).to_have_value("positive")
+    editor.get_by_role("textbox", name="Label 2").fill("glad")  # rename
+    editor.get_by_role("button", name="Remove negative").click()
+    expect(editor.get_by_role("textbox", name="Label 1")).to_have_value("glad")
+    for n in range(1, 11):
+        editor.get_by_role("textbox", name="New label").fill(f"topic {n}")
+        editor.get_by_role("textbox", name="New label").press("Enter")  # adds; does not send the form
+    editor.get_by_role("textbox", name="New label").fill("glad")
+    editor.get_by_role("button", name="Add label").click()
+    expect(page.get_by_test_id("label-note")).to_have_text("“glad” is already listed.")
+    keys = editor.get_by_test_id("label-key")
+    expect(keys).to_have_count(11)
+    expect(keys.nth(8)).to_have_text("key 9")
+    expect(keys.nth(9)).to_have_text("key i")  # past the ninth: letters the page does not keep
+    expect(keys.nth(10)).to_have_text("key j")
+    page.get_by_role("button", name="Create campaign").click()
+    expect(page.get_by_test_id("campaign-name")).to_have_text("Tone")
+    labels = Campaign.objects.get().schema.fields[0]["labels"]
+    assert [(label["value"], label["hotkey"]) for label in labels] == [
+        ("glad", "1"), *((f"topic {n}", str(n + 1)) for n in range(1, 9)), ("topic 9", "i"), ("topic 10", "j")]
+
+    page.get_by_role("button", name="Log out").click()
+    browser_login(page, "anna")
+    page.goto(f"/projects/{project.pk}/campaigns/{Campaign.objects.get().pk}/annotate/")
+    expect(page.get_by_test_id("item-title")).to_have_text("Example 1")
+    page.keyboard.press("j")
+    expect(page.get_by_label("[j] topic 10")).to_be_checked()
+    page.keyboard.press("?")
+    shortcuts = page.get_by_test_id("shortcut-list")
+    expect(shortcuts).to_contain_text("1 — label: glad")
+    expect(shortcuts).to_contain_text("i — label: topic 9")
+    expect(shortcuts).to_contain_text("j — label: topic 10")
+    page.keyboard.press("Escape")
+    page.keyboard.press("Control+Enter")
+    expect(page.get_by_test_id("item-title")).to_have_text("Example 2")
+    assert Annotation.objects.get().values == {"label": "topic 10"}
+
+
+def test_labels_past_the_page_letters_are_typed_with_shift_and_listed_so(page, client, scientist, annotator,
+                                                                         project, review_version):
+    client.force_login(scientist)
+    fields = [{"name": "topic", "type": "single_label", "labels": [f"t{n}" for n in range(1, 26)]}]
+    campaign = make_campaign(client, project, review_version, schema=make_schema(client, project, fields))
+    browser_login(page, "anna")
+    page.goto(f"/projects/{project.pk}/campaigns/{campaign['id']}/annotate/")
+    expect(page.get_by_test_id("item-title")).to_have_text("Example 1")
+    page.keyboard.press("Shift+I")  # the 25th: 9 digits and 15 letters are taken
+    expect(page.get_by_label("[Shift+I] t25")).to_be_checked()
+    page.keyboard.press("?")
+    expect(page.get_by_test_id("shortcut-list")).to_contain_text("Shift+I — topic: t25")
+
+
 def test_an_annotator_does_ten_items_with_the_keyboard_and_finds_her_progress_after_a_reload(
         page, client, scientist, annotator, project, review_version):
     client.force_login(scientist)
