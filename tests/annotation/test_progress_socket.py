@@ -163,3 +163,31 @@ def answer_first_with(user, campaign, sentiment) -> None:
     item = Item.objects.select_related("row").get(campaign=campaign, position=0)
     services.submit(user=user, campaign=campaign, item=item, client_id=str(uuid.uuid4()),
                     values=answer(sentiment=sentiment))
+
+
+def test_an_edited_answer_recounts_the_dashboards_agreement(owner, annotator, second_annotator, campaign):
+    from apps.annotation.models import Annotation
+
+    Campaign.objects.filter(pk=campaign.pk).update(overlap=2)
+    answer_first_with(annotator, campaign, "positive")
+    answer_first_with(second_annotator, campaign, "negative")
+    headers = headers_for(owner)
+
+    async def scenario():
+        socket = socket_for(campaign, headers, "?tables=1")
+        assert (await socket.connect(timeout=TIMEOUT_S))[0]
+        before = (await socket.receive_json_from(timeout=TIMEOUT_S))["quality"]["fields"][0]
+        assert before["field"] == "sentiment" and before["disagreements"] == 1
+
+        def ben_changes_his_mind():
+            mine = Annotation.objects.select_related("item__row", "item__campaign__project", "schema").get(
+                annotator=second_annotator)
+            services.edit(user=second_annotator, annotation=mine, revision=mine.revision,
+                          values=answer(sentiment="positive"))
+
+        await sync_to_async(ben_changes_his_mind)()
+        after = (await socket.receive_json_from(timeout=TIMEOUT_S))["quality"]["fields"][0]
+        assert after["disagreements"] == 0  # the count did not move; the agreement did
+        await socket.disconnect()
+
+    run(scenario)
