@@ -97,19 +97,20 @@ def majority(answers: Mapping[Hashable, Hashable]) -> tuple[Hashable | None, flo
 
 
 def agreement_with_consensus(units: Units) -> dict[Hashable, dict]:
-    """Per annotator: how often they gave the majority answer, on items with a majority and
-    at least one other annotator (their own vote counted, as in most consensus scores)."""
+    """Per annotator: how often they gave the majority answer, on items with at least one other
+    annotator (their own vote counted, as in most consensus scores). An item without a majority
+    (a tie for first: two annotators who disagree) has no consensus to agree with, so it counts
+    against everyone on it; skipping those items made two annotators who disagree on a third of
+    their items both score 1.0."""
     scores: dict = {}
     for answers in units.values():
         if len(answers) < 2:
             continue
         consensus, _ = majority(answers)
-        if consensus is None:
-            continue
         for annotator, value in answers.items():
             entry = scores.setdefault(annotator, {"agreed": 0, "items": 0})
             entry["items"] += 1
-            entry["agreed"] += value == consensus
+            entry["agreed"] += consensus is not None and value == consensus
     return {a: {**s, "rate": s["agreed"] / s["items"]} for a, s in scores.items()}
 
 

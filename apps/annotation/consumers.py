@@ -12,7 +12,9 @@ RECOUNT_EVERY_S = 1.0
 
 class CampaignProgressConsumer(PolicyConsumer):
     """A campaign's progress for whoever may see the campaign: on connect, then again after
-    answers change (counted at most once every RECOUNT_EVERY_S, the last change always counted)."""
+    answers change (counted at most once every RECOUNT_EVERY_S, the last change always counted).
+    Its managers and reviewers, when they ask (?tables=1, the dashboard), also get the agreement
+    and annotator tables, rendered as the page renders them, and the numbers behind its charts."""
 
     def allowed(self) -> bool:
         from django.contrib.auth import get_user_model
@@ -31,6 +33,8 @@ class CampaignProgressConsumer(PolicyConsumer):
         return [events.campaign_group(self.campaign_id), user_group(self.scope["user"].pk)]
 
     async def on_accepted(self) -> None:
+        # Only the dashboard asks for the tables (?tables=1): they cost a pass over every answer.
+        self.wants_tables = b"tables=1" in self.scope.get("query_string", b"").split(b"&")
         self.counted_at, self.dirty, self.recount = 0.0, False, None
         await self._send_progress()
 
@@ -53,15 +57,31 @@ class CampaignProgressConsumer(PolicyConsumer):
 
     async def _send_progress(self) -> None:
         self.counted_at = time.monotonic()
-        progress = await database_sync_to_async(self._progress)()
-        await self.send_json({"type": "progress", "progress": progress})
+        message = await database_sync_to_async(self._message)()
+        await self.send_json(message)
 
-    def _progress(self) -> dict:
-        from apps.annotation import services
+    def _message(self) -> dict:
+        from django.contrib.auth import get_user_model
+        from django.template.loader import render_to_string
+
+        from apps.annotation import quality, services
         from apps.annotation.models import Campaign
+        from apps.projects import policy
 
-        campaign = Campaign.objects.get(pk=self.campaign_id)
+        campaign = Campaign.objects.select_related("project", "schema").get(pk=self.campaign_id)
         progress = services.progress(campaign)
         if campaign.suggestion_model_id:
             progress["suggestions"] = {"state": campaign.suggestion_state, **campaign.suggestion_progress}
-        return progress
+        message = {"type": "progress", "progress": progress}
+        # Asked at every count: a reviewer who loses the role stops getting the tables at once.
+        if not self.wants_tables:
+            return message
+        user = get_user_model().objects.filter(pk=self.scope["user"].pk, is_active=True).first()
+        if user is not None and policy.project_permissions(user, campaign.project) & REVIEWERS:
+            numbers = quality.campaign_quality(campaign)
+            message["quality"] = numbers
+            message["quality_html"] = render_to_string("annotation/_quality.html", {"quality": numbers})
+        return message
+
+
+REVIEWERS = frozenset({"campaign.manage", "annotation.review"})

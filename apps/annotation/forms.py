@@ -5,9 +5,12 @@ import json
 
 from django import forms
 
-# Ready-made forms for the common jobs; "custom" takes the fields as JSON.
+from apps.annotation.selectors import version_labels
+
+# Ready-made forms for the common jobs; "custom" takes the fields as JSON. Classify's labels are
+# filled in from the form (the label editor), by default the dataset version's labels.
 PRESETS = {
-    "classify": ("Classify", [{"name": "label", "type": "single_label", "labels": ["positive", "negative", "neutral"]}]),
+    "classify": ("Classify", [{"name": "label", "type": "single_label", "labels": []}]),
     "rate": ("Rate the response", [
         {"name": "helpfulness", "type": "rating", "min": 1, "max": 5, "description": "Does it answer the request?"},
         {"name": "correctness", "type": "rating", "min": 1, "max": 5, "description": "Is everything in it true?"},
@@ -29,6 +32,9 @@ class CampaignForm(forms.Form):
                                   help_text="Only for “custom”: a list of fields, e.g. "
                                             "[{\"name\": \"topic\", \"type\": \"single_label\", "
                                             "\"labels\": [\"billing\", \"shipping\"]}].")
+    labels = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 4}), label="Labels",
+                             help_text="Only for “Classify”: one label a line, in the order of their keys. "
+                                       "Empty: the labels of the dataset version.")
     guidelines = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 6}),
                                  help_text="Markdown, shown to annotators beside every item.")
     overlap = forms.IntegerField(initial=1, help_text="How many different annotators answer each example.")
@@ -50,6 +56,7 @@ class CampaignForm(forms.Form):
 
     def __init__(self, *args, versions, schemas, annotators, models, **kwargs):
         super().__init__(*args, **kwargs)
+        self.versions = {v.pk: v for v in versions}
         self.fields["dataset_version"].choices = [(v.pk, f"{v.dataset.name} v{v.number} ({v.row_count} rows)")
                                                   for v in versions]
         self.fields["schema"].choices = (
@@ -63,6 +70,9 @@ class CampaignForm(forms.Form):
         choice = self.cleaned_data["schema"]
         if choice.startswith("saved:"):
             return "saved", int(choice.split(":", 1)[1])
+        if choice == "preset:classify":
+            name, fields = PRESETS["classify"]
+            return "fields", (name, [{**fields[0], "labels": self.classify_labels()}])
         if choice.startswith("preset:"):
             return "fields", PRESETS[choice.split(":", 1)[1]]
         try:
@@ -70,9 +80,24 @@ class CampaignForm(forms.Form):
         except json.JSONDecodeError as exc:
             raise forms.ValidationError({"fields_json": f"not valid JSON: {exc.msg} (line {exc.lineno})"}) from None
 
+    def classify_labels(self) -> list[str]:
+        """The labels typed in (one a line), else those of the chosen dataset version."""
+        typed = [line.strip() for line in self.cleaned_data["labels"].splitlines() if line.strip()]
+        labels = typed or version_labels(self.versions[self.cleaned_data["dataset_version"]])
+        if not labels:
+            raise forms.ValidationError({"labels": "This dataset version has no labels: add the labels to "
+                                                   "classify into."})
+        return labels
+
+    def labels_by_version(self) -> dict[int, list[str]]:
+        """What the label editor starts from when a version is chosen."""
+        return {pk: version_labels(version) for pk, version in self.versions.items()}
+
     def field_for(self, name: str | None) -> str | None:
         if not name:
             return None
+        if name.startswith("fields[0].labels") and self.cleaned_data.get("schema") == "preset:classify":
+            return "labels"
         if name.startswith("fields"):
             return "fields_json"
         return name if name in self.fields else None

@@ -1,7 +1,9 @@
 """Label schemas: the fields of one annotation form, and the checks of an answer against them.
 
 A schema is a list of fields, each {"name", "type", ...}. Types:
-- single_label / multi_label: "labels": [{"value", "hotkey"?, "description"?}], hotkeys default 1..9;
+- single_label / multi_label: "labels": [{"value", "hotkey"?, "description"?}]; a label without a
+  hotkey gets the next free one of HOTKEYS (1-9, then letters the page does not keep, then those
+  letters with Shift);
 - text: free text ("max_length", "prefill": "response" | "suggestion" | "" — what the editor starts
   with; the page shows the diff against it);
 - rating: one named criterion, an integer in ["min", "max"] with an optional description per value;
@@ -32,6 +34,10 @@ PREFERENCE_EXTRA = ("tie", "both_bad")
 # Keys the annotation page keeps for itself: s skips, ? shows the shortcuts, a-h pick a
 # preference's responses, t and x are tie and both bad.
 RESERVED_KEYS = frozenset("s?abcdefghtx")
+_FREE_LETTERS = [c for c in string.ascii_lowercase if c not in RESERVED_KEYS]
+# Handed out in this order to labels that name none: every label of a form up to this many
+# (39) has a key; a label past them (a form can hold more) has none.
+HOTKEYS = tuple("123456789") + tuple(_FREE_LETTERS) + tuple(c.upper() for c in _FREE_LETTERS)
 CANDIDATE_PATH = re.compile(r"^(prompt|response|reference|metadata\.[A-Za-z0-9_\-]{1,64})$")
 
 
@@ -50,6 +56,9 @@ def validate_schema(fields: Any) -> list[dict]:
     if len(fields) > MAX_FIELDS:
         raise _fail(f"at most {MAX_FIELDS} fields", "fields")
     normalised, names, hotkeys = [], set(), set()
+    # Keys a label names are its own wherever its field comes: handed-out keys go around them.
+    named = {label.get("hotkey") for spec in fields if isinstance(spec, dict) and isinstance(spec.get("labels"), list)
+             for label in spec["labels"] if isinstance(label, dict) and isinstance(label.get("hotkey"), str)}
     for index, spec in enumerate(fields):
         where = f"fields[{index}]"
         if not isinstance(spec, dict):
@@ -66,7 +75,7 @@ def validate_schema(fields: Any) -> list[dict]:
         field = {"name": name, "type": kind, "required": bool(spec.get("required", kind != "text")),
                  "description": _short_text(spec.get("description", ""), f"{where}.description", 1000)}
         if kind in ("single_label", "multi_label", "spans"):
-            field["labels"] = _labels(spec.get("labels"), where, hotkeys, auto_hotkeys=kind != "spans")
+            field["labels"] = _labels(spec.get("labels"), where, hotkeys, named, auto_hotkeys=kind != "spans")
         if kind == "spans":
             source = spec.get("source", "response")
             if source not in ("prompt", "response"):
@@ -99,9 +108,9 @@ def validate_schema(fields: Any) -> list[dict]:
     return normalised
 
 
-def _labels(labels: Any, where: str, hotkeys: set, *, auto_hotkeys: bool) -> list[dict]:
-    """Labels with their hotkeys; the form's hotkeys are unique across its fields (1-9 given out
-    in order where none is named)."""
+def _labels(labels: Any, where: str, hotkeys: set, named: set, *, auto_hotkeys: bool) -> list[dict]:
+    """Labels with their hotkeys; the form's hotkeys are unique across its fields (HOTKEYS given
+    out in order where none is named, skipping those named anywhere in the form)."""
     if not isinstance(labels, list) or not labels:
         raise _fail("labels is a non-empty list", f"{where}.labels")
     if len(labels) > MAX_LABELS:
@@ -118,7 +127,7 @@ def _labels(labels: Any, where: str, hotkeys: set, *, auto_hotkeys: bool) -> lis
         values.add(value)
         hotkey = label.get("hotkey")
         if hotkey is None and auto_hotkeys:
-            hotkey = next((str(n) for n in range(1, 10) if str(n) not in hotkeys), None)
+            hotkey = next((key for key in HOTKEYS if key not in hotkeys and key not in named), None)
         if hotkey is not None:
             if (not isinstance(hotkey, str) or len(hotkey) != 1 or hotkey.lower() in RESERVED_KEYS
                     or not hotkey.isprintable() or hotkey.isspace()):

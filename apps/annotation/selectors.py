@@ -11,6 +11,12 @@ from apps.annotation.services import annotation_payload, row_dict
 from apps.core.rendering import render_markdown
 
 
+def version_labels(version) -> list[str]:
+    """A dataset version's label values, the most frequent first (the top ones its stats keep,
+    counted when it was written: no pass over its rows)."""
+    return list((version.stats or {}).get("labels", {}))
+
+
 def example_payload(item: Item, fields: list[dict]) -> dict:
     """The example as the annotator sees it: raw text (for spans and diffs) and safe HTML."""
     row = item.row

@@ -426,6 +426,7 @@ def edit(*, user, annotation: Annotation, revision, values=None, comment=None) -
             raise StaleEdit(Annotation.objects.get(pk=annotation.pk))
         if annotation.skipped and values is not None:
             Item.objects.filter(pk=annotation.item_id).update(completed=F("completed") + 1)
+        if values is not None:  # the count or the agreement moved: the open dashboards count again
             transaction.on_commit(lambda: events.campaign_changed(annotation.item.campaign_id))
         audit_record(actor=user, action="annotation.edit", project=annotation.item.campaign.project, target=annotation,
                      publish=False, after={"revision": revision + 1, "fields": sorted(changes)})
@@ -509,6 +510,7 @@ def set_gold(*, user, item: Item, values, token=None) -> Item:
         item.save(update_fields=["is_gold", "gold_values"])
         audit_record(actor=user, action="annotation.gold_set" if item.is_gold else "annotation.gold_unset",
                      project=item.campaign.project, target=item, after={"campaign": item.campaign_id})
+        transaction.on_commit(lambda: events.campaign_changed(item.campaign_id))  # gold accuracy moved
     return item
 
 

@@ -14,6 +14,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 from apps.annotation import quality, selectors, services
 from apps.annotation.forms import CampaignForm, ExportForm
 from apps.annotation.models import Annotation, Campaign, LabelSchema
+from apps.annotation.schema import HOTKEYS
 from apps.core.errors import Conflict, Invalid, NotFound
 from apps.core.http import client_ip
 from apps.core.rendering import render_markdown
@@ -103,7 +104,9 @@ def campaign_create(request: HttpRequest, project_id: int) -> HttpResponse:
                 form.add_error(field, errors)
         except (Invalid, Conflict) as exc:
             form.add_error(form.field_for(exc.field), exc.message)
-    return render(request, "annotation/create.html", _context(request, project, form=form),
+    return render(request, "annotation/create.html",
+                  _context(request, project, form=form,
+                           label_editor={"labels": form.labels_by_version(), "hotkeys": HOTKEYS}),
                   status=400 if form.errors else 200)
 
 

@@ -1,5 +1,6 @@
 // The annotator's page: one item at a time from the campaign's queue, keyboard first, no reload.
-// Keys: label hotkeys (1-9 unless the form names others), a/b/… pick a response, t tie, x both
+// Keys: label hotkeys (1-9, then free letters, then those with Shift, unless the form names
+// others: apps/annotation/schema.py HOTKEYS), a/b/… pick a response, t tie, x both
 // bad, Ctrl+Enter submits, S skips, Backspace or ← goes back to fix the previous answer, ? lists
 // the shortcuts. Every submission carries a client id made when the item is shown, so a retry
 // after a network error never counts twice. Drafts autosave. Example text arrives as HTML the
@@ -56,20 +57,33 @@
 
   function say(text) { $("status").textContent = text || ""; }
 
-  // Each item brings my count; the campaign's (a count over all its answers) is read from the
-  // campaign at the start, every CAMPAIGN_EVERY submissions and at the end.
-  var CAMPAIGN_EVERY = 10, campaignProgress = null, submitted = 0;
+  // Each item brings my count; the campaign's (a count over all its answers, everyone's) comes
+  // from the campaign's socket, as on its dashboard: on connect and after anyone answers. Counting
+  // it here every few of my own submissions left it stale while others worked.
+  var campaignProgress = null;
   function showProgress(progress) {
     if (!progress) return;
     if (progress.annotations_needed !== undefined) campaignProgress = progress;
+    $("progress").dataset.mine = progress.mine;
     $("progress").textContent = "Mine: " + progress.mine + (campaignProgress ? " · campaign: " +
       campaignProgress.annotations + " / " + campaignProgress.annotations_needed + " annotations" : "");
   }
   function refreshCampaign() {
     return call("GET", api + "/").then(function (c) { if (c.status === 200) showProgress(c.data.progress); });
   }
+  if (!correcting) window.liveSocket("/ws/campaigns/" + root.dataset.campaign + "/", {
+    message: function (data) {
+      if (data.progress) {
+        campaignProgress = data.progress;
+        showProgress({ mine: $("progress").dataset.mine || 0 });
+      }
+      return true;
+    }
+  });
 
   // --- keys ----------------------------------------------------------------------------------
+  // A capital letter is typed with Shift: the page says so.
+  function keyName(key) { return /^[A-Z]$/.test(key) ? "Shift+" + key : key; }
   var keymap = {};
   fields.forEach(function (field) {
     (field.type === "single_label" || field.type === "multi_label" ? field.labels : []).forEach(function (label) {
@@ -88,7 +102,7 @@
   }
   var list = dialog.querySelector("[data-testid=shortcut-list]");
   Object.keys(keymap).forEach(function (key) {
-    list.append(el("li", {}, key + " — " + keymap[key].field.name + ": " + keymap[key].value));
+    list.append(el("li", {}, keyName(key) + " — " + keymap[key].field.name + ": " + keymap[key].value));
   });
   [["Ctrl+Enter", "submit"], ["S", "skip"], ["Backspace or ←", "previous item (fix it)"], ["?", "these shortcuts"]]
     .forEach(function (pair) { list.append(el("li", {}, pair[0] + " — " + pair[1])); });
@@ -189,19 +203,21 @@
     return out;
   }
 
-  function renderFields(values, suggested, example) {
+  // `prefilled`: the model's answers that fill the fields (none once a draft or an answer exists);
+  // `suggested`: all of them, what a text field's diff is shown against whatever fills it.
+  function renderFields(values, prefilled, suggested, example) {
     fieldBox.replaceChildren();
     fields.forEach(function (field) {
       var set = el("fieldset", { "class": "field", "data-field": field.name });
       set.append(el("legend", {}, field.name.replace(/_/g, " ") + (field.required ? " *" : "")));
       if (field.description) set.append(el("p", { "class": "help" }, field.description));
       var value = values[field.name], suggestion = suggested[field.name];
-      if (value === undefined && suggestion !== undefined && field.type !== "text") value = suggestion;
+      if (value === undefined && prefilled[field.name] !== undefined && field.type !== "text") value = prefilled[field.name];
       if (field.type === "single_label" || field.type === "multi_label") {
         field.labels.forEach(function (label) {
           var on = field.type === "single_label" ? value === label.value : (value || []).indexOf(label.value) >= 0;
           set.append(choice(field, field.type === "single_label" ? "radio" : "checkbox", label.value,
-            (label.hotkey ? "[" + label.hotkey + "] " : "") + label.value, on));
+            (label.hotkey ? "[" + keyName(label.hotkey) + "] " : "") + label.value, on));
         });
       } else if (field.type === "rating") {
         for (var n = field.min; n <= field.max; n++) {
@@ -377,14 +393,17 @@
     errorBox.textContent = "";
     fieldBox.querySelectorAll("[aria-invalid]").forEach(function (n) { n.removeAttribute("aria-invalid"); });
     var source = editing ? { values: editing.values, comment: editing.comment } : (item.draft || { values: {}, comment: "" });
-    var suggested = item.suggestion && !editing && !item.draft ? item.suggestion.values || {} : {};
+    // The suggestion stays with the item: after a reload (the draft fills the fields) and when
+    // going back, its text is still what the diff compares with.
+    var suggested = (item.suggestion && item.suggestion.values) || {};
+    var prefilled = !editing && !item.draft ? suggested : {};
     renderExample(item.example);
-    renderFields(source.values || {}, suggested, item.example);
+    renderFields(source.values || {}, prefilled, suggested, item.example);
     comment.value = source.comment || "";
     $("item-title").textContent = "Example " + (item.position + 1) +
       (editing && editing.correcting ? " — correcting " + editing.annotator + "'s answer" :
        editing ? " — fixing your " + (editing.skipped ? "skipped item" : "answer") : "") +
-      (Object.keys(suggested).length ? " — pre-filled by the model: check it" : "");
+      (!editing && Object.keys(suggested).length ? " — pre-filled by the model: check it" : "");
     $("item").hidden = false;
     $("done").hidden = true;
     var first = fieldBox.querySelector("input, textarea, select");
@@ -441,8 +460,6 @@
         clearTimeout(state.draftTimer);
         say(state.editing ? "Your fix is saved." : "Saved.");
         if (r.data.progress) showProgress(r.data.progress);
-        submitted += 1;
-        if (submitted % CAMPAIGN_EVERY === 0) refreshCampaign();
         return next();
       }
       var detail = r.data.detail || JSON.stringify(r.data);

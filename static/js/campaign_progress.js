@@ -1,5 +1,7 @@
 // The campaign's progress, live: its socket sends the counts on connect and again (at most once
 // a second) after annotators answer or the model suggestions move; the badge says when it is live.
+// Managers and reviewers also get the agreement and annotator tables (server-rendered HTML) and
+// the numbers behind the charts, passed on to campaign_dashboard.js.
 (function () {
   "use strict";
   var box = document.querySelector("[data-testid=campaign-progress][data-socket]");
@@ -17,6 +19,11 @@
       if (suggestions && progress.suggestions) {
         var s = progress.suggestions;
         suggestions.textContent = "suggestions: " + s.state + (s.total ? " (" + s.done + "/" + s.total + ")" : "");
+      }
+      var tables = document.querySelector("[data-testid=quality-tables]");
+      if (tables && data.quality_html !== undefined) {
+        tables.innerHTML = data.quality_html;  // rendered by our templates, autoescaped
+        window.dispatchEvent(new CustomEvent("campaign-quality", { detail: data.quality }));
       }
       return true;
     }

@@ -72,3 +72,17 @@ def test_consensus_gold_and_disagreements():
     assert gold["ann"] == {"correct": 1, "items": 2, "accuracy": 0.5}
     assert gold["cat"]["accuracy"] == 1.0
     assert agreement.majority({"a": "x", "b": "y"}) == (None, 0.5)
+
+
+def test_two_annotators_who_disagree_on_6_of_16_items_agree_with_the_consensus_10_times_in_16():
+    # Two annotators: a disagreement is a tie for first, so the item has no consensus and counts
+    # against both (it used to be left out, and both scored 10/10 = 1.0).
+    anna = ["pos"] * 8 + ["neg"] * 8
+    ben = ["pos"] * 5 + ["neg"] * 3 + ["neg"] * 5 + ["pos"] * 3
+    consensus = agreement.agreement_with_consensus(units_from_columns(anna, ben))
+    assert consensus[0] == {"agreed": 10, "items": 16, "rate": 10 / 16}
+    assert consensus[1]["rate"] == 0.625
+    # Three annotators, one tie among them (x, y, z): only the two items with a majority are won.
+    three = agreement.agreement_with_consensus(units_from_columns(["x", "a", "a"], ["y", "a", "a"], ["z", "a", "b"]))
+    assert {rater: score["agreed"] for rater, score in three.items()} == {0: 2, 1: 2, 2: 1}
+    assert all(score["items"] == 3 for score in three.values())

@@ -495,3 +495,82 @@ def test_a_manager_stops_the_model_suggestions_and_the_worker_honours_it(client,
     assert AuditEvent.objects.filter(action="campaign.suggestions_stop").count() == 1
     client.force_login(annotator)
     assert next_item(client, campaign).status_code == 200  # annotating goes on
+
+
+def test_agreement_with_consensus_counts_the_items_two_annotators_disagree_on(client, scientist, annotator,
+                                                                            second_annotator, project, owner):
+    from apps.datasets.models import Dataset
+    from apps.datasets.writer import write_version
+
+    version = write_version(dataset=Dataset.objects.create(project=project, name="Sixteen", created_by=owner),
+                            records=[{"id": f"s{i}", "prompt": f"Text {i}"} for i in range(16)],
+                            roles={"id": "id", "prompt": "prompt"})
+    client.force_login(scientist)
+    fields = [{"name": "sentiment", "type": "single_label", "labels": ["positive", "negative"]}]
+    campaign = make_campaign(client, project, version, overlap=2, schema=make_schema(client, project, fields))
+    # anna: positive on examples 1-8, negative on 9-16. ben agrees on 1-5 and 9-13 and says the
+    # opposite on 6-8 and 14-16: 6 of 16 disagree.
+    labels = {annotator: lambda p: "positive" if p < 8 else "negative",
+              second_annotator: lambda p: ("positive" if p < 8 else "negative") if p % 8 < 5 else
+              ("negative" if p < 8 else "positive")}
+    for user, label_of in labels.items():
+        client.force_login(user)
+        while (response := next_item(client, campaign)).status_code == 200:
+            item = response.json()
+            assert submit(client, campaign, item["id"], {"sentiment": label_of(item["position"])}).status_code == 201
+    client.force_login(scientist)
+    quality = client.get(f"/api/campaigns/{campaign['id']}/quality/").json()
+    sentiment = quality["fields"][0]
+    assert sentiment["disagreements"] == 6 and sentiment["items_with_2_plus"] == 16
+    # By hand: each agreed with the (shared) answer on the 10 agreed items; the 6 others have no
+    # majority. 10/16 = 0.625. Cohen: p_o = 10/16, both said positive 8 times and negative 8 times,
+    # p_e = (8*8 + 8*8)/256 = 0.5, kappa = (0.625 - 0.5)/(1 - 0.5) = 0.25.
+    people = {p["annotator"]: p["consensus_agreement"] for p in quality["annotators"]}
+    assert people == {"anna": 0.625, "ben": 0.625}
+    assert sentiment["cohen_kappa"][0]["kappa"] == pytest.approx(0.25)
+
+
+def classify_form(version, **changes) -> dict:
+    return {"name": "Tone", "dataset_version": version.pk, "schema": "preset:classify", "labels": "",
+            "overlap": 1, "lease_seconds": 600, "seed": 0, **changes}
+
+
+def test_the_classify_form_takes_the_versions_labels_or_the_ones_typed_in(client, scientist, project, review_version,
+                                                                         owner):
+    from apps.datasets.models import Dataset
+    from apps.datasets.writer import write_version
+
+    client.force_login(scientist)
+    url = f"/projects/{project.pk}/campaigns/new/"
+    page = client.get(url)
+    assert f'"{review_version.pk}": ["negative", "positive"]'.encode() in page.content  # where the editor starts
+    assert client.post(url, classify_form(review_version)).status_code == 302
+    # The version's labels (5 of each: then in alphabetical order), not positive/negative/neutral.
+    labels = Campaign.objects.get().schema.fields[0]["labels"]
+    assert [(label["value"], label["hotkey"]) for label in labels] == [("negative", "1"), ("positive", "2")]
+
+    typed = client.post(url, classify_form(review_version, name="Tone 2", labels="late\n\n  early \nlost"))
+    assert typed.status_code == 302
+    assert [label["value"] for label in LabelSchema.objects.get(campaigns__name="Tone 2").fields[0]["labels"]] == [
+        "late", "early", "lost"]
+
+    unlabelled = write_version(dataset=Dataset.objects.create(project=project, name="Plain", created_by=owner),
+                               records=[{"prompt": "hello"}], roles={"prompt": "prompt"})
+    refused = client.post(url, classify_form(unlabelled, name="Tone 3"))
+    assert refused.status_code == 400 and b"has no labels: add the labels" in refused.content
+    twice = client.post(url, classify_form(review_version, name="Tone 4", labels="late\nlate"))
+    assert twice.status_code == 400 and b"listed twice" in twice.content
+    assert Campaign.objects.count() == 2
+
+
+def test_every_label_gets_a_key_past_the_ninth_around_the_pages_own_and_the_forms_named_keys():
+    from apps.annotation.schema import RESERVED_KEYS, validate_schema
+
+    fields = validate_schema([
+        {"name": "topic", "type": "single_label", "labels": [f"t{i}" for i in range(30)]},
+        {"name": "flag", "type": "multi_label", "labels": [{"value": "spam", "hotkey": "j"}]}])
+    keys = [label["hotkey"] for label in fields[0]["labels"]]
+    # 1-9, then the letters the page does not keep (not a-h, s, t, x; j is the other field's), then Shift+letter.
+    assert keys == [*"123456789", *"iklmnopqruvwyz", *"IJKLMNO"]
+    assert len(set(keys)) == 30 and not {key.lower() for key in keys} & RESERVED_KEYS
+    assert fields[1]["labels"][0]["hotkey"] == "j"

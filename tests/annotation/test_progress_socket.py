@@ -29,8 +29,8 @@ def campaign(project, owner, review_version):
                                     dataset_version_id=review_version.pk, schema_id=schema.pk, overlap=1)
 
 
-def socket_for(campaign, headers) -> WebsocketCommunicator:
-    return WebsocketCommunicator(application, f"/ws/campaigns/{campaign.pk}/", headers=headers)
+def socket_for(campaign, headers, query: str = "") -> WebsocketCommunicator:
+    return WebsocketCommunicator(application, f"/ws/campaigns/{campaign.pk}/{query}", headers=headers)
 
 
 def answer_one(user, campaign) -> None:
@@ -117,5 +117,77 @@ def test_an_annotator_removed_from_the_project_while_watching_is_disconnected(ow
         close, _ = await next_close(socket)
         assert close["code"] == CLOSE_FORBIDDEN
         await socket.disconnect(timeout=TIMEOUT_S)
+
+    run(scenario)
+
+
+def test_reviewers_asking_get_the_agreement_and_annotator_tables_live_and_annotators_do_not(owner, annotator,
+                                                                                   second_annotator, campaign):
+    Campaign.objects.filter(pk=campaign.pk).update(overlap=2)
+    manager, worker = headers_for(owner), headers_for(annotator)
+
+    async def scenario():
+        watching = socket_for(campaign, manager, "?tables=1")
+        assert (await watching.connect(timeout=TIMEOUT_S))[0]
+        first = await watching.receive_json_from(timeout=TIMEOUT_S)
+        assert first["quality"]["annotators"] == [] and "No annotations yet." in first["quality_html"]
+        annotating = socket_for(campaign, worker, "?tables=1")  # asked, not given
+        assert (await annotating.connect(timeout=TIMEOUT_S))[0]
+        assert "quality" not in await annotating.receive_json_from(timeout=TIMEOUT_S)
+        plain = socket_for(campaign, manager)  # the manager's own annotating page: counts only
+        assert (await plain.connect(timeout=TIMEOUT_S))[0]
+        assert "quality" not in await plain.receive_json_from(timeout=TIMEOUT_S)
+        await plain.disconnect()
+        # anna and ben answer the same first example differently: a disagreement, no consensus.
+        await sync_to_async(answer_one)(annotator, campaign)
+        await watching.receive_json_from(timeout=TIMEOUT_S)
+        await sync_to_async(lambda: answer_first_with(second_annotator, campaign, "negative"))()
+        message = await watching.receive_json_from(timeout=TIMEOUT_S)
+        assert message["progress"]["annotations"] == 2
+        sentiment = next(f for f in message["quality"]["fields"] if f["field"] == "sentiment")
+        assert (sentiment["items_with_2_plus"], sentiment["disagreements"]) == (1, 1)
+        people = {p["annotator"]: p for p in message["quality"]["annotators"]}
+        assert people["anna"]["annotations"] == 1 and people["ben"]["annotations"] == 1
+        assert '<td>ben</td><td>1</td>' in message["quality_html"]
+        later = await annotating.receive_json_from(timeout=TIMEOUT_S)
+        assert later["progress"]["annotations"] >= 1 and "quality" not in later and "quality_html" not in later
+        await watching.disconnect()
+        await annotating.disconnect()
+
+    run(scenario)
+
+
+def answer_first_with(user, campaign, sentiment) -> None:
+    """Answer the campaign's first example (which the queue would hand to someone else first)."""
+    campaign = Campaign.objects.get(pk=campaign.pk)
+    item = Item.objects.select_related("row").get(campaign=campaign, position=0)
+    services.submit(user=user, campaign=campaign, item=item, client_id=str(uuid.uuid4()),
+                    values=answer(sentiment=sentiment))
+
+
+def test_an_edited_answer_recounts_the_dashboards_agreement(owner, annotator, second_annotator, campaign):
+    from apps.annotation.models import Annotation
+
+    Campaign.objects.filter(pk=campaign.pk).update(overlap=2)
+    answer_first_with(annotator, campaign, "positive")
+    answer_first_with(second_annotator, campaign, "negative")
+    headers = headers_for(owner)
+
+    async def scenario():
+        socket = socket_for(campaign, headers, "?tables=1")
+        assert (await socket.connect(timeout=TIMEOUT_S))[0]
+        before = (await socket.receive_json_from(timeout=TIMEOUT_S))["quality"]["fields"][0]
+        assert before["field"] == "sentiment" and before["disagreements"] == 1
+
+        def ben_changes_his_mind():
+            mine = Annotation.objects.select_related("item__row", "item__campaign__project", "schema").get(
+                annotator=second_annotator)
+            services.edit(user=second_annotator, annotation=mine, revision=mine.revision,
+                          values=answer(sentiment="positive"))
+
+        await sync_to_async(ben_changes_his_mind)()
+        after = (await socket.receive_json_from(timeout=TIMEOUT_S))["quality"]["fields"][0]
+        assert after["disagreements"] == 0  # the count did not move; the agreement did
+        await socket.disconnect()
 
     run(scenario)

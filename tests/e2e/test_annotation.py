@@ -42,6 +42,68 @@ def test_a_scientist_creates_a_campaign_from_a_ready_made_form(page, scientist, 
     assert LabelSchema.objects.count() == 1  # the refused first try left no form behind
 
 
+def test_classify_labels_come_from_the_version_are_edited_in_the_form_and_each_gets_a_key(
+        page, scientist, annotator, project, review_version):
+    browser_login(page, "sofia")
+    page.goto(f"/projects/{project.pk}/campaigns/new/")
+    page.get_by_label("Name").fill("Tone")
+    page.get_by_label("Annotation form").select_option(label="Custom (JSON below)")
+    editor = page.get_by_test_id("label-editor")
+    expect(editor).to_be_hidden()  # only for Classify
+    page.get_by_label("Annotation form").select_option(label="Classify")
+    expect(editor.get_by_role("textbox", name="Label 1")).to_have_value("negative")  # the version's labels
+    expect(editor.get_by_role("textbox", name="Label 2")).to_have_value("positive")
+    editor.get_by_role("textbox", name="Label 2").fill("glad")  # rename
+    editor.get_by_role("button", name="Remove negative").click()
+    expect(editor.get_by_role("textbox", name="Label 1")).to_have_value("glad")
+    for n in range(1, 11):
+        editor.get_by_role("textbox", name="New label").fill(f"topic {n}")
+        editor.get_by_role("textbox", name="New label").press("Enter")  # adds; does not send the form
+    editor.get_by_role("textbox", name="New label").fill("glad")
+    editor.get_by_role("button", name="Add label").click()
+    expect(page.get_by_test_id("label-note")).to_have_text("“glad” is already listed.")
+    keys = editor.get_by_test_id("label-key")
+    expect(keys).to_have_count(11)
+    expect(keys.nth(8)).to_have_text("key 9")
+    expect(keys.nth(9)).to_have_text("key i")  # past the ninth: letters the page does not keep
+    expect(keys.nth(10)).to_have_text("key j")
+    page.get_by_role("button", name="Create campaign").click()
+    expect(page.get_by_test_id("campaign-name")).to_have_text("Tone")
+    labels = Campaign.objects.get().schema.fields[0]["labels"]
+    assert [(label["value"], label["hotkey"]) for label in labels] == [
+        ("glad", "1"), *((f"topic {n}", str(n + 1)) for n in range(1, 9)), ("topic 9", "i"), ("topic 10", "j")]
+
+    page.get_by_role("button", name="Log out").click()
+    browser_login(page, "anna")
+    page.goto(f"/projects/{project.pk}/campaigns/{Campaign.objects.get().pk}/annotate/")
+    expect(page.get_by_test_id("item-title")).to_have_text("Example 1")
+    page.keyboard.press("j")
+    expect(page.get_by_label("[j] topic 10")).to_be_checked()
+    page.keyboard.press("?")
+    shortcuts = page.get_by_test_id("shortcut-list")
+    expect(shortcuts).to_contain_text("1 — label: glad")
+    expect(shortcuts).to_contain_text("i — label: topic 9")
+    expect(shortcuts).to_contain_text("j — label: topic 10")
+    page.keyboard.press("Escape")
+    page.keyboard.press("Control+Enter")
+    expect(page.get_by_test_id("item-title")).to_have_text("Example 2")
+    assert Annotation.objects.get().values == {"label": "topic 10"}
+
+
+def test_labels_past_the_page_letters_are_typed_with_shift_and_listed_so(page, client, scientist, annotator,
+                                                                         project, review_version):
+    client.force_login(scientist)
+    fields = [{"name": "topic", "type": "single_label", "labels": [f"t{n}" for n in range(1, 26)]}]
+    campaign = make_campaign(client, project, review_version, schema=make_schema(client, project, fields))
+    browser_login(page, "anna")
+    page.goto(f"/projects/{project.pk}/campaigns/{campaign['id']}/annotate/")
+    expect(page.get_by_test_id("item-title")).to_have_text("Example 1")
+    page.keyboard.press("Shift+I")  # the 25th: 9 digits and 15 letters are taken
+    expect(page.get_by_label("[Shift+I] t25")).to_be_checked()
+    page.keyboard.press("?")
+    expect(page.get_by_test_id("shortcut-list")).to_contain_text("Shift+I — topic: t25")
+
+
 def test_an_annotator_does_ten_items_with_the_keyboard_and_finds_her_progress_after_a_reload(
         page, client, scientist, annotator, project, review_version):
     client.force_login(scientist)
@@ -179,6 +241,96 @@ def test_a_manager_watches_the_campaign_progress_move_as_annotators_answer(page,
         assert submit(client, campaign, item["id"], answer()).status_code == 201
     expect(progress).to_contain_text("2 / 20 annotations")  # no reload
     expect(progress.get_by_role("progressbar")).to_have_attribute("value", "2")
+
+
+def test_a_manager_watches_agreement_and_the_annotator_table_move_as_annotators_answer(
+        page, client, scientist, annotator, second_annotator, project, review_version):
+    client.force_login(scientist)
+    campaign = make_campaign(client, project, review_version, schema=make_schema(client, project, KEYBOARD_FIELDS),
+                             overlap=2, sample=2, seed=4)
+    browser_login(page, "sofia")
+    page.goto(f"/projects/{project.pk}/campaigns/{campaign['id']}/")
+    people = page.get_by_test_id("annotators")
+    expect(people).to_contain_text("No annotations yet.")
+    expect(page.get_by_test_id("campaign-progress").locator("[data-field=live]")).to_be_visible()
+    # Both prefer A on both examples; on sentiment they agree on the first and not the second.
+    for user, labels in ((annotator, ["positive", "positive"]), (second_annotator, ["positive", "negative"])):
+        client.force_login(user)
+        for label in labels:
+            item = next_item(client, campaign).json()
+            assert submit(client, campaign, item["id"], {"sentiment": label, "better": "A"}).status_code == 201
+    expect(page.get_by_test_id("campaign-progress")).to_contain_text("4 / 4 annotations")
+    # No reload. Sentiment by hand: item agreements 1 and 0, P = 0.5; answers 3 positive, 1
+    # negative, P_e = (3/4)^2 + (1/4)^2 = 0.625; Fleiss' kappa = (0.5 - 0.625) / (1 - 0.625) = -0.333.
+    # Krippendorff: coincidences pos-pos 2, pos-neg 1, neg-pos 1 (n = 4, n_pos = 3, n_neg = 1):
+    # D_o = 2/4, D_e = 2 * 3 * 1 / (4 * 3) = 0.5, alpha = 1 - D_o / D_e = 0.
+    # Agreement with consensus: sentiment 1/2 (the split example has none), better 2/2; mean 0.75.
+    sentiment = page.get_by_test_id("agreement").locator("tr", has_text="sentiment")
+    expect(sentiment.locator("td")).to_have_text(["sentiment", "nominal", "2", "-0.333", "0.000", "1"])
+    for name in ("anna", "ben"):
+        expect(people.locator("tr", has_text=name).locator("td").nth(1)).to_have_text("2")
+        expect(people.locator("tr", has_text=name).locator("td").nth(4)).to_have_text("0.75")
+    expect(page.get_by_test_id("agreement-chart")).to_contain_text("Agreement per field")
+
+
+def test_the_annotators_campaign_count_moves_as_everyone_answers(page, client, scientist, annotator,
+                                                                  second_annotator, project, review_version):
+    client.force_login(scientist)
+    campaign = make_campaign(client, project, review_version, schema=make_schema(client, project, KEYBOARD_FIELDS),
+                             overlap=2)
+    browser_login(page, "anna")
+    page.goto(f"/projects/{project.pk}/campaigns/{campaign['id']}/annotate/")
+    progress = page.get_by_test_id("progress")
+    expect(progress).to_have_text("Mine: 0 · campaign: 0 / 20 annotations")
+    client.force_login(second_annotator)  # ben works meanwhile
+    for _ in range(2):
+        item = next_item(client, campaign).json()
+        assert submit(client, campaign, item["id"], {"sentiment": "positive", "better": "A"}).status_code == 201
+    expect(progress).to_have_text("Mine: 0 · campaign: 2 / 20 annotations")  # no reload, no answer of hers
+    page.keyboard.press("1")
+    page.keyboard.press("a")
+    page.keyboard.press("Control+Enter")
+    expect(progress).to_have_text("Mine: 1 · campaign: 3 / 20 annotations")
+
+
+def test_a_suggestions_pre_fill_and_its_diff_survive_a_reload(page, client, scientist, annotator, project,
+                                                              review_version):
+    client.force_login(scientist)
+    fields = [{"name": "sentiment", "type": "single_label", "labels": ["positive", "negative", "neutral"]},
+              {"name": "ideal", "type": "text", "prefill": "response", "required": True}]
+    campaign = make_campaign(client, project, review_version, schema=make_schema(client, project, fields), sample=1)
+    # What a finished suggestion job leaves: the form starts its text from the model's draft.
+    schema = LabelSchema.objects.get(campaigns__id=campaign["id"])
+    schema.fields[1]["prefill"] = "suggestion"
+    schema.save(update_fields=["fields"])
+    suggestion = {"model": None, "values": {"sentiment": "negative", "ideal": "The parcel was late."}}
+    Item.objects.filter(campaign_id=campaign["id"]).update(suggestion=suggestion)
+    Campaign.objects.filter(pk=campaign["id"]).update(suggestion_state="succeeded")
+
+    browser_login(page, "anna")
+    page.goto(f"/projects/{project.pk}/campaigns/{campaign['id']}/annotate/")
+    title = page.get_by_test_id("item-title")
+    expect(title).to_have_text("Example 1 — pre-filled by the model: check it")
+    expect(page.get_by_label("[2] negative")).to_be_checked()
+    ideal = page.get_by_label("ideal")
+    expect(ideal).to_have_value("The parcel was late.")
+    ideal.press("End")
+    ideal.type(" Sorry!")
+    expect(page.get_by_test_id("diff").locator("ins")).to_contain_text(["Sorry!"])
+    expect(page.get_by_test_id("status")).to_have_text("Draft saved.")
+
+    page.reload()
+    expect(title).to_have_text("Example 1 — pre-filled by the model: check it")  # still the model's draft
+    expect(ideal).to_have_value("The parcel was late. Sorry!")  # her draft
+    diff = page.get_by_test_id("diff")  # against the suggestion, still
+    expect(diff.locator("ins", has_text="Sorry!")).to_have_count(1)
+    expect(diff.locator("del")).to_have_count(0)
+    expect(page.get_by_label("[2] negative")).to_be_checked()
+    page.keyboard.press("Control+Enter")
+    expect(page.get_by_test_id("done")).to_be_visible()
+    kept = Annotation.objects.get(annotator=annotator)
+    assert kept.values == {"sentiment": "negative", "ideal": "The parcel was late. Sorry!"}
+    assert kept.suggestion == suggestion
 
 
 SELECT_IN_SOURCE = """([testid, wanted]) => {
