@@ -356,6 +356,9 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_PAGINATION_CLASS": "apps.core.pagination.Pagination",
+    # Bodies are JSON (the dataset upload, which takes a file, says so itself): the schema then
+    # advertises what the endpoints really read.
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
     "PAGE_SIZE": 50,
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer",
                                  "rest_framework.renderers.BrowsableAPIRenderer"],
@@ -372,6 +375,9 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Projects, datasets, annotation, fine-tuning and comparison.",
     "VERSION": "0.1.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    # Request bodies get their own components, which carry what is asked of input (minLength: 1 for
+    # a required string that may not be blank) and leave out read-only fields.
+    "COMPONENT_SPLIT_REQUEST": True,
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
