@@ -255,9 +255,11 @@ def request_history(minutes: int = HISTORY_MIN) -> list[dict]:
             for m in rows]
 
 
-def queue_history() -> list[dict]:
+def queue_history(minutes: int = HISTORY_MIN) -> list[dict]:
+    """Queue depth samples of the last `minutes` (the list keeps more when sampled slowly)."""
+    since = time.time() - minutes * 60
     try:
-        return history.queue_depth_samples()
+        return [sample for sample in history.queue_depth_samples() if sample["at"] >= since]
     except redis.RedisError:
         return []
 
@@ -286,5 +288,6 @@ def dashboard_snapshot(*, inspection: broker.Inspection | None = None,
             "unacknowledged_alerts": counts["unacknowledged"],
         },
         "alerts": [alert_payload(alert) for alert in alerts],
+        "history_min": HISTORY_MIN,
         "history": {"queues": queue_history(), "requests": request_history()},
     }

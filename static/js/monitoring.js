@@ -10,17 +10,23 @@
   var alertError = document.querySelector("[data-field=alert-error]");
   var config = { displaylogo: false, responsive: true };
 
+  // Every chart spans the same window, ending at the snapshot's time, so they line up.
+  var windowMs = 60 * 60 * 1000;
+  var windowEnd = new Date();
+
   function layout(yTitle, extra) {
     var base = { margin: { t: 8, r: 8, b: 32, l: 48 }, height: 220, showlegend: true,
-                 legend: { orientation: "h", y: -0.25 }, xaxis: { type: "date" },
+                 legend: { orientation: "h", y: -0.25 },
+                 xaxis: { type: "date", range: [new Date(windowEnd - windowMs), windowEnd] },
                  yaxis: { title: { text: yTitle }, rangemode: "tozero" } };
     return Object.assign(base, extra || {});
   }
 
   function time(epochSeconds) { return new Date(epochSeconds * 1000); }
 
-  function drawCharts(history) {
+  function drawCharts(history, at) {
     if (!window.Plotly) return;
+    windowEnd = new Date(at);
     var queues = {};
     history.queues.forEach(function (sample) {
       Object.keys(sample.waiting).forEach(function (name) {
@@ -114,13 +120,14 @@
   function draw(snapshot) {
     drawTiles(snapshot.tiles);
     drawAlerts(snapshot.alerts);
-    drawCharts(snapshot.history);
+    drawCharts(snapshot.history, snapshot.at);
     var updated = document.querySelector("[data-field=updated]");
     if (updated) updated.textContent = clock(snapshot.at);
   }
 
   var initial = JSON.parse(document.getElementById("monitoring-snapshot").textContent);
-  drawCharts(initial.history);
+  windowMs = initial.history_min * 60 * 1000;
+  drawCharts(initial.history, initial.at);
 
   window.liveSocket("/ws/monitoring/", {
     badge: document.querySelector("[data-testid=live-badge]"),

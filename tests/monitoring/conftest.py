@@ -33,7 +33,10 @@ def clean_request_window():
 
 @pytest.fixture
 def clean_queue_history():
-    """No queue depth samples yet, and none taken recently (the sampling lock gone too)."""
+    """No queue depth samples yet, and none taken recently (the sampling lock gone too); none
+    left behind either (the browser tests' dashboards would chart them)."""
+    redis_store.client().delete(history.QUEUE_SAMPLES_KEY, history.SAMPLE_LOCK_KEY)
+    yield
     redis_store.client().delete(history.QUEUE_SAMPLES_KEY, history.SAMPLE_LOCK_KEY)
 
 

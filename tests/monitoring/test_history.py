@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from apps.monitoring import history, http_metrics
+from apps.monitoring import history, http_metrics, selectors
 
 
 def test_queue_depth_samples_are_taken_at_most_once_per_interval(clean_queue_history):
@@ -36,3 +36,10 @@ def test_latency_and_error_rate_are_kept_per_minute_across_processes():
     busiest = max(minutes, key=lambda m: m.requests)
     if busiest.requests == 4:
         assert busiest.error_rate == 0.25 and busiest.mean_s == pytest.approx(0.030)
+
+
+def test_the_dashboard_charts_only_the_last_hour_of_queue_samples(clean_queue_history):
+    history.record_queue_depths({"gpu": 1}, at=time.time() - 2 * 3600)
+    history.redis_store.client().delete(history.SAMPLE_LOCK_KEY)
+    history.record_queue_depths({"gpu": 2})
+    assert [s["waiting"]["gpu"] for s in selectors.queue_history()] == [2]
