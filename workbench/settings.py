@@ -262,6 +262,7 @@ ALERT_JOB_FAILED_WINDOW_MIN = env_int("ALERT_JOB_FAILED_WINDOW_MIN", 60)  # a fa
 ALERT_QUEUE_WAIT_MIN = env_int("ALERT_QUEUE_WAIT_MIN", 15)  # the oldest queued fine-tune may wait this long
 ALERT_HTTP_ERROR_RATE = env_float("ALERT_HTTP_ERROR_RATE", 0.05)  # share of 5xx answers over the last ~5 min
 ALERT_HTTP_MIN_REQUESTS = env_int("ALERT_HTTP_MIN_REQUESTS", 20)  # judged from this many requests on
+MONITORING_LIVE_INTERVAL_S = env_float("MONITORING_LIVE_INTERVAL_S", 5.0)  # the dashboard's refresh period
 
 # --- Files ------------------------------------------------------------------------------
 STATIC_URL = "/static/"

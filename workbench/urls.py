@@ -12,6 +12,7 @@ api_patterns = [
     path("", include("apps.training.api_urls")),
     path("", include("apps.annotation.api_urls")),
     path("", include("apps.comparison.api_urls")),
+    path("", include("apps.monitoring.api_urls")),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     # The split view serves its start-up script as a file, so the CSP needs no inline script.
     path("docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="docs"),

@@ -10,15 +10,27 @@ from django.conf import settings
 from django.http import HttpRequest
 
 from apps.core.errors import NotFound
+from apps.monitoring.models import Alert
 
 
 def is_site_staff(user) -> bool:
     return user is not None and user.is_authenticated and user.is_active and user.is_staff
 
 
-def require_site_staff(user) -> None:
-    if not is_site_staff(user):
+def require_site_staff(user, token=None) -> None:
+    """`token`: the API token the request came with, if any. Tokens carry project permissions
+    only, so none of them reaches operator data: a token is refused like a stranger."""
+    if token is not None or not is_site_staff(user):
         raise NotFound()
+
+
+def get_alert(user, alert_id, token=None):
+    """The alert, for site staff; NotFound for anyone else, whether it exists or not."""
+    require_site_staff(user, token)
+    alert = Alert.objects.filter(pk=alert_id).first()
+    if alert is None:
+        raise NotFound()
+    return alert
 
 
 def require_metrics_reader(request: HttpRequest) -> None:

@@ -2,8 +2,9 @@
 
 - a Prometheus histogram in this process (route, method, status class), for /metrics and the
   per-route table of the monitoring page;
-- per-minute request and 5xx counts in Redis, summed over every web process, so the error
-  rate alert can be evaluated anywhere, by the periodic task in a worker included.
+- per-minute request and 5xx counts and summed durations in Redis, over every web process, so
+  the error rate alert can be evaluated anywhere (the periodic task in a worker included) and
+  the dashboard can chart the last hour's latency and error rate.
 
 One uvicorn process serves the web in the embedded default, so the histogram is that process's
 whole story. With several web processes (`manage.py up` on PostgreSQL starts one per core) they
@@ -43,38 +44,41 @@ def observe(*, route: str, method: str, status: int, seconds: float) -> None:
     status classes, never raw paths."""
     REQUEST_DURATION.labels(route=route, method=method if method in METHODS else "other",
                             status=f"{status // 100}xx").observe(seconds)
-    _window.add(status >= 500)
+    _window.add(status >= 500, seconds)
 
 
 class _MinuteCounts:
-    """Request and 5xx counts per minute, kept here and added to Redis now and then."""
+    """Request and 5xx counts and summed durations per minute, kept here and added to Redis now
+    and then."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._pending: dict[int, list[int]] = defaultdict(lambda: [0, 0])
+        self._pending: dict[int, list[float]] = defaultdict(lambda: [0, 0, 0.0])
         self._flushed_at = time.monotonic()
 
-    def add(self, server_error: bool) -> None:
+    def add(self, server_error: bool, seconds: float) -> None:
         with self._lock:
             counts = self._pending[int(time.time() // 60)]
             counts[0] += 1
             counts[1] += server_error
+            counts[2] += seconds
             due = time.monotonic() - self._flushed_at >= FLUSH_EVERY_S
         if due:
             self.flush()
 
     def flush(self) -> None:
         with self._lock:
-            pending, self._pending = self._pending, defaultdict(lambda: [0, 0])
+            pending, self._pending = self._pending, defaultdict(lambda: [0, 0, 0.0])
             self._flushed_at = time.monotonic()
         if not pending:
             return
         try:
             with redis_store.client().pipeline(transaction=False) as pipe:
-                for minute, (requests, errors) in pending.items():
+                for minute, (requests, errors, seconds) in pending.items():
                     key = f"{WINDOW_KEY}{minute}"
                     pipe.hincrby(key, "requests", requests)
                     pipe.hincrby(key, "errors", errors)
+                    pipe.hincrbyfloat(key, "seconds", seconds)
                     pipe.expire(key, WINDOW_KEY_TTL_S)
                 pipe.execute()
         except redis.RedisError:
@@ -112,6 +116,36 @@ def window_counts(minutes: int) -> WindowCounts:
         rows = pipe.execute()
     return WindowCounts(minutes=minutes, requests=sum(int(r or 0) for r, _ in rows),
                         errors=sum(int(e or 0) for _, e in rows))
+
+
+@dataclass(frozen=True)
+class Minute:
+    start: int  # epoch seconds
+    requests: int
+    errors: int  # 5xx answers
+    seconds: float  # summed request durations
+
+    @property
+    def error_rate(self) -> float | None:
+        return self.errors / self.requests if self.requests else None
+
+    @property
+    def mean_s(self) -> float | None:
+        return self.seconds / self.requests if self.requests else None
+
+
+def minutes(count: int) -> list[Minute]:
+    """Every web process's requests, 5xx answers and time spent, minute by minute, oldest first:
+    the last `count` whole minutes and the current one (at most WINDOW_KEY_TTL_S back). Raises
+    redis.RedisError when Redis cannot be reached."""
+    now_minute = int(time.time() // 60)
+    span = range(now_minute - count, now_minute + 1)
+    with redis_store.client().pipeline(transaction=False) as pipe:
+        for minute in span:
+            pipe.hmget(f"{WINDOW_KEY}{minute}", "requests", "errors", "seconds")
+        rows = pipe.execute()
+    return [Minute(start=minute * 60, requests=int(r or 0), errors=int(e or 0), seconds=float(s or 0))
+            for minute, (r, e, s) in zip(span, rows)]
 
 
 @dataclass

@@ -1,3 +1,4 @@
+from django.conf import settings
 from django.db import models
 
 
@@ -5,7 +6,8 @@ class Alert(models.Model):
     """One condition an operator should look at, from first seen until it stopped holding.
 
     Rules are evaluated again and again (the monitoring page, a periodic task); while a rule
-    keeps firing for a subject its one open alert is refreshed, not duplicated.
+    keeps firing for a subject its one open alert is refreshed, not duplicated. A site admin
+    acknowledges an alert (someone is on it: it stays open) or resolves it by hand.
     """
 
     class Rule(models.TextChoices):
@@ -21,6 +23,12 @@ class Alert(models.Model):
     last_seen = models.DateTimeField()
     resolved_at = models.DateTimeField(null=True, blank=True)
     notified_at = models.DateTimeField(null=True, blank=True)  # when the webhook took it
+    acknowledged_at = models.DateTimeField(null=True, blank=True)
+    acknowledged_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                        related_name="+")
+    # Set when a person resolved it; None when the rule stopped firing by itself.
+    resolved_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                    related_name="+")
 
     class Meta:
         ordering = ["-first_seen", "-id"]
@@ -35,3 +43,7 @@ class Alert(models.Model):
     @property
     def is_open(self) -> bool:
         return self.resolved_at is None
+
+    @property
+    def is_acknowledged(self) -> bool:
+        return self.acknowledged_at is not None

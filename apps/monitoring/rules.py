@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 
 import redis
 from django.conf import settings
+from django.db.models import Max
 
 from apps.monitoring import http_metrics, selectors
 from apps.monitoring.models import Alert
@@ -27,12 +28,30 @@ class RuleUnavailable(Exception):
     """The rule's inputs could not be read: its open alerts are neither refreshed nor resolved."""
 
 
+JOBS_SUBJECT = "jobs"
+
+
 def job_failed(now: datetime) -> list[Firing]:
-    """A fine-tune, import or derivation that failed in the last ALERT_JOB_FAILED_WINDOW_MIN minutes."""
+    """Fine-tunes, imports and derivations that failed in the last ALERT_JOB_FAILED_WINDOW_MIN
+    minutes, as one alert: fifty failed imports across projects are one thing to look at, not
+    fifty. Resolving it by hand closes the failures it covered: only later ones open it again."""
     since = now - timedelta(minutes=settings.ALERT_JOB_FAILED_WINDOW_MIN)
-    return [Firing(Alert.Rule.JOB_FAILED, f.subject,
-                   f"{f.kind} “{f.name}” in {f.project_name} failed: {f.error_line or 'no error recorded'}")
-            for f in selectors.recent_failures(limit=None, since=since)]
+    period = f"in the last {settings.ALERT_JOB_FAILED_WINDOW_MIN} min"
+    resolved_by_hand = (Alert.objects.filter(rule=Alert.Rule.JOB_FAILED, resolved_by__isnull=False)
+                        .aggregate(at=Max("resolved_at"))["at"])
+    if resolved_by_hand is not None and resolved_by_hand > since:
+        since = resolved_by_hand
+        period = "since the last alert was resolved"
+    summary = selectors.failure_summary(since=since)
+    if not summary.total:
+        return []
+    kinds = ", ".join(f"{count} {kind.lower()}{'s' if count != 1 else ''}"
+                      for kind, count in summary.by_kind.items() if count)
+    latest = summary.latest
+    return [Firing(Alert.Rule.JOB_FAILED, JOBS_SUBJECT,
+                   f"{summary.total} job{'s' if summary.total != 1 else ''} failed {period}, in {summary.projects} "
+                   f"project{'s' if summary.projects != 1 else ''} ({kinds}). Latest: {latest.kind} "
+                   f"“{latest.name}” in {latest.project_name}: {latest.error_line or 'no error recorded'}")]
 
 
 def worker_lost(now: datetime) -> list[Firing]:

@@ -10,12 +10,12 @@ from datetime import timezone as dt_timezone
 
 import redis
 from django.conf import settings
-from django.db.models import Count, F, Sum
+from django.db.models import Count, F, Q, Sum
 from django.urls import reverse
 from django.utils import timezone
 
 from apps.datasets.models import DeriveJob, ImportJob
-from apps.monitoring import broker, http_metrics
+from apps.monitoring import broker, history, http_metrics
 from apps.monitoring.models import Alert
 from apps.monitoring.worker_report import worker_reports
 from apps.training.models import TrainingJob
@@ -23,6 +23,8 @@ from apps.training.models import TrainingJob
 RECENT_FAILURES = 20
 RECENTLY_RESOLVED_ALERTS = 10
 HTTP_WINDOW_MIN = 5  # the cross-process window shown on the page and judged by the error-rate rule
+HISTORY_MIN = 60  # the dashboard's charts show this far back
+DASHBOARD_ALERTS = 50  # open alerts sent with each live snapshot (rules keep them few)
 ERROR_LINE_CHARS = 300
 _NEVER = datetime.min.replace(tzinfo=dt_timezone.utc)
 
@@ -38,7 +40,6 @@ def error_line(error: str) -> str:
 @dataclass(frozen=True)
 class Failure:
     kind: str  # "Fine-tune", "Import", "Derive"
-    subject: str  # "training-job:12": what an alert about it is keyed by
     name: str
     project_id: int
     project_name: str
@@ -59,12 +60,12 @@ def recent_failures(*, limit: int | None = RECENT_FAILURES, since: datetime | No
     if limit is not None:
         training, imports, derives = (q.order_by(order, "-pk")[:limit] for q in (training, imports, derives))
     failures = [
-        *(Failure("Fine-tune", f"training-job:{j.pk}", j.name, j.project_id, j.project.name, error_line(j.error),
+        *(Failure("Fine-tune", j.name, j.project_id, j.project.name, error_line(j.error),
                   j.finished_at, reverse("training:detail", args=[j.project_id, j.pk])) for j in training),
-        *(Failure("Import", f"import-job:{j.pk}", f"{j.filename} into {j.dataset.name}", j.dataset.project_id,
+        *(Failure("Import", f"{j.filename} into {j.dataset.name}", j.dataset.project_id,
                   j.dataset.project.name, error_line(j.error), j.finished_at,
                   reverse("datasets:import", args=[j.dataset.project_id, j.dataset_id, j.pk])) for j in imports),
-        *(Failure("Derive", f"derive-job:{j.pk}", f"{j.get_kind_display()} of {j.parent.dataset.name} "
+        *(Failure("Derive", f"{j.get_kind_display()} of {j.parent.dataset.name} "
                   f"v{j.parent.number}", j.parent.dataset.project_id, j.parent.dataset.project.name,
                   error_line(j.error), j.finished_at,
                   reverse("datasets:version", args=[j.parent.dataset.project_id, j.parent.dataset_id,
@@ -72,6 +73,34 @@ def recent_failures(*, limit: int | None = RECENT_FAILURES, since: datetime | No
     ]
     failures.sort(key=lambda f: f.finished_at or _NEVER, reverse=True)
     return failures[:limit] if limit is not None else failures
+
+
+@dataclass(frozen=True)
+class FailureSummary:
+    total: int
+    by_kind: dict[str, int]  # "Fine-tune" -> 3, every kind present (0 included)
+    projects: int  # how many projects the failures are in
+    latest: Failure | None
+
+
+def failure_summary(*, since: datetime) -> FailureSummary:
+    """Failed fine-tunes, imports and derivations that ended at or after `since`, counted in
+    the database (however many there are), with the latest one for the wording."""
+    querysets = {
+        "Fine-tune": (TrainingJob.objects.filter(state=TrainingJob.State.FAILED, finished_at__gte=since), "project_id"),
+        "Import": (ImportJob.objects.filter(state=ImportJob.State.FAILED, finished_at__gte=since),
+                   "dataset__project_id"),
+        "Derive": (DeriveJob.objects.filter(state=DeriveJob.State.FAILED, finished_at__gte=since),
+                   "parent__dataset__project_id"),
+    }
+    by_kind, projects = {}, set()
+    for kind, (queryset, project_field) in querysets.items():
+        by_kind[kind] = queryset.count()
+        if by_kind[kind]:
+            projects.update(queryset.order_by().values_list(project_field, flat=True).distinct())
+    total = sum(by_kind.values())
+    latest = recent_failures(limit=1, since=since)[0] if total else None
+    return FailureSummary(total=total, by_kind=by_kind, projects=len(projects), latest=latest)
 
 
 # --- workers ------------------------------------------------------------------------------
@@ -125,8 +154,8 @@ class WorkersOverview:
     silent: list[WorkerRow]  # named by a running job or a fresh report, but did not answer the ping
 
 
-def workers_overview() -> WorkersOverview:
-    inspection = broker.inspect_workers()
+def workers_overview(inspection: broker.Inspection | None = None) -> WorkersOverview:
+    inspection = inspection if inspection is not None else broker.inspect_workers()
     try:
         reports, reports_error = worker_reports(), ""
     except redis.RedisError as exc:
@@ -193,4 +222,72 @@ def open_alert_counts() -> dict[str, int]:
 
 
 def recently_resolved_alerts(limit: int = RECENTLY_RESOLVED_ALERTS):
-    return Alert.objects.filter(resolved_at__isnull=False).order_by("-resolved_at", "-pk")[:limit]
+    return (Alert.objects.filter(resolved_at__isnull=False).select_related("resolved_by")
+            .order_by("-resolved_at", "-pk")[:limit])
+
+
+# --- the live dashboard ---------------------------------------------------------------------
+
+def alert_payload(alert: Alert) -> dict:
+    return {"id": alert.pk, "rule": alert.rule, "rule_display": alert.get_rule_display(), "subject": alert.subject,
+            "message": alert.message, "first_seen": alert.first_seen.isoformat(),
+            "last_seen": alert.last_seen.isoformat(),
+            "acknowledged_at": alert.acknowledged_at.isoformat() if alert.acknowledged_at else None,
+            "acknowledged_by": alert.acknowledged_by.username if alert.acknowledged_by else None,
+            "resolved_at": alert.resolved_at.isoformat() if alert.resolved_at else None,
+            "resolved_by": alert.resolved_by.username if alert.resolved_by else None,
+            "notified_at": alert.notified_at.isoformat() if alert.notified_at else None}
+
+
+def running_job_count() -> int:
+    return sum(model.objects.filter(state=model.State.RUNNING).count() for model in (TrainingJob, ImportJob, DeriveJob))
+
+
+def request_history(minutes: int = HISTORY_MIN) -> list[dict]:
+    """Per minute, every web process: requests, 5xx share and mean latency (empty when Redis
+    cannot be read: the chart says nothing rather than zeros)."""
+    try:
+        rows = http_metrics.minutes(minutes)
+    except redis.RedisError:
+        return []
+    return [{"at": m.start, "requests": m.requests, "errors": m.errors,
+             "error_rate": m.error_rate, "mean_ms": None if m.mean_s is None else round(m.mean_s * 1000, 1)}
+            for m in rows]
+
+
+def queue_history(minutes: int = HISTORY_MIN) -> list[dict]:
+    """Queue depth samples of the last `minutes` (the list keeps more when sampled slowly)."""
+    since = time.time() - minutes * 60
+    try:
+        return [sample for sample in history.queue_depth_samples() if sample["at"] >= since]
+    except redis.RedisError:
+        return []
+
+
+def dashboard_snapshot(*, inspection: broker.Inspection | None = None,
+                       depths: broker.QueueDepths | None = None) -> dict:
+    """What the dashboard's tiles, charts and open-alert table show now, ready for JSON.
+    `inspection`, `depths`: read already by the caller (the broker is not asked twice)."""
+    now = timezone.now()
+    inspection = inspection if inspection is not None else broker.inspect_workers()
+    depths = depths if depths is not None else queue_depths()
+    alerts = list(open_alerts().select_related("acknowledged_by", "resolved_by")[:DASHBOARD_ALERTS])
+    counts = open_alerts().aggregate(open=Count("pk"), unacknowledged=Count("pk", filter=Q(acknowledged_at=None)))
+    window_min = settings.ALERT_JOB_FAILED_WINDOW_MIN
+    return {
+        "at": now.isoformat(),
+        "tiles": {
+            "workers_online": len(inspection.workers) if inspection.reachable else None,
+            "broker_error": inspection.error,
+            "queues": depths.waiting if depths.reachable else None,
+            "queued_total": sum(depths.waiting.values()) if depths.reachable else None,
+            "running_jobs": running_job_count(),
+            "failures": failure_summary(since=now - timezone.timedelta(minutes=window_min)).total,
+            "failures_window_min": window_min,
+            "open_alerts": counts["open"],
+            "unacknowledged_alerts": counts["unacknowledged"],
+        },
+        "alerts": [alert_payload(alert) for alert in alerts],
+        "history_min": HISTORY_MIN,
+        "history": {"queues": queue_history(), "requests": request_history()},
+    }

@@ -1,4 +1,5 @@
-"""Writes: evaluating the alert rules into Alert rows, and notifying the operator's webhook."""
+"""Writes: evaluating the alert rules into Alert rows, acknowledging and resolving them, and
+notifying the operator's webhook."""
 
 from __future__ import annotations
 
@@ -6,12 +7,15 @@ import logging
 from dataclasses import dataclass, field
 from datetime import datetime
 
+import redis
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from apps.monitoring import rules, webhook
+from apps.core.errors import Conflict
+from apps.monitoring import access, broker, events, history, rules, selectors, webhook
 from apps.monitoring.models import Alert
+from apps.projects.audit import audit_record
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +61,66 @@ def alerts_evaluate(*, now: datetime | None = None) -> Evaluation:
         if Alert.objects.filter(pk=alert.pk, resolved_at__isnull=True).update(resolved_at=now):
             alert.resolved_at = now
             outcome.resolved.append(alert)
+    if outcome.opened or outcome.resolved:
+        events.dashboard_changed()
     return outcome
+
+
+@transaction.atomic
+def alert_acknowledge(*, by, alert: Alert, token=None, ip_address: str | None = None) -> Alert:
+    """Someone is on it: the alert stays open (the rule still decides when it stops), marked
+    with who took it. Acknowledging it again changes nothing; a resolved alert cannot be."""
+    access.require_site_staff(by, token)
+    now = timezone.now()
+    if not Alert.objects.filter(pk=alert.pk, resolved_at__isnull=True, acknowledged_at__isnull=True).update(
+            acknowledged_at=now, acknowledged_by=by):
+        alert.refresh_from_db()
+        if alert.resolved_at is not None:
+            raise Conflict("This alert is already resolved.")
+        return alert  # acknowledged already, by this person or another
+    alert.refresh_from_db()
+    audit_record(actor=by, action="alert.acknowledge", target=alert, ip_address=ip_address,
+                 after={"rule": alert.rule, "subject": alert.subject})
+    events.dashboard_changed()
+    return alert
+
+
+@transaction.atomic
+def alert_resolve(*, by, alert: Alert, token=None, ip_address: str | None = None) -> Alert:
+    """Close the alert by hand. A condition that still holds (a lost worker, a long queue) opens
+    a new alert at the next evaluation; failed jobs do only when another job fails (see
+    rules.job_failed). Resolving a resolved alert changes nothing."""
+    access.require_site_staff(by, token)
+    if not Alert.objects.filter(pk=alert.pk, resolved_at__isnull=True).update(resolved_at=timezone.now(),
+                                                                             resolved_by=by):
+        alert.refresh_from_db()
+        return alert
+    alert.refresh_from_db()
+    audit_record(actor=by, action="alert.resolve", target=alert, ip_address=ip_address,
+                 after={"rule": alert.rule, "subject": alert.subject})
+    events.dashboard_changed()
+    return alert
+
+
+def queue_depths_record() -> broker.QueueDepths:
+    """Read the queue depths and keep a sample for the history chart (at most one per
+    history.SAMPLE_EVERY_S, whoever asks). Best effort: a missing sample is a gap in a chart."""
+    depths = selectors.queue_depths()
+    if depths.reachable:
+        try:
+            history.record_queue_depths(depths.waiting)
+        except redis.RedisError as exc:
+            logger.warning("queue depth sample not kept: %s", exc)
+    return depths
+
+
+def dashboard_refresh() -> dict:
+    """One live update of the dashboard: the rules evaluated (as the page does on each view), a
+    queue depth sample kept, and the snapshot the browser draws."""
+    evaluation = alerts_evaluate()
+    snapshot = selectors.dashboard_snapshot(depths=queue_depths_record())
+    snapshot["rules_unavailable"] = evaluation.unavailable
+    return snapshot
 
 
 def alerts_notify(*, now: datetime | None = None) -> int:

@@ -4,7 +4,7 @@ import pytest
 from django.utils import timezone
 
 from apps.datasets.models import Dataset, DatasetVersion, DeriveJob, ImportJob
-from apps.monitoring import broker, http_metrics, redis_store
+from apps.monitoring import broker, history, http_metrics, redis_store
 from tests.factories import UserFactory
 from tests.training.fixtures import make_job
 
@@ -29,6 +29,15 @@ def clean_request_window():
     keys = list(client.scan_iter(match=http_metrics.WINDOW_KEY + "*"))
     if keys:
         client.delete(*keys)
+
+
+@pytest.fixture
+def clean_queue_history():
+    """No queue depth samples yet, and none taken recently (the sampling lock gone too); none
+    left behind either (the browser tests' dashboards would chart them)."""
+    redis_store.client().delete(history.QUEUE_SAMPLES_KEY, history.SAMPLE_LOCK_KEY)
+    yield
+    redis_store.client().delete(history.QUEUE_SAMPLES_KEY, history.SAMPLE_LOCK_KEY)
 
 
 def training_job(project, owner, *, name="Run", **fields):

@@ -35,19 +35,27 @@ def open_alerts():
     return {(a.rule, a.subject): a for a in Alert.objects.filter(resolved_at__isnull=True)}
 
 
-def test_a_failed_job_of_each_kind_opens_an_alert_naming_its_project_and_error(project, owner):
-    job = failed_training_job(project, owner)
-    upload = failed_import_job(project, owner)
-    split = failed_derive_job(project, owner)
+def test_failed_jobs_of_every_kind_and_project_make_one_alert_naming_the_latest(project, owner, other_project):
+    earlier = timezone.now() - timedelta(minutes=5)
+    for _ in range(3):
+        failed_import_job(other_project, owner, finished_at=earlier)
+    failed_derive_job(project, owner, finished_at=earlier)
+    failed_training_job(project, owner, name="Night run")  # the latest
     outcome = services.alerts_evaluate()
-    alerts = open_alerts()
-    assert len(outcome.opened) == 3 and set(alerts) == {
-        ("job_failed", f"training-job:{job.pk}"), ("job_failed", f"import-job:{upload.pk}"),
-        ("job_failed", f"derive-job:{split.pk}")}
-    message = alerts[("job_failed", f"training-job:{job.pk}")].message
-    assert "Alpha" in message and "CUDA out of memory. Tried to allocate 2.00 GiB" in message
+    assert len(outcome.opened) == 1 and list(open_alerts()) == [("job_failed", rules.JOBS_SUBJECT)]
+    message = Alert.objects.get().message
+    assert message.startswith("5 jobs failed in the last 60 min, in 2 projects (1 fine-tune, 3 imports, 1 derive).")
+    assert "Latest: Fine-tune “Night run” in Alpha: CUDA out of memory. Tried to allocate 2.00 GiB" in message
     assert "Traceback" not in message  # the error's first line only
-    assert "Line 3 is not JSON" in alerts[("job_failed", f"import-job:{upload.pk}")].message
+
+
+def test_another_failure_updates_the_one_open_alert_instead_of_opening_one(project, owner):
+    failed_training_job(project, owner)
+    services.alerts_evaluate()
+    failed_import_job(project, owner)
+    outcome = services.alerts_evaluate()
+    assert outcome.opened == [] and Alert.objects.count() == 1
+    assert Alert.objects.get().message.startswith("2 jobs failed") and "Line 3 is not JSON" in Alert.objects.get().message
 
 
 def test_evaluating_again_refreshes_the_open_alert_instead_of_adding_one(project, owner):
@@ -79,7 +87,7 @@ def test_a_job_failing_again_after_its_alert_resolved_opens_a_new_one(project, o
     job.state, job.finished_at = "failed", timezone.now()
     job.save()
     services.alerts_evaluate()
-    assert Alert.objects.filter(subject=f"training-job:{job.pk}").count() == 2
+    assert Alert.objects.filter(rule="job_failed").count() == 2
     assert len(open_alerts()) == 1
 
 
@@ -208,8 +216,8 @@ def test_an_opened_alert_is_posted_to_the_webhook_once(project, owner, settings)
     [post] = receiver.received
     assert post["path"] == "/hooks/workbench" and post["type"] == "application/json"
     assert post["body"]["status"] == "firing" and post["body"]["rule"] == "job_failed"
-    assert post["body"]["subject"] == f"training-job:{job.pk}"
-    assert "CUDA out of memory" in post["body"]["message"]
+    assert post["body"]["subject"] == rules.JOBS_SUBJECT
+    assert job.name in post["body"]["message"] and "CUDA out of memory" in post["body"]["message"]
     assert Alert.objects.get().notified_at is not None
 
 

@@ -37,9 +37,10 @@ def test_only_the_twenty_latest_failures_are_listed(staff_client, project, owner
 
 
 def test_the_page_opens_alerts_when_it_evaluates_the_rules(staff_client, project, owner, no_workers):
-    job = failed_training_job(project, owner)
+    failed_training_job(project, owner, name="Night run")
     html = staff_client.get("/monitoring/").content.decode()
-    assert f"training-job:{job.pk}" in html and "No open alerts" not in html
+    alerts = html.split('data-testid="open-alerts"')[1].split("</table>")[0]
+    assert "1 job failed in the last" in alerts and "Night run" in alerts
 
 
 def test_job_names_and_errors_are_shown_as_text(staff_client, project, owner, no_workers):
@@ -75,3 +76,15 @@ def test_queue_depths_and_web_traffic_are_shown(staff_client, no_workers, clean_
     assert 'data-testid="queues"' in html and "<th scope=\"row\">gpu</th>" in html
     assert "/monitoring/" in html  # its own route in the per-route table
     assert "every web process: 1 request" in html  # the first view, flushed before the second read the window
+
+
+def test_the_route_table_is_collapsed_and_the_tiles_lead_the_page(staff_client, no_workers, project, owner):
+    failed_training_job(project, owner)
+    html = staff_client.get("/monitoring/").content.decode()
+    assert '<details data-testid="http-routes-details">' in html  # no `open`: collapsed until asked
+    assert html.index('data-testid="tiles"') < html.index('data-testid="open-alerts"') < html.index(
+        'data-testid="http-routes"')
+    tiles = html.split('data-testid="tiles"')[1].split("</section>")[0]
+    assert 'data-tile="failures">1<' in tiles and 'data-tile="open_alerts">1<' in tiles
+    assert 'data-tile="workers_online">0<' in tiles
+    assert 'id="monitoring-snapshot"' in html and "vendor/plotly/plotly.min.js" in html

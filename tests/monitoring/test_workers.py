@@ -9,7 +9,7 @@ import uuid
 import pytest
 from django.utils import timezone
 
-from apps.monitoring import broker, selectors, worker_report
+from apps.monitoring import broker, history, rules, selectors, worker_report
 from apps.monitoring.models import Alert
 from tests.conftest import wait_for
 from tests.monitoring.conftest import failed_training_job
@@ -81,12 +81,15 @@ def test_queue_depth_counts_every_priority_list_of_kombus_redis_transport(celery
 
 
 @pytest.mark.slow  # starts the real worker process
-def test_the_periodic_task_evaluates_alerts_in_the_worker(celery_worker, transactional_db, project, owner):
+def test_the_periodic_task_evaluates_alerts_and_samples_queue_depths_in_the_worker(
+        celery_worker, transactional_db, project, owner, clean_queue_history):
     job = failed_training_job(project, owner)
     celery_app.send_task("monitoring.evaluate_alerts", queue="default")
-    alert = wait_for(lambda: Alert.objects.filter(subject=f"training-job:{job.pk}").first(), timeout=30,
+    alert = wait_for(lambda: Alert.objects.filter(rule="job_failed").first(), timeout=30,
                      what="the alert opened by the worker's evaluation")
-    assert alert.rule == "job_failed" and alert.resolved_at is None
+    assert alert.subject == rules.JOBS_SUBJECT and alert.resolved_at is None and job.name in alert.message
+    [sample] = wait_for(history.queue_depth_samples, timeout=10, what="the worker's queue depth sample")
+    assert set(sample["waiting"]) == {"default", "gpu", "inference"}
 
 
 def test_running_jobs_are_grouped_under_their_worker_with_heartbeat_age(db, project, owner, monkeypatch):
