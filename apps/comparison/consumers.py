@@ -24,20 +24,22 @@ class ComparisonConsumer(PolicyConsumer):
         return [events.comparison_group(self.comparison_id), user_group(self.scope["user"].pk)]
 
     async def on_accepted(self) -> None:
-        state, cells = await database_sync_to_async(self._backlog)()
+        state, cells, summaries = await database_sync_to_async(self._backlog)()
         await self.send_json({"type": "state", "comparison": state})
         for start in range(0, len(cells), BACKLOG_CHUNK):
             await self.send_json({"type": "cells", "cells": cells[start:start + BACKLOG_CHUNK]})
+        await self.send_json({"type": "summaries", "summaries": summaries})
         await self.send_json({"type": "live"})
 
-    def _backlog(self) -> tuple[dict, list[dict]]:
+    def _backlog(self) -> tuple[dict, list[dict], list[dict]]:
         comparison = Comparison.objects.filter(pk=self.comparison_id).first()
         if comparison is None:
-            return {"id": self.comparison_id, "state": "deleted"}, []
-        return events.state_payload(comparison), selectors.grid_cells(comparison)
+            return {"id": self.comparison_id, "state": "deleted"}, [], []
+        return events.state_payload(comparison), selectors.grid_cells(comparison), selectors.model_summaries(comparison)
 
     async def comparison_state(self, message):
         await self.send_json({"type": "state", "comparison": message["comparison"]})
 
     async def comparison_cells(self, message):
         await self.send_json({"type": "cells", "cells": message["cells"]})
+        await self.send_json({"type": "summaries", "summaries": message["summaries"]})

@@ -17,5 +17,7 @@ def comparison_state(comparison) -> None:
     send(comparison_group(comparison.pk), {"type": "comparison.state", "comparison": state_payload(comparison)})
 
 
-def cells(comparison_id: int, payloads: list[dict]) -> None:
-    send(comparison_group(comparison_id), {"type": "comparison.cells", "cells": payloads})
+def cells(comparison_id: int, payloads: list[dict], summaries: list[dict]) -> None:
+    """New cells, with every model's summary recomputed over all cells (the page shows these
+    numbers as they are; it computes none of its own)."""
+    send(comparison_group(comparison_id), {"type": "comparison.cells", "cells": payloads, "summaries": summaries})

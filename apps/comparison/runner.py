@@ -74,7 +74,8 @@ def _run(comparison: Comparison) -> None:
         total = Output.objects.filter(comparison_id=comparison_id).count()
         alive = Comparison.objects.filter(pk=comparison_id).update(cells_done=total)
         events.cells(comparison_id, [{**selectors.cell_payload(o), "prompt": o.prompt.pk,
-                                      "contestant": o.contestant.pk} for o in stored])
+                                      "contestant": o.contestant.pk} for o in stored],
+                     selectors.model_summaries(Comparison(pk=comparison_id)))
         current = Comparison.objects.filter(pk=comparison_id).values("cancel_requested", "cells_done").first()
         if current:
             events.comparison_state(Comparison(pk=comparison_id, state=Comparison.State.RUNNING,

@@ -1,6 +1,7 @@
 """Reads about comparisons: the grid, per-model summaries, leaderboards."""
 
 from apps.comparison.models import Comparison, Contestant, Output, Vote
+from apps.core.rendering import render_markdown
 from apps.projects.models import Project
 from apps.registry.models import RegisteredModel
 
@@ -10,6 +11,7 @@ BOOTSTRAP_SEED = 0  # fixed: the same votes always show the same intervals
 
 def cell_payload(output: Output) -> dict:
     return {"prompt": output.prompt_id, "contestant": output.contestant_id, "text": output.text,
+            "html": render_markdown(output.text),
             "error": output.error, "finish_reason": output.finish_reason, "prompt_tokens": output.prompt_tokens,
             "completion_tokens": output.completion_tokens, "latency_s": output.latency_s,
             "tokens_per_s": output.tokens_per_s, "scores": output.scores}

@@ -2,6 +2,7 @@ from rest_framework import serializers
 
 from apps.comparison import selectors
 from apps.comparison.models import Comparison, Pair, Vote
+from apps.core.rendering import render_markdown
 
 
 class ComparisonSerializer(serializers.ModelSerializer):
@@ -47,6 +48,7 @@ class CellSerializer(serializers.Serializer):
     prompt = serializers.IntegerField()
     contestant = serializers.IntegerField()
     text = serializers.CharField()
+    html = serializers.CharField(help_text="the text as Markdown, rendered (raw HTML in it shown as text)")
     error = serializers.CharField()
     finish_reason = serializers.CharField()
     prompt_tokens = serializers.IntegerField()
@@ -76,6 +78,9 @@ class BlindPairSerializer(serializers.Serializer):
     prompt = serializers.CharField()
     a = serializers.CharField(help_text="the left output")
     b = serializers.CharField(help_text="the right output")
+    prompt_html = serializers.CharField(help_text="the prompt as Markdown, rendered (raw HTML shown as text)")
+    a_html = serializers.CharField(help_text="the left output as Markdown, rendered")
+    b_html = serializers.CharField(help_text="the right output as Markdown, rendered")
 
 
 class NextPairSerializer(serializers.Serializer):
@@ -89,8 +94,9 @@ def blind_pair(pair: Pair | None) -> dict | None:
         return None
     texts = dict(pair.comparison.outputs.filter(prompt_id=pair.prompt_id, contestant_id__in=[
         pair.first_id, pair.second_id]).values_list("contestant_id", "text"))
-    return {"id": pair.pk, "prompt": pair.prompt.text, "a": texts.get(pair.left.pk, ""),
-            "b": texts.get(pair.right.pk, "")}
+    a, b = texts.get(pair.left.pk, ""), texts.get(pair.right.pk, "")
+    return {"id": pair.pk, "prompt": pair.prompt.text, "a": a, "b": b, "prompt_html": render_markdown(pair.prompt.text),
+            "a_html": render_markdown(a), "b_html": render_markdown(b)}
 
 
 class VoteCastSerializer(serializers.Serializer):

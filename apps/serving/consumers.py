@@ -70,6 +70,7 @@ class PlaygroundConsumer(PolicyConsumer):
                     await self.send_json({"type": "delta", "id": generation_id, "text": event["text"]})
                 else:
                     await self.send_json({"type": event["type"], "id": generation_id, "result": event["result"],
+                                          "html": event.get("html", ""),
                                           "round_trip_s": round(time.monotonic() - sent, 3)})
 
     async def disconnect(self, code):

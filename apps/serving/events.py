@@ -1,5 +1,6 @@
 """A generation's stream, published to `generation.<id>`: text deltas, then done or error."""
 
+from apps.core.rendering import render_markdown
 from apps.projects.events import send
 
 
@@ -12,5 +13,8 @@ def delta(generation_id: int, text: str) -> None:
 
 
 def finished(generation) -> None:
+    """The end of a stream, with the whole answer rendered as Markdown (raw HTML shown as text):
+    the page streams plain text, then shows the rendered answer."""
     kind = "generation.done" if generation.state == "succeeded" else "generation.error"
-    send(generation_group(generation.pk), {"type": kind, "id": generation.pk, "result": generation.result()})
+    send(generation_group(generation.pk), {"type": kind, "id": generation.pk, "result": generation.result(),
+                                           "html": render_markdown(generation.output)})

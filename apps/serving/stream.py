@@ -44,7 +44,7 @@ async def follow(generation_id: int) -> AsyncIterator[dict]:
             else:
                 finished = True
                 yield {"type": "done" if message["type"] == "generation.done" else "error",
-                       "result": message["result"]}
+                       "result": message["result"], "html": message.get("html", "")}
                 return
     finally:
         await asyncio.shield(_release(layer, group, channel, None if finished else generation_id))

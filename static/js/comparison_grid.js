@@ -1,8 +1,9 @@
 // The comparison grid, live: cells arrive over the comparison's websocket (the backlog from
 // the database on connect, then each batch as the worker finishes it), keyed by
-// (prompt, contestant) so a cell that arrives twice is drawn once. Model output is always set
-// as text (textContent), never as markup. The word diff against a chosen column is computed
-// here (longest common subsequence of words) and built from text nodes.
+// (prompt, contestant) so a cell that arrives twice is drawn once. Model output is shown as the
+// server rendered its Markdown (raw HTML in it stays text); the word diff against a chosen column
+// is computed here (longest common subsequence of words) and built from text nodes. The
+// per-model summaries are the server's, sent with each batch. Rows sort and filter by a metric.
 (function () {
   "use strict";
   var box = document.querySelector("[data-testid=comparison]");
@@ -40,10 +41,14 @@
 
   function renderText(node, cell) {
     node.textContent = "";
+    node.classList.remove("markdown");
     var against = diffAgainst && diffAgainst.value;
     var base = against && cells[cell.prompt + "-" + against];
-    if (!against || String(cell.contestant) === against || !base || cell.error || base.error) {
-      node.textContent = cell.error ? "Error: " + cell.error : cell.text;
+    if (cell.error) { node.textContent = "Error: " + cell.error; return; }
+    if (!against || String(cell.contestant) === against || !base || base.error) {
+      if (cell.html === undefined) { node.textContent = cell.text; return; }  // sent before html was
+      node.innerHTML = cell.html;
+      node.classList.add("markdown");
       return;
     }
     diff(base.text, cell.text).forEach(function (part) {
@@ -79,34 +84,65 @@
 
   function redrawAll() { Object.keys(cells).forEach(function (k) { draw(cells[k]); }); }
 
-  // Per model: outputs, failures, mean latency and tokens/s, and with references the exact-match
-  // rate, mean ROUGE-L and the perplexity of all references together (as the server computes it).
-  function summarise() {
-    var by = {};
-    Object.keys(cells).forEach(function (k) {
-      var c = cells[k];
-      var s = by[c.contestant] || (by[c.contestant] = { n: 0, errors: 0, latency: [], speed: [], em: [], rouge: [],
-                                                          nll: 0, tokens: 0 });
-      s.n += 1;
-      if (c.error) { s.errors += 1; return; }
-      if (c.latency_s !== null && c.latency_s !== undefined) s.latency.push(c.latency_s);
-      if (c.tokens_per_s !== null && c.tokens_per_s !== undefined) s.speed.push(c.tokens_per_s);
-      var sc = c.scores || {};
-      if (sc.exact_match !== undefined) { s.em.push(sc.exact_match); s.rouge.push(sc.rouge_l); }
-      if (sc.reference_nll !== undefined) { s.nll += sc.reference_nll; s.tokens += sc.reference_tokens; }
-    });
-    var mean = function (xs) { return xs.reduce(function (a, b) { return a + b; }, 0) / xs.length; };
-    Object.keys(by).forEach(function (contestant) {
-      var td = document.querySelector("[data-summary='" + contestant + "']");
+  // The server's summary of each model (models_summaries in apps/comparison/selectors.py).
+  function showSummaries(summaries) {
+    summaries.forEach(function (s) {
+      var td = document.querySelector("[data-summary='" + s.contestant + "']");
       if (!td) return;
-      var s = by[contestant], parts = [s.n + " outputs" + (s.errors ? ", " + s.errors + " failed" : "")];
-      if (s.latency.length) parts.push(mean(s.latency).toFixed(2) + " s");
-      if (s.speed.length) parts.push(mean(s.speed).toFixed(1) + " tok/s");
-      if (s.em.length) parts.push("exact match " + mean(s.em).toFixed(2), "ROUGE-L " + mean(s.rouge).toFixed(3));
-      if (s.tokens) parts.push("ppl " + Math.exp(s.nll / s.tokens).toFixed(2));
+      var parts = [s.cells + " outputs" + (s.errors ? ", " + s.errors + " failed" : "")];
+      if (s.mean_latency_s !== null) parts.push(s.mean_latency_s.toFixed(2) + " s");
+      if (s.mean_tokens_per_s !== null) parts.push(s.mean_tokens_per_s.toFixed(1) + " tok/s");
+      if (s.exact_match !== null) parts.push("exact match " + s.exact_match.toFixed(2), "ROUGE-L " + s.rouge_l.toFixed(3));
+      if (s.perplexity !== null) parts.push("ppl " + s.perplexity.toFixed(2));
       td.textContent = parts.join(" · ");
     });
   }
+
+  // Sorting and filtering the rows: by a metric of one model's output, and to the rows where
+  // the models' answers differ or one failed.
+  var sortBy = document.getElementById("grid-sort"), sortModel = document.getElementById("grid-sort-model"),
+      show = document.getElementById("grid-show");
+  var METRICS = {
+    rouge_l: function (c) { return c.scores && c.scores.rouge_l; },
+    exact_match: function (c) { return c.scores && c.scores.exact_match; },
+    perplexity: function (c) { return c.scores && c.scores.perplexity; },
+    latency_s: function (c) { return c.latency_s; },
+    completion_tokens: function (c) { return c.completion_tokens; },
+  };
+
+  function rowCells(row) {
+    return Array.prototype.map.call(row.querySelectorAll("[data-cell]"), function (td) { return cells[td.dataset.cell]; });
+  }
+
+  function arrangeRows() {
+    if (!sortBy) return;
+    var body = box.ownerDocument.querySelector("[data-testid=grid] tbody");
+    var rows = Array.prototype.slice.call(body.rows);
+    var metric = METRICS[sortBy.value.replace(/-(asc|desc)$/, "")], descending = /-desc$/.test(sortBy.value);
+    var value = function (row) {
+      var cell = metric && cells[row.dataset.prompt + "-" + sortModel.value];
+      var v = cell && !cell.error ? metric(cell) : undefined;
+      return v === undefined || v === null ? null : v;
+    };
+    rows.sort(function (a, b) {
+      if (!metric) return a.dataset.position - b.dataset.position;
+      var x = value(a), y = value(b);
+      if (x === null || y === null) return (x === null) - (y === null) || a.dataset.position - b.dataset.position;
+      return (descending ? y - x : x - y) || a.dataset.position - b.dataset.position;
+    });
+    rows.forEach(function (row) {
+      var present = rowCells(row).filter(Boolean);
+      var texts = present.filter(function (c) { return !c.error; }).map(function (c) { return c.text.trim(); });
+      var keep = show.value === "all" ||
+        (show.value === "differ" && texts.length > 1 && texts.some(function (t) { return t !== texts[0]; })) ||
+        (show.value === "failed" && present.some(function (c) { return c.error; }));
+      row.hidden = !keep;
+      body.appendChild(row);
+    });
+    document.querySelector("[data-testid=grid-shown]").textContent = rows.filter(function (r) { return !r.hidden; }).length + " of " + rows.length + " prompts";
+  }
+
+  [sortBy, sortModel, show].forEach(function (control) { if (control) control.addEventListener("change", arrangeRows); });
 
   function renderState(state) {
     field("state").textContent = state.state;
@@ -126,7 +162,7 @@
   function addCells(list) {
     list.forEach(function (cell) { cells[key(cell)] = cell; });
     if (diffAgainst && diffAgainst.value) { redrawAll(); } else { list.forEach(draw); }
-    summarise();
+    arrangeRows();
   }
 
   if (diffAgainst) diffAgainst.addEventListener("change", redrawAll);
@@ -137,6 +173,7 @@
       message: function (data) {
         if (data.type === "state") renderState(data.comparison);
         else if (data.type === "cells") addCells(data.cells);
+        else if (data.type === "summaries") showSummaries(data.summaries);
         else if (data.type === "live") live.hidden = false;
       },
       closed: function () { live.hidden = true; }

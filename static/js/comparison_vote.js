@@ -53,9 +53,10 @@
     }
     field("done").hidden = true;
     field("pair").hidden = false;
-    field("prompt").textContent = pair.prompt;  // text, never markup
-    field("a").textContent = pair.a;
-    field("b").textContent = pair.b;
+    // Markdown as the server rendered it (raw HTML in a model's answer is shown as text there).
+    field("prompt").innerHTML = pair.prompt_html;
+    field("a").innerHTML = pair.a_html;
+    field("b").innerHTML = pair.b_html;
     field("model-a").textContent = "";
     field("model-b").textContent = "";
     pair.clientId = clientId();  // one per pair: a retry of this vote resends it

@@ -20,7 +20,7 @@
     who.textContent = role === "user" ? "You" : (name || "Model");
     var body = document.createElement("div");
     body.className = "chat-text";
-    body.textContent = text;  // text, never markup
+    body.textContent = text;  // text while it streams; only the server's rendering is set as markup
     item.append(who, body);
     log.append(item);
     return body;
@@ -52,6 +52,9 @@
           current.textContent += data.text;
         } else if (data.type === "done") {
           messages.push({ role: "assistant", content: current.textContent });
+          // The answer streamed as text; once whole, the server's Markdown rendering replaces it
+          // (raw HTML in the answer stays text there). The raw text is kept for the next turn.
+          if (data.html) { current.innerHTML = data.html; current.classList.add("markdown"); }
           var r = data.result;
           field("stats").textContent = "first token " + Math.round(firstTokenAt - sentAt) + " ms · " +
             (r.tokens_per_s || 0) + " tokens/s · " + r.completion_tokens + " tokens (" + r.finish_reason + ")";

@@ -26,6 +26,8 @@ async def read_until_live(socket) -> tuple[dict, list[dict]]:
             state = message["comparison"]
         elif message["type"] == "cells":
             cells.extend(message["cells"])
+        elif message["type"] == "summaries":  # the server's, after the backlog's cells
+            assert [s["cells"] for s in message["summaries"]] == [len(cells) // 2] * 2
         elif message["type"] == "live":
             return state, cells
 
@@ -41,8 +43,10 @@ def test_a_viewer_gets_the_state_then_the_stored_cells_then_live_ones(viewer, pr
         state, cells = await read_until_live(socket)
         assert state["state"] == "running" and state["cells_done"] == 6
         assert len(cells) == 6 and cells[0]["text"].endswith("says 0")
-        await sync_to_async(events.cells)(comparison.pk, [new_cell])
+        summaries = await sync_to_async(selectors.model_summaries)(comparison)
+        await sync_to_async(events.cells)(comparison.pk, [new_cell], summaries)
         assert await socket.receive_json_from(timeout=TIMEOUT_S) == {"type": "cells", "cells": [new_cell]}
+        assert await socket.receive_json_from(timeout=TIMEOUT_S) == {"type": "summaries", "summaries": summaries}
         await sync_to_async(events.comparison_state)(comparison)
         assert (await socket.receive_json_from(timeout=TIMEOUT_S))["type"] == "state"
         await socket.disconnect()

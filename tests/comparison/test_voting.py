@@ -29,7 +29,7 @@ def comparison(project, owner):
 def test_a_pair_names_no_model_until_the_vote_reveals_them(client, annotator, comparison):
     client.force_login(annotator)
     served = next_pair(client, comparison)
-    assert set(served["pair"]) == {"id", "prompt", "a", "b"}
+    assert set(served["pair"]) == {"id", "prompt", "a", "b", "prompt_html", "a_html", "b_html"}  # no model named
     assert served["remaining"] == 2 and served["voted"] == 0
     model_ids = [str(c.model_id) for c in comparison.contestants.all()]
     raw = client.post(f"/api/comparisons/{comparison.pk}/pairs/next/").content.decode()

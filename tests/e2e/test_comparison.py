@@ -119,3 +119,47 @@ def test_markup_in_outputs_is_inert_in_the_grid_the_diff_and_the_vote_page(page,
     page.goto(f"/projects/{project.pk}/comparisons/{comparison.pk}/")
     expect(grid.locator("img, script, a[href^='javascript']")).to_have_count(0)
     assert dialogs == []
+
+
+def test_outputs_read_as_markdown_and_the_grid_sorts_and_filters_by_a_metric(page, owner, scientist, project):
+    from apps.comparison.models import Output
+    from tests.comparison.factories import make_comparison
+
+    prompts = ["short one", "a code answer", "a failing one"]
+    comparison = make_comparison(project, owner, prompts=prompts, references=["x", "y", "z"])
+    first, second = comparison.contestants.order_by("position")
+    cell = {(o.prompt.position, o.contestant_id): o for o in Output.objects.filter(comparison=comparison)}
+    for (position, _), output in cell.items():
+        output.scores = {"exact_match": 0, "rouge_l": [0.2, 0.9, 0.5][position], "perplexity": 3.0}
+        output.completion_tokens = [5, 40, 12][position]
+        output.save()
+    Output.objects.filter(pk=cell[(1, first.pk)].pk).update(
+        text="Use this:\n\n```python\nprint('**not bold**')\n```\n\nand **this** is bold <b>not html</b>")
+    Output.objects.filter(pk=cell[(2, second.pk)].pk).update(text="", error="The model failed.")
+    browser_login(page, "sofia")
+    page.goto(f"/projects/{project.pk}/comparisons/{comparison.pk}/")
+    grid = page.get_by_test_id("grid")
+    code_cell = grid.locator(f"[data-cell='{cell[(1, first.pk)].prompt_id}-{first.pk}'] [data-field=text]")
+    expect(code_cell.locator("pre code")).to_have_text("print('**not bold**')")
+    expect(code_cell.locator("strong")).to_have_text("this")
+    expect(code_cell).to_contain_text("<b>not html</b>")  # raw HTML stays text
+    expect(code_cell.locator("b")).to_have_count(0)
+
+    rows = grid.locator("tbody tr")
+    expect(page.get_by_test_id("grid-shown")).to_have_text("3 of 3 prompts")
+    page.get_by_label("Sort prompts by").select_option(label="ROUGE-L, best first")
+    page.get_by_label("of", exact=True).select_option(label=first.model.name)
+    expect(rows.locator("th")).to_have_text(["a code answer", "a failing one", "short one"])
+    page.get_by_label("Sort prompts by").select_option(label="length, shortest first")
+    expect(rows.locator("th")).to_have_text(["short one", "a failing one", "a code answer"])
+    page.get_by_label("Show").select_option(label="prompts with a failed answer")
+    expect(page.get_by_test_id("grid-shown")).to_have_text("1 of 3 prompts")
+    expect(rows.filter(visible=True).locator("th")).to_have_text(["a failing one"])
+    page.get_by_label("Show").select_option(label="every prompt")
+    expect(rows.filter(visible=True)).to_have_count(3)
+    # The summaries are the server's: one failed output for the second model
+    expect(page.locator(f"[data-summary='{second.pk}']")).to_contain_text("3 outputs, 1 failed")
+
+    page.goto(f"/projects/{project.pk}/comparisons/{comparison.pk}/vote/")
+    answers = page.get_by_test_id("answer-a").or_(page.get_by_test_id("answer-b"))
+    expect(answers.first).not_to_be_empty()

@@ -34,6 +34,8 @@ def test_scientist_chats_and_sees_the_streamed_answer_with_its_timings(page, sci
     generation = Generation.objects.get(state="succeeded")
     assert generation.source == "playground" and generation.completion_tokens >= 1
     expect(turns.last.locator(".chat-text")).to_have_text(generation.output)
+    # Once whole, the answer is the server's Markdown rendering of it
+    expect(turns.last.locator(".chat-text.markdown")).to_have_count(1)
     expect(turns.last.locator("strong")).to_have_text(tiny_model.name)  # the answer names its model
     expect(turns.first.locator("strong")).to_have_text("You")
 
