@@ -31,7 +31,3 @@ class Alert(models.Model):
 
     def __str__(self) -> str:
         return f"{self.rule} {self.subject}"
-
-    @property
-    def is_open(self) -> bool:
-        return self.resolved_at is None
