@@ -7,7 +7,6 @@ dataset version of the project), sane sampling parameters.
 """
 
 import random
-import uuid
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -357,7 +356,3 @@ def _export_dataset(user, project: Project, dataset_id, dataset_name: str, token
         raise Invalid(f"A dataset called “{name}” already exists: pick it instead.", field="dataset_name")
     return Dataset.objects.create(project=project, name=name, created_by=user,
                                   description="Preference votes exported from comparisons.")
-
-
-def new_client_id() -> str:
-    return uuid.uuid4().hex

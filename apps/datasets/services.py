@@ -56,10 +56,6 @@ def dataset_delete(*, user, dataset: Dataset, token=None, ip_address: str | None
 PREVIEW_ROWS = 20
 
 
-def _ingest_invalid(exc) -> Invalid:
-    return Invalid(str(exc), field="file")
-
-
 def import_create(*, user, dataset: Dataset, upload=None, server_path: str = "", token=None,
                   ip_address: str | None = None) -> ImportJob:
     """Keep the uploaded file (content-addressed) or check a server-side path, detect its

@@ -39,11 +39,3 @@ class Alert(models.Model):
 
     def __str__(self) -> str:
         return f"{self.rule} {self.subject}"
-
-    @property
-    def is_open(self) -> bool:
-        return self.resolved_at is None
-
-    @property
-    def is_acknowledged(self) -> bool:
-        return self.acknowledged_at is not None

@@ -4,8 +4,9 @@ and the training engine (workers.training).
 Claiming is apps.core.jobs.claim: a QUEUED job is taken at once, a RUNNING one only once its
 heartbeat is stale (its worker died; the broker redelivered the message or the reaper re-sent
 it), and the engine then resumes from the last complete checkpoint in the job's output folder.
-A message for a job that already ended does nothing (SECURITY.md 40), and a job whose worker was
-lost TRAINING_MAX_RUNS times fails instead of looping (37).
+A message for a job that already ended does nothing (the broker may redeliver it), and a job
+whose worker was lost TRAINING_MAX_RUNS times fails instead of looping (an OOM kill would
+otherwise be redelivered forever).
 """
 
 import logging

@@ -56,3 +56,56 @@ document.addEventListener("submit", function (event) {
     event.preventDefault();
   }
 }, true);
+
+// Helpers the page scripts share, so each exists once.
+window.Workbench = (function () {
+  "use strict";
+
+  // fetch() of this site's JSON API: the session cookie, the CSRF token Django wants on unsafe
+  // methods (from base.html's <meta name=csrf-token>), JSON both ways. Resolves to the Response.
+  function apiFetch(method, url, body) {
+    var meta = document.querySelector("meta[name=csrf-token]");
+    return fetch(url, {
+      method: method, credentials: "same-origin",
+      headers: { "Content-Type": "application/json", "Accept": "application/json",
+                 "X-CSRFToken": meta ? meta.getAttribute("content") : "" },
+      body: body === undefined ? undefined : JSON.stringify(body)
+    });
+  }
+
+  // A random (version 4) UUID. crypto.randomUUID exists only in secure contexts (HTTPS,
+  // localhost); a server reached over plain HTTP still has crypto.getRandomValues.
+  function uuid() {
+    if (window.crypto && crypto.randomUUID) return crypto.randomUUID();
+    return "10000000-1000-4000-8000-100000000000".replace(/[018]/g, function (c) {
+      return (c ^ (crypto.getRandomValues(new Uint8Array(1))[0] & (15 >> (c / 4)))).toString(16);
+    });
+  }
+
+  // Word-level diff of `after` against `before` (longest common subsequence of words and the
+  // whitespace between them): [{op: "same"|"ins"|"del", text}], or null when the texts are too
+  // long to diff in the page (the table has one cell per pair of words).
+  function wordDiff(before, after) {
+    var words = function (text) { return text.split(/(\s+)/).filter(function (w) { return w.length; }); };
+    var a = words(before), b = words(after);
+    var n = a.length, m = b.length, i, j;
+    if (n * m > 4000000) return null;
+    var table = [];
+    for (i = 0; i <= n; i++) { table.push(new Array(m + 1).fill(0)); }
+    for (i = n - 1; i >= 0; i--) {
+      for (j = m - 1; j >= 0; j--) {
+        table[i][j] = a[i] === b[j] ? table[i + 1][j + 1] + 1 : Math.max(table[i + 1][j], table[i][j + 1]);
+      }
+    }
+    var out = [];
+    i = 0; j = 0;
+    while (i < n || j < m) {
+      if (i < n && j < m && a[i] === b[j]) { out.push({ op: "same", text: b[j] }); i++; j++; }
+      else if (j < m && (i === n || table[i][j + 1] >= table[i + 1][j])) { out.push({ op: "ins", text: b[j] }); j++; }
+      else { out.push({ op: "del", text: a[i] }); i++; }
+    }
+    return out;
+  }
+
+  return { apiFetch: apiFetch, uuid: uuid, wordDiff: wordDiff };
+})();

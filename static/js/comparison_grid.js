@@ -2,8 +2,8 @@
 // the database on connect, then each batch as the worker finishes it), keyed by
 // (prompt, contestant) so a cell that arrives twice is drawn once. Model output is shown as the
 // server rendered its Markdown (raw HTML in it stays text); the word diff against a chosen column
-// is computed here (longest common subsequence of words) and built from text nodes. The
-// per-model summaries are the server's, sent with each batch. Rows sort and filter by a metric.
+// (Workbench.wordDiff, app.js) is built from text nodes. The per-model summaries are the
+// server's, sent with each batch. Rows sort and filter by a metric.
 (function () {
   "use strict";
   var box = document.querySelector("[data-testid=comparison]");
@@ -14,30 +14,6 @@
   var diffAgainst = document.getElementById("diff-against");
 
   function key(cell) { return cell.prompt + "-" + cell.contestant; }
-
-  function words(text) { return text.split(/(\s+)/).filter(function (w) { return w.length; }); }
-
-  // Word-level diff of `text` against `base`: [{op: "same"|"ins"|"del", text}].
-  function diff(base, text) {
-    var a = words(base), b = words(text);
-    if (a.length * b.length > 4000000) return [{ op: "same", text: text }];  // too long to diff in the page
-    var n = a.length, m = b.length, i, j;
-    var table = [];
-    for (i = 0; i <= n; i++) { table.push(new Array(m + 1).fill(0)); }
-    for (i = n - 1; i >= 0; i--) {
-      for (j = m - 1; j >= 0; j--) {
-        table[i][j] = a[i] === b[j] ? table[i + 1][j + 1] + 1 : Math.max(table[i + 1][j], table[i][j + 1]);
-      }
-    }
-    var out = [];
-    i = 0; j = 0;
-    while (i < n || j < m) {
-      if (i < n && j < m && a[i] === b[j]) { out.push({ op: "same", text: b[j] }); i++; j++; }
-      else if (j < m && (i === n || table[i][j + 1] >= table[i + 1][j])) { out.push({ op: "ins", text: b[j] }); j++; }
-      else { out.push({ op: "del", text: a[i] }); i++; }
-    }
-    return out;
-  }
 
   function renderText(node, cell) {
     node.textContent = "";
@@ -51,7 +27,8 @@
       node.classList.add("markdown");
       return;
     }
-    diff(base.text, cell.text).forEach(function (part) {
+    var parts = Workbench.wordDiff(base.text, cell.text) || [{ op: "same", text: cell.text }];  // too long: plain
+    parts.forEach(function (part) {
       if (part.op === "same") { node.appendChild(document.createTextNode(part.text)); return; }
       var mark = document.createElement(part.op);
       mark.className = "diff";

@@ -7,28 +7,18 @@
   if (!box) return;
   var api = box.dataset.api;
   var field = function (name) { return box.querySelector("[data-field=" + name + "]"); };
-  var csrf = document.querySelector("meta[name=csrf-token]").getAttribute("content");
   var pair = null, voted = false, busy = false;
   var KEYS = { "1": "a", "ArrowLeft": "a", "2": "b", "ArrowRight": "b", "3": "tie", "t": "tie", "4": "both_bad",
                "x": "both_bad" };
   var LABELS = { a: "A is better", b: "B is better", tie: "Tie", both_bad: "Both bad" };
 
   function post(path, body) {
-    return fetch(api + path, {
-      method: "POST", credentials: "same-origin",
-      headers: { "Content-Type": "application/json", "X-CSRFToken": csrf, "Accept": "application/json" },
-      body: JSON.stringify(body || {})
-    }).then(function (response) {
+    return Workbench.apiFetch("POST", api + path, body || {}).then(function (response) {
       return response.json().catch(function () { return {}; }).then(function (data) {
         if (!response.ok) throw new Error(data.detail || ("The server answered " + response.status + "."));
         return data;
       });
     });
-  }
-
-  function clientId() {
-    if (window.crypto && crypto.randomUUID) return crypto.randomUUID();
-    return String(Date.now()) + "-" + Math.random().toString(16).slice(2);
   }
 
   var counts = { voted: 0, remaining: 0 };
@@ -59,7 +49,7 @@
     field("b").innerHTML = pair.b_html;
     field("model-a").textContent = "";
     field("model-b").textContent = "";
-    pair.clientId = clientId();  // one per pair: a retry of this vote resends it
+    pair.clientId = Workbench.uuid();  // one per pair: a retry of this vote resends it
   }
 
   function next() {

@@ -1,5 +1,5 @@
 """Parquet files and datasets' save_to_disk folders: reading, and refusing extension types
-(SECURITY item 17) before any data is read."""
+(CVE-2023-47248: they could unpickle attacker data) before any data is read."""
 
 from __future__ import annotations
 

@@ -354,7 +354,7 @@ def test_pickle_only_directory_is_refused_and_never_unpickled(tmp_path):
 
 def test_pickles_beside_safetensors_are_never_opened(tiny_copy, tmp_path):
     """Trainer leftovers (training_args.bin, optimizer.pt, rng_state.pth) next to safetensors
-    weights: the model loads from safetensors and no pickle is touched (SECURITY.md 24-25)."""
+    weights: the model loads from safetensors and no pickle is touched (unpickling runs code)."""
     canary = tmp_path / "canary"
     for name in ("pytorch_model.bin", "training_args.bin", "optimizer.pt", "rng_state.pth"):
         write_armed_checkpoint(tiny_copy / name, canary)

@@ -1,8 +1,8 @@
 """Readers for the columnar formats: Parquet files and `datasets.save_to_disk` folders.
 
 pyarrow is imported lazily: importing the engine stays cheap for code that only needs text.
-Both readers refuse schemas with extension types before any data is read (SECURITY item 17:
-CVE-2023-47248 let a Parquet/Arrow extension type unpickle attacker data), and refuse to run
+Both readers refuse schemas with extension types before any data is read (CVE-2023-47248
+let a Parquet/Arrow extension type unpickle attacker data), and refuse to run
 on a pyarrow older than the fixed release.
 """
 

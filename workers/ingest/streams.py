@@ -2,7 +2,7 @@
 inflated with running caps, and a bounded line splitter.
 
 Nothing here trusts sizes written in headers to bound work: every inflated byte is counted
-as it is produced, so a bomb is stopped a few MiB into inflation (SECURITY item 18).
+as it is produced, so a bomb is stopped a few MiB into inflation.
 Headers are still checked first where they exist (zip), so a declared bomb costs nothing.
 """
 

@@ -2,7 +2,7 @@
 
 Plain Python (no Django). Importing this package imports neither torch nor transformers:
 inspection reads metadata only; `convert_gguf_to_safetensors` and `load_for_inference` import
-them when called, and they belong in worker processes (SECURITY.md 29).
+them when called, and they belong in worker processes (a hostile model file never runs in the web process).
 
     path = resolve_model_path(user_input, roots=[Path("/srv/models")])   # ModelSafetyError if refused
     info = inspect_model(path)                    # ModelInfo, no weights loaded
@@ -11,7 +11,7 @@ them when called, and they belong in worker processes (SECURITY.md 29).
     directory = convert_gguf_to_safetensors(gguf, cache_dir / "smollm2-135m")   # once; cached after
     model, tokenizer = load_for_inference(directory, device="cpu")
 
-Safety by construction (ARCHITECTURE.md, SECURITY.md 24-27):
+Safety by construction (a registered model is untrusted input):
 - paths: realpath inside a configured root, never `..`, never a URL, never /proc, /etc, ...;
   files inside a model directory may not link out of it (or out of the roots when given);
 - weights: safetensors only; a directory with only pickle checkpoints is refused and no
@@ -19,7 +19,7 @@ Safety by construction (ARCHITECTURE.md, SECURITY.md 24-27):
 - code: `auto_map` in config.json or tokenizer_config.json is refused, and every
   transformers call passes trust_remote_code=False and local_files_only=True;
 - chat templates are only read here; transformers renders them in its sandboxed Jinja
-  environment (SECURITY.md 28).
+  environment (a GGUF's template could otherwise reach Python, CVE-2024-34359).
 
 Errors: every refusal raises ModelSafetyError (its subclass ModelFormatError for malformed or
 unsupported input); the message is written for the user and never quotes file contents.

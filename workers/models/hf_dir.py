@@ -17,7 +17,7 @@ from .info import ModelInfo
 from .paths import is_within, safe_realpath
 from .safetensors_header import DTYPE_NAMES, read_safetensors_header
 
-# Files torch.load / pickle would read: refused as weights, never opened (SECURITY.md 24-25).
+# Files torch.load / pickle would read: refused as weights, never opened (unpickling runs code).
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt", ".joblib")
 # JSON files whose `auto_map` would make transformers import code from the directory.
 CODE_BEARING_JSON = ("config.json", "tokenizer_config.json", "processor_config.json", "preprocessor_config.json",

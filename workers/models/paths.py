@@ -2,7 +2,7 @@
 
 The check is on `os.path.realpath`, so `..`, `//`, symlinked directories and symlinked files
 all reduce to the one real location before it is compared with the (also resolved) roots
-(SECURITY.md 27; MLflow CVE-2023-1177, -6977, -3848). Nothing is URL-parsed: `#` and `?` are
+(the path traversals of MLflow CVE-2023-1177, -6977, -3848). Nothing is URL-parsed: `#` and `?` are
 ordinary file-name characters here, and a string that looks like a URL is refused outright,
 because the server never fetches a user-supplied URL.
 """

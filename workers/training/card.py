@@ -28,11 +28,6 @@ def train_config_document(config: dict, lineage: dict | None, metrics: dict | No
     return {"config": config, **(lineage or {}), "metrics": metrics or {}}
 
 
-def read_train_config(adapter_dir: Path) -> dict:
-    """The `config` of an adapter's workbench_train_config.json."""
-    return json.loads((Path(adapter_dir) / CONFIG_FILE).read_text())["config"]
-
-
 def write_adapter_files(adapter_dir: Path, *, config: dict, lineage: dict | None, metrics: dict | None,
                         adapter_config: dict | None = None) -> None:
     """Write workbench_train_config.json and README.md (replacing PEFT's template) into adapter_dir."""
