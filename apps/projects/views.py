@@ -108,55 +108,84 @@ def project_settings(request: HttpRequest, project_id: int) -> HttpResponse:
                                                                "tab": "settings"}, status=400 if errors else 200)
 
 
-@login_required
-@require_http_methods(["GET", "POST"])
-def members(request: HttpRequest, project_id: int) -> HttpResponse:
-    project = policy.get_project(request.user, project_id)
-    add_form = MemberAddForm(request.POST if request.POST.get("form") == "add" else None, project=project,
-                             prefix="add")
-    invite_form = MemberInviteForm(request.POST if request.POST.get("form") == "invite" else None,
-                                   project=project, prefix="invite")
-    new_link = None
-    ip = client_ip(request)
-    if request.method == "POST":
-        action = request.POST.get("form")
-        if action == "add" and add_form.is_valid():
-            membership = run_service(add_form, lambda: services.member_add(
-                actor=request.user, project=project, ip_address=ip, **add_form.cleaned_data))
-            if membership:
-                messages.success(request, f"{membership.user.username} joined as {membership.role_name}.")
-                return redirect("projects:members", project_id=project.pk)
-        elif action == "invite" and invite_form.is_valid():
-            created = run_service(invite_form, lambda: project_invitation_create(
-                by=request.user, project=project, ip_address=ip, **invite_form.cleaned_data))
-            if created:
-                invitation, raw = created
-                new_link = request.build_absolute_uri(reverse("accounts:accept_invitation", args=[raw]))
-                messages.success(request, f"Invitation for {invitation.username} created. Copy the link now: "
-                                          "it is shown only once.")
-        elif action in ("role", "remove"):
-            membership = selectors.project_members(project=project).filter(pk=request.POST.get("membership")).first()
-            if membership is None:
-                raise NotFound()
-            try:
-                if action == "role":
-                    services.member_change_role(actor=request.user, membership=membership,
-                                                role=request.POST.get("role", ""), ip_address=ip)
-                    messages.success(request, f"{membership.user.username} is now {membership.role_name}.")
-                else:
-                    services.member_remove(actor=request.user, membership=membership, ip_address=ip)
-                    if membership.user_id == request.user.pk:
-                        messages.success(request, f"You left “{project.name}”.")
-                        return redirect("projects:list")
-                    messages.success(request, f"{membership.user.username} was removed.")
-            except (Invalid, Conflict) as exc:
-                messages.error(request, exc.message)
-            return redirect("projects:members", project_id=project.pk)
-    errors = add_form.errors or invite_form.errors
+def _members_page(request: HttpRequest, project, *, add_form=None, invite_form=None, new_link: str | None = None,
+                  status: int = 200) -> HttpResponse:
     return _page(request, "projects/members.html", project, {
-        "members": selectors.project_members(project=project), "add_form": add_form, "invite_form": invite_form,
-        "role_choices": role_choices(project), "new_link": new_link, "tab": "members",
-    }, status=400 if errors else 200)
+        "members": selectors.project_members(project=project),
+        "add_form": add_form or MemberAddForm(project=project, prefix="add"),
+        "invite_form": invite_form or MemberInviteForm(project=project, prefix="invite"),
+        "role_choices": role_choices(project), "new_link": new_link, "tab": "members"}, status=status)
+
+
+@login_required
+def members(request: HttpRequest, project_id: int) -> HttpResponse:
+    return _members_page(request, policy.get_project(request.user, project_id))
+
+
+@login_required
+@require_POST
+def member_add(request: HttpRequest, project_id: int) -> HttpResponse:
+    project = policy.get_project(request.user, project_id)
+    form = MemberAddForm(request.POST, project=project, prefix="add")
+    membership = form.is_valid() and run_service(form, lambda: services.member_add(
+        actor=request.user, project=project, ip_address=client_ip(request), **form.cleaned_data))
+    if not membership:
+        return _members_page(request, project, add_form=form, status=400)
+    messages.success(request, f"{membership.user.username} joined as {membership.role_name}.")
+    return redirect("projects:members", project_id=project.pk)
+
+
+@login_required
+@require_POST
+def member_invite(request: HttpRequest, project_id: int) -> HttpResponse:
+    project = policy.get_project(request.user, project_id)
+    form = MemberInviteForm(request.POST, project=project, prefix="invite")
+    created = form.is_valid() and run_service(form, lambda: project_invitation_create(
+        by=request.user, project=project, ip_address=client_ip(request), **form.cleaned_data))
+    if not created:
+        return _members_page(request, project, invite_form=form, status=400)
+    invitation, raw = created
+    messages.success(request, f"Invitation for {invitation.username} created. Copy the link now: it is shown only once.")
+    # Rendered, not redirected: the link exists only in this response.
+    return _members_page(request, project,
+                         new_link=request.build_absolute_uri(reverse("accounts:accept_invitation", args=[raw])))
+
+
+def _membership(request: HttpRequest, project_id: int, membership_id: int):
+    project = policy.get_project(request.user, project_id)
+    membership = selectors.project_members(project=project).filter(pk=membership_id).first()
+    if membership is None:
+        raise NotFound()
+    return project, membership
+
+
+@login_required
+@require_POST
+def member_role(request: HttpRequest, project_id: int, membership_id: int) -> HttpResponse:
+    _, membership = _membership(request, project_id, membership_id)
+    try:
+        services.member_change_role(actor=request.user, membership=membership, role=request.POST.get("role", ""),
+                                    ip_address=client_ip(request))
+        messages.success(request, f"{membership.user.username} is now {membership.role_name}.")
+    except (Invalid, Conflict) as exc:
+        messages.error(request, exc.message)
+    return redirect("projects:members", project_id=project_id)
+
+
+@login_required
+@require_POST
+def member_remove(request: HttpRequest, project_id: int, membership_id: int) -> HttpResponse:
+    project, membership = _membership(request, project_id, membership_id)
+    try:
+        services.member_remove(actor=request.user, membership=membership, ip_address=client_ip(request))
+    except (Invalid, Conflict) as exc:
+        messages.error(request, exc.message)
+        return redirect("projects:members", project_id=project_id)
+    if membership.user_id == request.user.pk:
+        messages.success(request, f"You left “{project.name}”.")
+        return redirect("projects:list")
+    messages.success(request, f"{membership.user.username} was removed.")
+    return redirect("projects:members", project_id=project_id)
 
 
 @login_required
