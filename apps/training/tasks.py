@@ -18,3 +18,11 @@ def reap_stale_jobs_task() -> None:
     from apps.training.runner import reap_stale_jobs
 
     reap_stale_jobs()
+
+
+@shared_task(name="training.calibrate", bind=True)
+def calibrate_task(self, measurement_id: int) -> None:
+    """A short timed run on a `gpu` worker, so that the first job on a model gets a time estimate."""
+    from apps.training.speed import run_calibration
+
+    run_calibration(measurement_id, worker=self.request.hostname or "")
