@@ -55,6 +55,17 @@ channel_layers.__dict__.pop("backends", None)
 
 
 @pytest.fixture(scope="session", autouse=True)
+def _no_stale_job_outputs():
+    """Every session's test database numbers jobs from 1 again while ARTIFACT_ROOT stays: a job-1 folder
+    left by an earlier session would make this session's job 1 resume its checkpoints and time nothing."""
+    import shutil
+
+    from django.conf import settings
+
+    shutil.rmtree(Path(settings.ARTIFACT_ROOT) / "training", ignore_errors=True)
+
+
+@pytest.fixture(scope="session", autouse=True)
 def redis_service():
     """The embedded Redis when no REDIS_URL is configured (CI's real Redis otherwise)."""
     if not settings.EMBEDDED_REDIS:

@@ -101,3 +101,42 @@ class MetricPoint(models.Model):
     class Meta:
         ordering = ["job", "step", "kind"]
         constraints = [models.UniqueConstraint(fields=["job", "kind", "step"], name="unique_metric_point")]
+
+
+class SpeedMeasurement(models.Model):
+    """How fast this installation's training workers ran: recorded by every finished job and by a short
+    calibration run when nothing is known yet. Estimates divide a job's work by it
+    (workers.training.estimate)."""
+
+    class Kind(models.TextChoices):
+        JOB = "job"
+        CALIBRATION = "calibration"
+
+    class State(models.TextChoices):
+        PENDING = "pending"  # a calibration queued, not yet run
+        DONE = "done"
+        FAILED = "failed"
+
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.DONE)
+    base_model = models.ForeignKey("registry.RegisteredModel", null=True, on_delete=models.SET_NULL,
+                                   related_name="speed_measurements")
+    job = models.OneToOneField(TrainingJob, null=True, blank=True, on_delete=models.SET_NULL,
+                               related_name="speed_measurement")
+    method = models.CharField(max_length=16)
+    parameters = models.BigIntegerField(default=0)  # of the base model
+    device = models.CharField(max_length=32, blank=True)
+    worker = models.CharField(max_length=200, blank=True)
+    flops_per_s = models.FloatField(null=True, blank=True)  # of the optimizer steps
+    seconds_per_step = models.FloatField(null=True, blank=True)
+    seconds_per_eval = models.FloatField(null=True, blank=True)
+    setup_s = models.FloatField(null=True, blank=True)  # load and tokenize, before the first step
+    chars_per_token = models.FloatField(null=True, blank=True)  # of the training text, with its template
+    # a calibration: what to run (dataset_version, train_split, eval_split, config)
+    request = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        default_permissions = ()

@@ -10,6 +10,7 @@ otherwise be redelivered forever).
 """
 
 import logging
+import time
 import traceback
 from pathlib import Path
 
@@ -44,10 +45,15 @@ def run_job(job_id: int, *, worker: str, pid: int) -> None:
 
 
 def _rows(job: TrainingJob, split: str, limit: int | None = None) -> list[dict]:
-    rows = job.dataset_version.rows.order_by("position")
+    return version_rows(job.dataset_version, split, job.method, limit)
+
+
+def version_rows(version, split: str, method: str, limit: int | None = None) -> list[dict]:
+    """A version's rows (of one split) as the engine takes them."""
+    rows = version.rows.order_by("position")
     if split:
         rows = rows.filter(split=split)
-    if job.method == TrainingJob.Method.DPO:  # the rejected answer is kept as metadata by preference exports
+    if method == TrainingJob.Method.DPO:  # the rejected answer is kept as metadata by preference exports
         rows = rows.values("prompt", "response", "messages", "metadata")
         return [{"prompt": r["prompt"], "response": r["response"], "messages": r["messages"],
                  "rejected": (r["metadata"] or {}).get("rejected")} for r in (rows[:limit] if limit else rows)]
@@ -57,15 +63,19 @@ def _rows(job: TrainingJob, split: str, limit: int | None = None) -> list[dict]:
 
 def _train(job: TrainingJob) -> None:
     from apps.registry.services import adapter_lineage
+    from apps.training.speed import preload_engine
 
+    preload_engine()  # once per worker process; not part of the setup time this job records
     callbacks = JobCallbacks(job)
     try:
         lineage = adapter_lineage(job)  # hashes the base's weights the first time: before the run, not after
+        callbacks.start_clock()  # that hash is once per model, not part of the setup this job records
         config = TrainConfig.from_dict(job.config)
         train_rows = _rows(job, job.train_split)
         eval_rows = _rows(job, job.eval_split, MAX_EVAL_ROWS) if job.eval_split else []
         result = train(config, model_dir=Path(job.base_model.weights_path), output_dir=output_dir(job),
                        train_rows=train_rows, eval_rows=eval_rows, callbacks=callbacks, lineage=lineage)
+        timing = {"rows": train_rows, "setup_s": callbacks.setup_s, "eval_seconds": callbacks.eval_seconds}
     except TrainCancelled as exc:
         close_old_connections()
         callbacks.log(f"cancelled at step {exc.step}")
@@ -81,11 +91,12 @@ def _train(job: TrainingJob) -> None:
         _end(job, TrainingJob.State.FAILED, error=f"{type(exc).__name__}: {exc}"[:2000],
              trace=traceback.format_exc())
         return
-    _succeed(job, result)
+    _succeed(job, result, timing)
 
 
-def _succeed(job: TrainingJob, result) -> None:
+def _succeed(job: TrainingJob, result, timing: dict) -> None:
     from apps.registry.services import adapter_register
+    from apps.training.speed import record_job_speed
 
     close_old_connections()
     with transaction.atomic():
@@ -95,6 +106,10 @@ def _succeed(job: TrainingJob, result) -> None:
         job.tokens_trained = result.metrics.get("tokens_trained", job.tokens_trained)
         job.save(update_fields=["adapter", "metrics", "current_step", "tokens_trained"])
         _end(job, TrainingJob.State.SUCCEEDED)
+    try:  # the next estimates learn this machine's speed; a failure here must not fail the job
+        record_job_speed(job, **timing)
+    except Exception:
+        logger.exception("job %s: recording its speed failed", job.pk)
 
 
 def _end(job: TrainingJob, state: str, *, error: str = "", trace: str = "") -> None:
@@ -109,8 +124,16 @@ class JobCallbacks(TrainCallbacks):
     def __init__(self, job: TrainingJob) -> None:
         self.job = job
         self._lines: list[str] = job.log_tail.splitlines()[-LOG_TAIL_LINES:]
+        # Timings for the speed this run records (apps.training.speed): loading until the first step, evals.
+        self._created = time.perf_counter()
+        self.setup_s: float | None = None
+        self.eval_seconds: list[float] = []
+
+    def start_clock(self) -> None:
+        self._created = time.perf_counter()
 
     def on_start(self, *, total_steps: int, resumed_from_step: int, info: dict) -> None:
+        self.setup_s = time.perf_counter() - self._created
         self.job.total_steps = total_steps
         self.job.info = {**self.job.info, **info, "resumed_from_step": resumed_from_step}
         self.job.save(update_fields=["total_steps", "info"])
@@ -125,6 +148,7 @@ class JobCallbacks(TrainCallbacks):
                                                           tokens_trained=self.job.tokens_trained)
 
     def on_eval(self, point: dict, samples: list[dict]) -> None:
+        self.eval_seconds.append(point.get("seconds", 0.0))
         self._upsert(MetricPoint.Kind.EVAL, {**point, "samples": samples})
 
     def on_checkpoint(self, *, step: int, path: str) -> None:

@@ -35,20 +35,6 @@ def job_points(job: TrainingJob, *, kind: str = "", after_step: int | None = Non
     return points
 
 
-def seconds_per_example(base_model_id: int) -> tuple[float, int] | None:
-    """Measured speed of the last successful job on this base model: (seconds per training
-    example, job id), the honest basis of a time estimate; None when nothing was measured."""
-    job = (TrainingJob.objects.filter(base_model_id=base_model_id, state=TrainingJob.State.SUCCEEDED,
-                                      started_at__isnull=False, finished_at__isnull=False)
-           .order_by("-finished_at").first())
-    examples = (job.info or {}).get("examples") if job else None
-    if not job or not examples:
-        return None
-    epochs = job.config.get("epochs", 1)
-    seconds = (job.finished_at - job.started_at).total_seconds()
-    return seconds / (examples * epochs), job.pk
-
-
 COMPARE_METRICS = {  # metric -> (point kind, label)
     "loss": ("train", "train loss"), "eval_loss": ("eval", "eval loss"), "perplexity": ("eval", "perplexity"),
     "lr": ("train", "learning rate"), "grad_norm": ("train", "grad norm"), "tokens_per_s": ("train", "tokens/s"),

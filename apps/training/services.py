@@ -73,13 +73,15 @@ def job_launch(*, user, project: Project, name: str, base_model: int, dataset_ve
 
 def job_estimate(*, user, project: Project, name: str, base_model: int, dataset_version: int, train_split: str = "",
                  eval_split: str = "", config: dict | None = None, token=None, priority: str = "normal") -> dict:
-    """What a launch with these inputs would train and need: examples, optimizer steps, memory
-    (from the model's metadata) and time (from the measured speed of the last job on this model)."""
+    """What a launch with these inputs would train and need: examples, optimizer steps, the LoRA
+    parameters PEFT will train, memory (from the model's metadata) and time (apps.training.speed: the
+    work of the method on this model over the speed measured on this installation's workers)."""
     from apps.registry.services import model_memory_estimate
     from apps.training import selectors
+    from apps.training.speed import time_estimate
 
     policy.require(user, "job.launch", project, token)
-    _, model, version, train_config, train_split, _ = _checked_inputs(
+    _, model, version, train_config, train_split, eval_split = _checked_inputs(
         user, project, token, name=name, base_model=base_model, dataset_version=dataset_version,
         train_split=train_split, eval_split=eval_split, config=config)
     examples = usable_rows(version, train_split, train_config.format, train_config.method).count()
@@ -92,13 +94,11 @@ def job_estimate(*, user, project: Project, name: str, base_model: int, dataset_
     memory = {precision: model_memory_estimate(model=model, precision=precision, batch_size=train_config.batch_size,
                                                seq_len=train_config.max_seq_len, lora_rank=train_config.lora_r,
                                                mode="lora", lora_parameters=trainable) for precision in precisions}
-    measured = selectors.seconds_per_example(model.pk)
-    trained_examples = min(examples * train_config.epochs, steps * per_step)
+    timing = time_estimate(model=model, version=version, train_split=train_split, eval_split=eval_split,
+                           train_config=train_config, examples=examples)
     project.refresh_from_db(fields=["gpu_hour_budget"])
     return {"examples": examples, "optimizer_steps": steps, "memory": memory, "trainable_parameters": trainable,
-            "time_s": round(measured[0] * trained_examples, 1) if measured else None,
-            "time_basis_job": measured[1] if measured else None,
-            "gpu_hours_used": round(selectors.gpu_hours_used(project), 3), "gpu_hour_budget": project.gpu_hour_budget}
+            **timing, "gpu_hours_used": round(selectors.gpu_hours_used(project), 3), "gpu_hour_budget": project.gpu_hour_budget}
 
 
 def _trainable_parameters(model: RegisteredModel, train_config) -> int | None:

@@ -12,3 +12,11 @@ def train_task(self, job_id: int) -> None:
 
     run_job(job_id, worker=self.request.hostname or "", pid=os.getpid())
 
+
+
+@shared_task(name="training.calibrate", bind=True)
+def calibrate_task(self, measurement_id: int) -> None:
+    """A short timed run on a `gpu` worker, so that the first job on a model gets a time estimate."""
+    from apps.training.speed import run_calibration
+
+    run_calibration(measurement_id, worker=self.request.hostname or "")

@@ -11,7 +11,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 TASK_NAMES = {"annotation.export", "annotation.suggest", "comparison.run", "core.reap_stale", "datasets.derive",
               "datasets.export", "datasets.import", "datasets.index_search", "monitoring.evaluate_alerts",
-              "registry.convert", "registry.inspect", "registry.merge", "serving.generate", "training.run"}
+              "registry.convert", "registry.inspect", "registry.merge", "serving.generate", "training.calibrate",
+              "training.run"}
 
 
 def test_no_module_of_the_engine_imports_django_celery_or_the_apps():

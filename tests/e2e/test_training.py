@@ -33,6 +33,15 @@ def test_scientist_launches_a_job_from_the_form_and_sees_it_succeed(page, scient
     expect(estimate.get_by_role("row", name="Training examples")).to_contain_text("24")
     expect(estimate.get_by_role("row", name="Optimizer steps")).to_contain_text("30")
     expect(estimate.get_by_role("row", name="Memory (fp32)")).to_contain_text("KB")
+    expect(estimate.get_by_role("row", name="Trained LoRA parameters")).to_contain_text("1,792")  # what peft trains
+    # The first job on this model: a worker times a few steps, then the estimate has a time.
+    expect(page.get_by_test_id("time-estimate")).to_contain_text("measuring this machine's speed")
+    from apps.training.models import SpeedMeasurement
+
+    wait_for(lambda: SpeedMeasurement.objects.filter(state="done").exists(), timeout=120, what="the calibration")
+    page.get_by_role("button", name="Estimate").click()
+    expect(page.get_by_test_id("time-estimate")).to_contain_text("s of 30 steps")
+    expect(page.get_by_test_id("time-estimate")).to_contain_text("a calibration run measured on cpu")
 
     page.get_by_label("Batch size").fill("0")
     page.get_by_role("button", name="Launch").click()

@@ -133,7 +133,11 @@ def test_the_estimate_counts_examples_and_steps_and_estimates_memory_without_lau
     assert estimate["examples"] == 24 and estimate["optimizer_steps"] == 12  # 24 rows x 2 epochs / 4
     assert set(estimate["memory"]) == {"bf16", "fp32"}
     assert estimate["memory"]["fp32"]["total_bytes"] > estimate["memory"]["bf16"]["total_bytes"] > 0
-    assert estimate["time_s"] is None  # nothing measured on this model yet
+    # Nothing measured on this machine yet: a calibration run is queued for a worker, not run here.
+    assert estimate["time_s"] is None and estimate["calibrating"] is True
+    from apps.training.models import SpeedMeasurement
+
+    assert SpeedMeasurement.objects.get().state == "pending"
     assert not TrainingJob.objects.exists()
 
 

@@ -54,7 +54,7 @@ class TrainCallbacks:
         reward_margin, reward_accuracy, chosen_reward and rejected_reward (eval points: eval_ prefixed)."""
 
     def on_eval(self, point: dict, samples: list[dict]) -> None:
-        """After every evaluation: point {step, eval_loss, perplexity} (None without eval rows);
+        """After every evaluation: point {step, eval_loss, perplexity, seconds} (None without eval rows);
         samples [{prompt, output}] for config.sample_prompts."""
 
     def on_checkpoint(self, *, step: int, path: str) -> None:
@@ -463,6 +463,7 @@ def _validate(run: _Run) -> None:
     if not has_eval and not config.sample_prompts:
         return
     run.model.eval()
+    started = time.perf_counter()
     eval_loss = None
     extra: dict = {}
     with torch.no_grad():
@@ -496,7 +497,8 @@ def _validate(run: _Run) -> None:
     # None rather than inf when exp overflows: points are stored as JSON, which has no infinity.
     # Perplexity is a language-modelling number: a DPO loss has none.
     perplexity = math.exp(eval_loss) if eval_loss is not None and eval_loss < 700 and not run.preference else None
-    run.callbacks.on_eval({"step": state.step, "eval_loss": eval_loss, "perplexity": perplexity, **extra}, samples)
+    run.callbacks.on_eval({"step": state.step, "eval_loss": eval_loss, "perplexity": perplexity, **extra,
+                           "seconds": time.perf_counter() - started}, samples)
     if eval_loss is not None:
         run.callbacks.log(f"Step {state.step}: eval loss {eval_loss:.4f}.")
 

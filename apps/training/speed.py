@@ -1,0 +1,233 @@
+"""Time estimates of fine-tunes from measured speed (workers.training.estimate does the arithmetic).
+
+Every finished job records its speed (SpeedMeasurement); when nothing is known yet, the estimate
+queues a short calibration run on a `gpu` worker (a few real optimizer steps and one evaluation of the
+job's own config, model and rows) instead of guessing, and says so; the web request never trains.
+"""
+
+import json
+import tempfile
+import time
+from datetime import timedelta
+from pathlib import Path
+
+from django.db import transaction
+from django.db.models import Sum, TextField
+from django.db.models.fields.json import KeyTextTransform
+from django.db.models.functions import Cast, Coalesce, Length
+from django.utils import timezone
+
+from apps.core.jobs import enqueue
+from apps.registry.models import RegisteredModel
+from apps.training.models import SpeedMeasurement, TrainingJob
+
+DEFAULT_CHARS_PER_TOKEN = 4.0  # English text through a BPE tokenizer, until a run on this model measures it
+CALIBRATION_WARMUP_STEPS = 3   # the first steps warm up (allocations, lazy kernels): not timed
+CALIBRATION_TIMED_S = 2.0      # then steps are timed for about this long ...
+CALIBRATION_MAX_STEPS = 60     # ... or this many steps, whichever comes first
+CALIBRATION_PENDING_FOR = timedelta(minutes=10)  # a calibration not done by then is queued again
+MAX_EVAL_ROWS = 512            # as the runner evaluates
+CALIBRATION_ROWS = 256         # enough rows to measure chars per token; the steps take the first few batches
+
+
+def text_chars(rows, method: str) -> int:
+    """Characters of training text as the runner sees it (rows of dicts): a DPO pair carries its prompt
+    twice; chat messages count as their JSON."""
+    total = 0
+    for row in rows:
+        if row.get("messages") is not None:
+            total += len(json.dumps(row["messages"]))
+            continue
+        prompt, response = row.get("prompt") or "", row.get("response") or ""
+        total += len(prompt) + len(response)
+        if method == "dpo":
+            total += len(prompt) + len(row.get("rejected") or "")
+    return total
+
+
+def rows_chars(rows, method: str, fmt: str) -> int:
+    """The same count, in the database, for a queryset of dataset rows."""
+    if fmt == "chat":
+        expression = Length(Cast("messages", TextField()))
+    else:
+        expression = Coalesce(Length("prompt"), 0) + Coalesce(Length("response"), 0)
+        if method == "dpo":
+            expression = expression + Coalesce(Length("prompt"), 0) + Coalesce(
+                Length(KeyTextTransform("rejected", "metadata")), 0)
+    return rows.aggregate(chars=Sum(expression))["chars"] or 0
+
+
+def record_job_speed(job: TrainingJob, *, rows: list[dict], setup_s: float | None, eval_seconds: list[float],
+                     kind: str = SpeedMeasurement.Kind.JOB, steps: list[dict] | None = None,
+                     measurement: SpeedMeasurement | None = None) -> SpeedMeasurement | None:
+    """In a worker, after a run: its measured speed. `steps` are the run's step points (calibration: the
+    first, a warm-up, is left out); a finished job uses its totals."""
+    from workers.training.estimate import measured_speed
+
+    info = job.info or {}
+    parameters = (job.base_model.info or {}).get("parameters") or info.get("total_params") or 0
+    if steps:
+        timed = steps[1:] if len(steps) > 1 else steps
+        seconds = timed[-1]["elapsed_s"] - (steps[0]["elapsed_s"] if len(steps) > 1 else 0.0)
+        tokens = timed[-1]["tokens_seen"] - (steps[0]["tokens_seen"] if len(steps) > 1 else 0)
+        step_count = len(timed)
+    else:
+        last = job.points.filter(kind="train").order_by("-step").first()
+        if last is None:
+            return None
+        seconds, tokens, step_count = last.values.get("elapsed_s", 0.0), last.values.get("tokens_seen", 0), last.step
+    speed = measured_speed(parameters=parameters, method=job.method, tokens=tokens, step_seconds=seconds)
+    if speed is None:
+        return None
+    chars, tokens_per_epoch = text_chars(rows, job.method), info.get("tokens_per_epoch")
+    fields = {"kind": kind, "state": SpeedMeasurement.State.DONE, "base_model_id": job.base_model_id,
+              "method": job.method, "parameters": parameters, "device": info.get("device", ""),
+              "worker": job.worker or "", "flops_per_s": speed.flops_per_s, "seconds_per_step": seconds / step_count,
+              "seconds_per_eval": sum(eval_seconds) / len(eval_seconds) if eval_seconds else None,
+              "setup_s": setup_s, "chars_per_token": chars / tokens_per_epoch if chars and tokens_per_epoch else None}
+    if measurement is not None:
+        SpeedMeasurement.objects.filter(pk=measurement.pk).update(**fields)
+        return measurement
+    return SpeedMeasurement.objects.create(job=job if job.pk else None, **fields)
+
+
+def best_measurement(model: RegisteredModel, method: str) -> SpeedMeasurement | None:
+    """The most telling measurement: the same model and method, else the same model, else any (the
+    newest of each); the model and method it was on are scaled for through the FLOPs."""
+    done = SpeedMeasurement.objects.filter(state=SpeedMeasurement.State.DONE, flops_per_s__isnull=False)
+    for candidates in (done.filter(base_model=model, method=method), done.filter(base_model=model), done):
+        found = candidates.order_by("-created_at", "-id").first()
+        if found is not None:
+            return found
+    return None
+
+
+def time_estimate(*, model: RegisteredModel, version, train_split: str, eval_split: str, train_config,
+                  examples: int) -> dict:
+    """{"time_s", "time_breakdown", "time_basis", "calibrating"} for a job with these inputs."""
+    from apps.training.services import usable_rows
+    from workers.training import estimate
+
+    measurement = best_measurement(model, train_config.method)
+    if measurement is None:
+        return {"time_s": None, "time_basis": None, "time_breakdown": None,
+                "calibrating": _calibrate(model, version, train_split, eval_split, train_config)}
+    same_model = measurement.base_model_id == model.pk
+    chars_per_token = (measurement.chars_per_token if same_model and measurement.chars_per_token
+                       else DEFAULT_CHARS_PER_TOKEN)
+    method, fmt = train_config.method, train_config.format
+    sequences = 2 if method == "dpo" else 1
+    cap = examples * train_config.max_seq_len * sequences  # every example is cut to max_seq_len tokens
+    tokens_per_epoch = min(rows_chars(usable_rows(version, train_split, fmt, method), method, fmt)
+                           / chars_per_token, cap) or examples
+    per_epoch = estimate.steps_per_epoch(method=method, examples=examples, tokens_per_epoch=tokens_per_epoch,
+                                         batch_size=train_config.batch_size, grad_accum=train_config.grad_accum,
+                                         max_seq_len=train_config.max_seq_len, packing=train_config.packing)
+    steps = train_config.max_steps or train_config.epochs * per_epoch
+    eval_tokens = 0.0
+    if eval_split:
+        eval_rows = usable_rows(version, eval_split, fmt, method).order_by("position")[:MAX_EVAL_ROWS]
+        eval_tokens = rows_chars(version.rows.filter(pk__in=eval_rows.values("pk")), method, fmt) / chars_per_token
+    evals = estimate.evaluations(steps=steps, eval_every=train_config.eval_every,
+                                 eval_at_start=train_config.eval_at_start) \
+        if eval_split or train_config.sample_prompts else 0
+    parameters = (model.info or {}).get("parameters") or measurement.parameters
+    seconds = estimate.job_seconds(
+        speed=estimate.Speed(flops_per_s=measurement.flops_per_s, parameters=measurement.parameters or parameters,
+                             seconds_per_eval=measurement.seconds_per_eval, setup_s=measurement.setup_s),
+        parameters=parameters, method=method,
+        train_tokens=estimate.trained_tokens(tokens_per_epoch=tokens_per_epoch, epochs=train_config.epochs,
+                                             max_steps=train_config.max_steps, steps_per_epoch=per_epoch),
+        evals=evals, eval_tokens=eval_tokens)
+    return {"time_s": round(seconds["total"], 1), "calibrating": False,
+            "time_breakdown": {key: round(value, 1) for key, value in seconds.items() if key != "total"},
+            "time_basis": {"kind": measurement.kind, "job": measurement.job_id, "method": measurement.method,
+                           "model": measurement.base_model_id, "device": measurement.device,
+                           "flops_per_s": measurement.flops_per_s}}
+
+
+def _calibrate(model: RegisteredModel, version, train_split: str, eval_split: str, train_config) -> bool:
+    """Queue one calibration run for this model and method unless one is already on its way."""
+    from apps.training.tasks import calibrate_task
+
+    recent = timezone.now() - CALIBRATION_PENDING_FOR
+    if SpeedMeasurement.objects.filter(base_model=model, method=train_config.method,
+                                       state=SpeedMeasurement.State.PENDING, created_at__gte=recent).exists():
+        return True
+    measurement = SpeedMeasurement.objects.create(
+        kind=SpeedMeasurement.Kind.CALIBRATION, state=SpeedMeasurement.State.PENDING, base_model=model,
+        method=train_config.method, parameters=(model.info or {}).get("parameters") or 0,
+        request={"dataset_version": version.pk, "train_split": train_split, "eval_split": eval_split,
+                 "config": train_config.as_dict()})
+    transaction.on_commit(lambda: enqueue(
+        calibrate_task, measurement.pk, queue="gpu",
+        on_failure=lambda reason: SpeedMeasurement.objects.filter(pk=measurement.pk).update(
+            state=SpeedMeasurement.State.FAILED, error=reason)))
+    return True
+
+
+def preload_engine() -> None:
+    """Import torch, transformers and peft before anything is timed: a worker pays that once, not per job."""
+    import peft  # noqa: F401
+    import torch  # noqa: F401
+    import transformers  # noqa: F401
+
+
+def run_calibration(measurement_id: int, *, worker: str) -> None:
+    """In a worker: a few real optimizer steps and one evaluation of the requested config on its
+    model and rows, timed, then thrown away."""
+    from apps.datasets.models import DatasetVersion
+    from apps.training.runner import MAX_EVAL_ROWS as RUNNER_EVAL_ROWS
+    from apps.training.runner import version_rows
+    from workers.training import TrainCallbacks, TrainCancelled, TrainConfig, train
+
+    measurement = SpeedMeasurement.objects.filter(pk=measurement_id, state=SpeedMeasurement.State.PENDING).first()
+    if measurement is None or measurement.base_model is None:
+        return  # done already (a redelivered message) or its model is gone
+    request = measurement.request
+    # One evaluation at the start (the base model's: the same work as any later one), then steps.
+    config = TrainConfig.from_dict({**request["config"], "max_steps": CALIBRATION_MAX_STEPS, "eval_every": None,
+                                    "eval_at_start": True, "checkpoint_every": 10_000, "early_stopping_patience": 0})
+    version = DatasetVersion.objects.get(pk=request["dataset_version"])
+    method = config.method
+    rows = version_rows(version, request["train_split"], method, CALIBRATION_ROWS)
+    eval_rows = version_rows(version, request["eval_split"], method, RUNNER_EVAL_ROWS) if request["eval_split"] else []
+
+    class Timing(TrainCallbacks):
+        def __init__(self) -> None:
+            self.created, self.setup_s, self.info, self.steps, self.evals = time.perf_counter(), None, {}, [], []
+
+        def on_start(self, *, total_steps, resumed_from_step, info) -> None:
+            self.setup_s, self.info = time.perf_counter() - self.created, info
+
+        def on_step(self, point) -> None:
+            self.steps.append(point)
+
+        def on_eval(self, point, samples) -> None:
+            self.evals.append(point.get("seconds", 0.0))
+
+        def should_stop(self) -> bool:
+            timed = self.steps[CALIBRATION_WARMUP_STEPS - 1:]
+            return len(timed) > 1 and timed[-1]["elapsed_s"] - timed[0]["elapsed_s"] >= CALIBRATION_TIMED_S
+
+    preload_engine()
+    timing = Timing()
+    try:
+        with tempfile.TemporaryDirectory(prefix="calibration-") as scratch:
+            train(config, model_dir=Path(measurement.base_model.weights_path), output_dir=Path(scratch),
+                  train_rows=rows, eval_rows=eval_rows, callbacks=timing)
+    except TrainCancelled:
+        pass  # enough steps timed
+    except Exception as exc:  # the estimate says it could not measure; a later one tries again
+        SpeedMeasurement.objects.filter(pk=measurement.pk).update(state=SpeedMeasurement.State.FAILED,
+                                                                  error=f"{type(exc).__name__}: {exc}"[:2000])
+        return
+    probe = TrainingJob(base_model=measurement.base_model, method=method, info=timing.info, worker=worker)
+    recorded = record_job_speed(probe, rows=rows, setup_s=timing.setup_s, eval_seconds=timing.evals,
+                                kind=SpeedMeasurement.Kind.CALIBRATION,
+                                steps=timing.steps[CALIBRATION_WARMUP_STEPS - 1:], measurement=measurement)
+    if recorded is None:
+        SpeedMeasurement.objects.filter(pk=measurement.pk).update(state=SpeedMeasurement.State.FAILED,
+                                                                  error="no step was timed")
+
+
