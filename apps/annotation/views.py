@@ -12,9 +12,9 @@ from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
 from apps.annotation import quality, selectors, services
+from apps.annotation.field_types import HOTKEYS
 from apps.annotation.forms import CampaignForm, ExportForm
 from apps.annotation.models import Annotation, Campaign, LabelSchema
-from apps.annotation.schema import HOTKEYS
 from apps.core.errors import Conflict, Invalid, NotFound
 from apps.core.http import client_ip
 from apps.core.rendering import render_markdown
