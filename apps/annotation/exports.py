@@ -1,10 +1,12 @@
 """Campaign exports.
 
 - resolved: each example with its resolved answer as a new version of a dataset (a worker job);
-  a single_label field becomes the row's label, a text field that edits the response becomes
-  the response (the original is kept as metadata `original_response`), every other field is
-  metadata `annotation.<field>`;
-- preferences: DPO-style rows (prompt, chosen, rejected) from a preference or ranking field;
+  each field's type writes its answer into the row (`FieldType.export_resolved`: a form's only
+  single_label field becomes the row's label, a text field that edits the response becomes
+  the response, the original kept as metadata `original_response`; every other field is
+  metadata `annotation.<field>`);
+- preferences: DPO-style rows (prompt, chosen, rejected) from the fields whose type teaches
+  preferences (preference, ranking);
 - raw: every annotation with annotator and times, streamed as JSONL or CSV (no job: it is a
   read of the database, streamed in chunks).
 """
@@ -18,9 +20,9 @@ from django.db import transaction
 from django.http import StreamingHttpResponse
 from django.utils import timezone
 
+from apps.annotation.field_types import candidate_keys, field_type, row_value
 from apps.annotation.models import Annotation, AnnotationExport, Campaign, Item
 from apps.annotation.quality import answers_by_item, resolve
-from apps.annotation.schema import candidate_keys, row_value
 from apps.annotation.services import row_dict
 from apps.core.exports import csv_lines
 from apps.core.jobs import Heartbeat, claim
@@ -100,18 +102,9 @@ def _resolved_row(fields, item: Item, resolved: dict, score: float, annotators: 
     row = item.row
     record = {"id": row.ext_id, "prompt": row.prompt, "response": row.response, "messages": row.messages,
               "label": row.label, "reference": row.reference, **row.metadata}
-    single_labels = [f for f in fields if f["type"] == "single_label"]
     for field in fields:
-        name = field["name"]
-        if name not in resolved:
-            continue
-        if len(single_labels) == 1 and field is single_labels[0]:
-            record["label"] = resolved[name]
-        elif field["type"] == "text" and field.get("prefill") in ("response", "suggestion"):
-            record["original_response"] = row.response
-            record["response"] = resolved[name]
-        else:
-            record[f"annotation.{name}"] = resolved[name]
+        if field["name"] in resolved:
+            field_type(field).export_resolved(field, resolved[field["name"]], record, row=row, fields=fields)
     record["annotation.agreement"] = round(score, 4)
     record["annotation.annotators"] = annotators
     return {key: value for key, value in record.items() if value is not None}
@@ -122,24 +115,19 @@ def _preference_rows(fields, item: Item, resolved: dict, annotations) -> list[di
     prompt = item.row.prompt if item.row.prompt is not None else json.dumps(item.row.messages, ensure_ascii=False)
     row = row_dict(item.row)
     for field in fields:
-        if field["type"] not in ("preference", "ranking") or field["name"] not in resolved:
+        type_ = field_type(field)
+        if not type_.teaches_preferences or field["name"] not in resolved:
             continue
-        keys = candidate_keys(len(field["candidates"]))
-        texts = {key: row_value(row, path) for key, path in zip(keys, field["candidates"], strict=True)}
-        answer = resolved[field["name"]]
-        if field["type"] == "preference":
-            if answer not in keys:
-                continue  # a tie or both bad teaches no preference
-            pairs = [(answer, other) for other in keys if other != answer]
-        else:
-            pairs = [(answer[0], other) for other in answer[1:]]
-        for chosen, rejected in pairs:
+        paths = type_.candidate_paths(field)
+        keys = candidate_keys(len(paths))
+        texts = {key: row_value(row, path) for key, path in zip(keys, paths, strict=True)}
+        for chosen, rejected in type_.preference_pairs(field, resolved[field["name"]]):
             if not texts[chosen] or not texts[rejected]:
                 continue
             rows.append({"id": f"{item.row.ext_id or item.row.position}:{field['name']}:{chosen}>{rejected}",
                          "prompt": prompt, "chosen": texts[chosen], "rejected": texts[rejected],
-                         "field": field["name"], "chosen_candidate": field["candidates"][keys.index(chosen)],
-                         "rejected_candidate": field["candidates"][keys.index(rejected)],
+                         "field": field["name"], "chosen_candidate": paths[keys.index(chosen)],
+                         "rejected_candidate": paths[keys.index(rejected)],
                          "annotators": sorted({a.annotator.username for a in annotations})})
     return rows
 

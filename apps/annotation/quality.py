@@ -6,8 +6,8 @@ import statistics
 from collections import defaultdict
 
 from apps.annotation import agreement
+from apps.annotation.field_types import field_type
 from apps.annotation.models import Annotation, Campaign, Item
-from apps.annotation.schema import agreement_kind
 
 
 def hashable(value):
@@ -29,7 +29,7 @@ def answers_by_item(campaign: Campaign):
 
 def field_units(fields: list[dict], grouped) -> dict[str, dict]:
     """{field name: {item id: {annotator: value}}} for the fields agreement is measured on."""
-    units = {f["name"]: {} for f in fields if agreement_kind(f)}
+    units = {f["name"]: {} for f in fields if field_type(f).agreement_level}
     for item_id, annotations in grouped.items():
         for annotation in annotations:
             for name in units:
@@ -48,11 +48,11 @@ def campaign_quality(campaign: Campaign) -> dict:
     consensus_rates: dict = defaultdict(list)
     gold_scores: dict = defaultdict(lambda: {"correct": 0, "items": 0})
     for field in fields:
-        kind = agreement_kind(field)
+        kind = field_type(field).agreement_level
         if kind is None:
             continue
         field_units_ = units[field["name"]]
-        domain = list(range(field["min"], field["max"] + 1)) if field["type"] == "rating" else None
+        domain = field_type(field).agreement_domain(field)
         pairs = agreement.pairwise_cohen(field_units_)
         per_field.append({
             "field": field["name"], "type": field["type"], "level": kind,
@@ -123,7 +123,7 @@ def resolve(fields: list[dict], item: Item, annotations: list[Annotation], mode:
     share of annotators behind the majority over the agreement fields (1.0 with one annotator)."""
     shares = []
     for field in fields:
-        if agreement_kind(field):
+        if field_type(field).agreement_level:
             answers = {a.annotator_id: hashable(a.values[field["name"]]) for a in annotations
                        if field["name"] in a.values}
             if answers:
@@ -144,7 +144,7 @@ def resolve(fields: list[dict], item: Item, annotations: list[Annotation], mode:
         given = [a.values[name] for a in usable if name in a.values]
         if not given:
             continue
-        if agreement_kind(field):
+        if field_type(field).agreement_level:
             winner, _ = agreement.majority({i: hashable(v) for i, v in enumerate(given)})
             if winner is None:
                 return None, score  # a tie for first: needs adjudication

@@ -5,8 +5,8 @@ from __future__ import annotations
 from django.db.models import Prefetch
 
 from apps.annotation import quality, queue
+from apps.annotation.field_types import candidate_keys, field_type, plain_words, row_value
 from apps.annotation.models import Annotation, Campaign, Item, Lease
-from apps.annotation.schema import candidate_keys, row_value
 from apps.annotation.services import annotation_payload, row_dict
 from apps.core.rendering import render_markdown
 
@@ -29,8 +29,9 @@ def example_payload(item: Item, fields: list[dict]) -> dict:
     }
     candidates = {}
     for field in fields:
-        if field["type"] in ("preference", "ranking"):
-            texts = [row_value(data, path) for path in field["candidates"]]
+        paths = field_type(field).candidate_paths(field)
+        if paths:
+            texts = [row_value(data, path) for path in paths]
             candidates[field["name"]] = [
                 {"key": key, "text": text, "html": render_markdown(text) if isinstance(text, str) else None}
                 for key, text in zip(candidate_keys(len(texts)), texts, strict=True)]
@@ -59,28 +60,12 @@ def item_payload(item: Item, user, *, fresh: bool = False) -> dict:
     }
 
 
-PREFERENCE_WORDS = {"tie": "tie", "both_bad": "both bad"}
-
-
 def answer_in_words(fields: list[dict], values: dict, example: dict) -> dict[str, str]:
     """An answer as a reviewer reads it, field by field: lists joined, a ranking best first, a
     preference in words, each span with the text it marks (offsets in code points, as stored)."""
     by_name = {field["name"]: field for field in fields}
-    shown = {}
-    for name, value in values.items():
-        kind = by_name.get(name, {}).get("type")
-        if kind == "spans":
-            text = row_value(example, by_name[name]["source"])
-            text = text if isinstance(text, str) else ""
-            value = "; ".join(f"{span['label']}: “{text[span['start']:span['end']]}”" for span in value)
-        elif kind == "ranking":
-            value = " > ".join(value)
-        elif kind == "preference":
-            value = PREFERENCE_WORDS.get(value, f"{value} is better")
-        elif isinstance(value, list):
-            value = ", ".join(str(entry) for entry in value)
-        shown[name] = str(value)
-    return shown
+    return {name: field_type(by_name[name]).in_words(by_name[name], value, example) if name in by_name
+            else plain_words(value) for name, value in values.items()}
 
 
 def _answers():

@@ -14,7 +14,7 @@ class LabelSchemaSerializer(serializers.ModelSerializer):
 
 class LabelSchemaWriteSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=120, required=False)
-    fields = serializers.JSONField(help_text="the form's fields; see apps/annotation/schema.py")
+    fields = serializers.JSONField(help_text="the form's fields; their types: apps/annotation/field_types.py")
 
 
 class CampaignSerializer(serializers.ModelSerializer):

@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from apps.annotation import events, queue
 from apps.annotation import schema as schema_rules
+from apps.annotation.field_types import field_type
 from apps.annotation.models import Annotation, AnnotationExport, Campaign, Draft, Item, LabelSchema
 from apps.annotation.tasks import annotation_export_task, suggest_task
 from apps.core.errors import Conflict, Invalid, NotFound
@@ -122,7 +123,7 @@ def campaign_create(*, user, project: Project, name: str, dataset_version_id, sc
                                                           project=project).first()
         if suggestion_model is None:
             raise Invalid("no such model in this project", field="suggestion_model")
-    elif any(field["type"] == "text" and field.get("prefill") == "suggestion" for field in schema.fields):
+    elif any(field_type(field).fills_from_model_response(field) for field in schema.fields):
         raise Invalid("this form starts its text from the model's suggestions: choose the model",
                       field="suggestion_model")
     rows = DatasetRow.objects.filter(version=version)
@@ -543,7 +544,7 @@ def export_start(*, user, campaign: Campaign, kind: str = "resolved", mode: str 
     if min_agreement is not None and (isinstance(min_agreement, bool) or not isinstance(min_agreement, (int, float))
                                       or not 0 <= min_agreement <= 1):
         raise Invalid("min_agreement is a share from 0 to 1", field="min_agreement")
-    if kind == "preferences" and not any(f["type"] in ("preference", "ranking") for f in campaign.schema.fields):
+    if kind == "preferences" and not any(field_type(f).teaches_preferences for f in campaign.schema.fields):
         raise Invalid("this campaign's schema has no preference or ranking field", field="kind")
     if not isinstance(message, str) or len(message) > 500:
         raise Invalid("a message is at most 500 characters", field="message")

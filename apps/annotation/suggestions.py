@@ -1,8 +1,9 @@
 """Model suggestions for a campaign, made in an `inference` worker through the shared batcher.
 
-For each item the campaign's model writes a response (pre-filling text fields whose prefill is
-"suggestion") and, for a single_label field, is asked to name one label; a reply that names
-no label gives no label suggestion rather than a guess. Suggestions are stored on the item; the
+For each item the campaign's model writes a response (pre-filling the fields whose type fills
+from it: text fields whose prefill is "suggestion") and answers each field's type's question
+(a single_label field: name one label; a reply that names no label gives no suggestion rather
+than a guess). Suggestions are stored on the item; the
 annotator's answer and the suggestion are both kept on the annotation. Stopping the
 suggestions, or closing the campaign, ends the job between chunks.
 """
@@ -13,6 +14,7 @@ from django.conf import settings
 from django.db.models import Q
 
 from apps.annotation import events
+from apps.annotation.field_types import field_type
 from apps.annotation.models import Campaign, Item
 from apps.serving.runner import batcher, model_paths
 
@@ -29,13 +31,6 @@ def _messages(row, question: str | None = None) -> list[dict]:
     return messages
 
 
-def pick_label(reply: str, labels: list[str]) -> str | None:
-    """The label a reply names first (case-insensitive), or None."""
-    text = reply.strip().lower()
-    found = [(text.find(label.lower()), label) for label in labels if label.lower() in text]
-    return min(found)[1] if found else None
-
-
 def run_suggestions(campaign_id: int) -> None:
     from workers.inference import SamplingParams
 
@@ -44,12 +39,12 @@ def run_suggestions(campaign_id: int) -> None:
         return
     campaign = Campaign.objects.select_related("suggestion_model__base_model", "schema").get(pk=campaign_id)
     fields = campaign.schema.fields
-    wants_text = [f["name"] for f in fields if f["type"] == "text" and f.get("prefill") == "suggestion"]
-    label_fields = [f for f in fields if f["type"] == "single_label"]
+    wants_text = [f["name"] for f in fields if field_type(f).fills_from_model_response(f)]
+    asked = {f["name"]: (f, question) for f in fields if (question := field_type(f).suggestion_question(f))}
     base, adapter = model_paths(campaign.suggestion_model)
     key = f"model-{campaign.suggestion_model.base_model_id or campaign.suggestion_model_id}"
     params = SamplingParams(max_new_tokens=MAX_NEW_TOKENS)
-    label_params = SamplingParams(max_new_tokens=16)
+    question_params = SamplingParams(max_new_tokens=16)  # a label's name, not an essay
     items = Item.objects.filter(campaign=campaign, suggestion__isnull=True).select_related("row").order_by("position")
     total, done = items.count(), 0
     try:
@@ -68,12 +63,9 @@ def run_suggestions(campaign_id: int) -> None:
                 if wants_text:
                     jobs["response"] = batcher().submit(key, base, None, params, messages=_messages(item.row),
                                                         adapter_path=adapter)
-                for field in label_fields:
-                    labels = [label["value"] for label in field["labels"]]
-                    question = f"Answer with one of: {', '.join(labels)}."
-                    jobs[field["name"]] = batcher().submit(key, base, None, label_params,
-                                                           messages=_messages(item.row, question),
-                                                           adapter_path=adapter)
+                for name, (_, question) in asked.items():
+                    jobs[name] = batcher().submit(key, base, None, question_params,
+                                                  messages=_messages(item.row, question), adapter_path=adapter)
                 futures.append((item, jobs))
             for item, jobs in futures:
                 values = {}
@@ -82,10 +74,9 @@ def run_suggestions(campaign_id: int) -> None:
                     if name == "response":
                         values.update({field: text for field in wants_text})
                     else:
-                        labels = [label["value"] for field in label_fields if field["name"] == name
-                                  for label in field["labels"]]
-                        if (label := pick_label(text, labels)) is not None:
-                            values[name] = label
+                        field = asked[name][0]
+                        if (answer := field_type(field).suggestion_from_reply(field, text)) is not None:
+                            values[name] = answer
                 Item.objects.filter(pk=item.pk).update(
                     suggestion={"model": campaign.suggestion_model_id, "values": values})
                 done += 1

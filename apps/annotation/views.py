@@ -12,9 +12,9 @@ from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
 from apps.annotation import quality, selectors, services
+from apps.annotation.field_types import HOTKEYS
 from apps.annotation.forms import CampaignForm, ExportForm
 from apps.annotation.models import Annotation, Campaign, LabelSchema
-from apps.annotation.schema import HOTKEYS
 from apps.core.errors import Conflict, Invalid, NotFound
 from apps.core.http import client_ip
 from apps.core.rendering import render_markdown
@@ -157,9 +157,16 @@ def campaign_action(request: HttpRequest, project_id: int, campaign_id: int, act
 @login_required
 def annotate(request: HttpRequest, project_id: int, campaign_id: int) -> HttpResponse:
     campaign = _campaign(request, project_id, campaign_id, "annotation.submit")
+    return _annotate_page(request, campaign, campaign.schema.fields)
+
+
+def _annotate_page(request: HttpRequest, campaign: Campaign, fields: list[dict], correcting: dict | None = None
+                   ) -> HttpResponse:
+    """The annotation page over `fields`, with the renderer of each of their types."""
     return render(request, "annotation/annotate.html", _context(
         request, campaign.project, campaign=campaign, guidelines_html=render_markdown(campaign.guidelines),
-        fields=campaign.schema.fields))
+        fields=fields, correcting=correcting,
+        field_scripts=[f"js/annotation/fields/{kind}.js" for kind in sorted({field["type"] for field in fields})]))
 
 
 @login_required
@@ -196,9 +203,7 @@ def correct(request: HttpRequest, project_id: int, campaign_id: int, annotation_
                        "values": annotation.reviewed_values or annotation.values, "comment": annotation.review_comment},
         "back": reverse("annotation:review", args=[project_id, campaign.pk]),
     }
-    return render(request, "annotation/annotate.html", _context(
-        request, campaign.project, campaign=campaign, guidelines_html=render_markdown(campaign.guidelines),
-        fields=fields, correcting=correcting))
+    return _annotate_page(request, campaign, fields, correcting)
 
 
 def _review_action(request: HttpRequest, campaign: Campaign) -> None:

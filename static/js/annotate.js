@@ -1,6 +1,6 @@
 // The annotator's page: one item at a time from the campaign's queue, keyboard first, no reload.
 // Keys: label hotkeys (1-9, then free letters, then those with Shift, unless the form names
-// others: apps/annotation/schema.py HOTKEYS), a/b/… pick a response, t tie, x both
+// others: apps/annotation/field_types.py HOTKEYS), a/b/… pick a response, t tie, x both
 // bad, Ctrl+Enter submits, S skips, Backspace or ← goes back to fix the previous answer, ? lists
 // the shortcuts. Every submission carries a client id made when the item is shown, so a retry
 // after a network error never counts twice. Drafts autosave. Example text arrives as HTML the
@@ -19,7 +19,8 @@
   var form = $("answer-form"), fieldBox = $("fields"), errorBox = $("error"), comment = document.getElementById("annotation-comment");
   var dialog = document.querySelector("[data-testid=shortcuts]");
   var state = { item: null, editing: null, clientId: null, shownAt: 0, history: null, back: -1, busy: false, draftTimer: null };
-  var LETTERS = "abcdefgh";
+  // One renderer per field type (static/js/annotation/fields/), the page's only knowledge of them.
+  var renderers = window.annotationFields.renderers, el = window.annotationFields.el;
 
   function uuid() {
     if (window.crypto && crypto.randomUUID) return crypto.randomUUID();
@@ -43,13 +44,6 @@
       return new Promise(function (resolve) { setTimeout(resolve, 500 * Math.pow(2, attempt)); })
         .then(function () { return call(method, url, body, attempt + 1); });
     });
-  }
-
-  function el(tag, attrs, text) {
-    var node = document.createElement(tag);
-    Object.keys(attrs || {}).forEach(function (key) { node.setAttribute(key, attrs[key]); });
-    if (text !== undefined && text !== null) node.textContent = text;
-    return node;
   }
 
   // Server-rendered, sanitised HTML (markdown-it with raw HTML escaped).
@@ -82,36 +76,29 @@
   });
 
   // --- keys ----------------------------------------------------------------------------------
-  // A capital letter is typed with Shift: the page says so.
-  function keyName(key) { return /^[A-Z]$/.test(key) ? "Shift+" + key : key; }
-  var keymap = {};
-  fields.forEach(function (field) {
-    (field.type === "single_label" || field.type === "multi_label" ? field.labels : []).forEach(function (label) {
-      if (label.hotkey) keymap[label.hotkey] = { field: field, value: label.value };
+  // A field takes the keys its renderer names only when none of them is held yet (a second
+  // preference gets no letters); spare keys (a ranking's letters) are handed out after all others.
+  var keymap = {}, keysOf = {};
+  function bind(field, kind) {
+    var bindings = renderers[field.type][kind] ? renderers[field.type][kind](field) : [];
+    if (bindings.some(function (binding) { return keymap[binding.key]; })) return;
+    bindings.forEach(function (binding) {
+      keymap[binding.key] = { field: field, value: binding.value };
+      (keysOf[field.name] = keysOf[field.name] || []).push(binding.key);
     });
-  });
-  var preference = fields.filter(function (f) { return f.type === "preference"; })[0];
-  if (preference) {
-    preference.candidates.forEach(function (_, i) { keymap[LETTERS[i]] = { field: preference, value: LETTERS[i].toUpperCase() }; });
-    keymap.t = { field: preference, value: "tie" };
-    keymap.x = { field: preference, value: "both_bad" };
   }
-  var ranking = fields.filter(function (f) { return f.type === "ranking"; })[0];
-  if (ranking && !preference) {  // the letters are free: they rank
-    ranking.candidates.forEach(function (_, i) { keymap[LETTERS[i]] = { field: ranking, value: LETTERS[i].toUpperCase() }; });
-  }
+  fields.forEach(function (field) { bind(field, "keys"); });
+  fields.forEach(function (field) { bind(field, "spareKeys"); });
   var list = dialog.querySelector("[data-testid=shortcut-list]");
   Object.keys(keymap).forEach(function (key) {
-    list.append(el("li", {}, keyName(key) + " — " + keymap[key].field.name + ": " + keymap[key].value));
+    list.append(el("li", {}, window.annotationFields.keyName(key) + " — " + keymap[key].field.name + ": " + keymap[key].value));
   });
   [["Ctrl+Enter", "submit"], ["S", "skip"], ["Backspace or ←", "previous item (fix it)"], ["?", "these shortcuts"]]
     .forEach(function (pair) { list.append(el("li", {}, pair[0] + " — " + pair[1])); });
 
   function press(binding) {
-    if (binding.field.type === "ranking") {
-      fieldBox.querySelector("[data-field='" + binding.field.name + "']").rank(binding.value);
-      return;
-    }
+    var renderer = renderers[binding.field.type];
+    if (renderer.press) { renderer.press(fieldset(binding.field), binding.field, binding.value); return; }
     var inputs = fieldBox.querySelectorAll("[name='" + binding.field.name + "']");
     inputs.forEach(function (input) {
       if (input.value !== binding.value) return;
@@ -151,11 +138,11 @@
     } else if (html.prompt !== null) {
       box.append(el("h2", { "class": "h3" }, "Prompt"), safeHtml("div", html.prompt));
     }
-    // The responses a preference or ranking field compares, once per distinct set of candidates.
+    // The responses a field compares (preference, ranking), once per distinct set of candidates.
     var shown = {};
     var compared = fields.filter(function (f) {
       var key = (f.candidates || []).join("|");
-      if ((f.type !== "preference" && f.type !== "ranking") || shown[key]) return false;
+      if (!renderers[f.type].comparesCandidates || shown[key]) return false;
       return (shown[key] = true);
     });
     compared.forEach(function (field) {
@@ -174,198 +161,30 @@
   }
 
   // --- the form ------------------------------------------------------------------------------
-  function choice(field, type, value, text, checked) {
-    var id = "f-" + field.name + "-" + String(value).replace(/\W/g, "_");
-    var wrap = el("label", { "class": "choice", "for": id });
-    var input = el("input", { type: type, name: field.name, id: id, value: String(value) });
-    input.checked = !!checked;
-    wrap.append(input, document.createTextNode(" " + text));
-    return wrap;
-  }
-
-  function wordDiff(before, after) {
-    var a = before.split(/(\s+)/), b = after.split(/(\s+)/), out = el("div", { "class": "diff", "data-testid": "diff" });
-    if (a.length * b.length > 4e6) { out.textContent = "(too long to show a diff)"; return out; }
-    var lcs = [];
-    for (var i = a.length; i >= 0; i--) {
-      lcs[i] = [];
-      for (var j = b.length; j >= 0; j--) {
-        lcs[i][j] = i === a.length || j === b.length ? 0 :
-          a[i] === b[j] ? lcs[i + 1][j + 1] + 1 : Math.max(lcs[i + 1][j], lcs[i][j + 1]);
-      }
-    }
-    i = 0; j = 0;
-    while (i < a.length || j < b.length) {
-      if (i < a.length && j < b.length && a[i] === b[j]) { out.append(document.createTextNode(a[i])); i++; j++; }
-      else if (j < b.length && (i === a.length || lcs[i][j + 1] >= lcs[i + 1][j])) { out.append(el("ins", {}, b[j])); j++; }
-      else { out.append(el("del", {}, a[i])); i++; }
-    }
-    return out;
-  }
-
   // `prefilled`: the model's answers that fill the fields (none once a draft or an answer exists);
-  // `suggested`: all of them, what a text field's diff is shown against whatever fills it.
+  // `suggested`: all of them, which a field may use itself (a text's diff is shown against it).
   function renderFields(values, prefilled, suggested, example) {
     fieldBox.replaceChildren();
     fields.forEach(function (field) {
+      var renderer = renderers[field.type];
       var set = el("fieldset", { "class": "field", "data-field": field.name });
       set.append(el("legend", {}, field.name.replace(/_/g, " ") + (field.required ? " *" : "")));
       if (field.description) set.append(el("p", { "class": "help" }, field.description));
-      var value = values[field.name], suggestion = suggested[field.name];
-      if (value === undefined && prefilled[field.name] !== undefined && field.type !== "text") value = prefilled[field.name];
-      if (field.type === "single_label" || field.type === "multi_label") {
-        field.labels.forEach(function (label) {
-          var on = field.type === "single_label" ? value === label.value : (value || []).indexOf(label.value) >= 0;
-          set.append(choice(field, field.type === "single_label" ? "radio" : "checkbox", label.value,
-            (label.hotkey ? "[" + keyName(label.hotkey) + "] " : "") + label.value, on));
-        });
-      } else if (field.type === "rating") {
-        for (var n = field.min; n <= field.max; n++) {
-          set.append(choice(field, "radio", n, String(n) + (field.scale[String(n)] ? " — " + field.scale[String(n)] : ""), value === n));
-        }
-      } else if (field.type === "preference") {
-        field.candidates.forEach(function (_, i) {
-          var key = LETTERS[i].toUpperCase();
-          set.append(choice(field, "radio", key, "[" + LETTERS[i] + "] " + key + " is better", value === key));
-        });
-        set.append(choice(field, "radio", "tie", "[t] tie", value === "tie"));
-        set.append(choice(field, "radio", "both_bad", "[x] both bad", value === "both_bad"));
-      } else if (field.type === "ranking") {
-        renderRanking(set, field, value);
-      } else if (field.type === "text") {
-        var original = field.prefill === "response" ? example.response : field.prefill === "suggestion" ? suggestion : "";
-        var area = el("textarea", { name: field.name, rows: "5", maxlength: String(field.max_length),
-                                    "aria-label": field.name });
-        area.value = value !== undefined ? value : (original || "");
-        set.append(area);
-        if (original) {
-          var diffBox = el("div", { "class": "diff-box" });
-          var showDiff = function () { diffBox.replaceChildren(wordDiff(original, area.value)); };
-          area.addEventListener("input", showDiff);
-          showDiff();
-          set.append(el("p", { "class": "help" }, "Changes from the " + field.prefill + ":"), diffBox);
-        }
-      } else if (field.type === "spans") {
-        renderSpans(set, field, example, value || []);
-      }
+      var value = values[field.name];
+      if (value === undefined && renderer.prefillsFromSuggestion !== false) value = prefilled[field.name];
+      renderer.render(set, field, value, { example: example, suggestion: suggested[field.name],
+                                           keys: keysOf[field.name] || [], saveDraftSoon: saveDraftSoon, say: say });
       fieldBox.append(set);
     });
   }
 
-  // Ranking: pick the candidates best first (buttons, or their letter keys); picking a ranked one
-  // again takes it and those after it back. Hidden inputs hold the order for collect().
-  function renderRanking(set, field, value) {
-    var names = field.candidates.map(function (_, i) { return LETTERS[i].toUpperCase(); });
-    set.ranking = (value || []).filter(function (name) { return names.indexOf(name) >= 0; });
-    var order = el("ol", { "class": "ranking", "aria-live": "polite", "data-testid": "ranking-" + field.name });
-    var hidden = names.map(function () { return el("input", { type: "hidden", name: field.name }); });
-    var buttons = names.map(function (name) {
-      var button = el("button", { type: "button", "aria-label": "rank " + name + " next" }, name);
-      button.addEventListener("click", function () { set.rank(name); });
-      return button;
-    });
-    function draw() {
-      order.replaceChildren();
-      set.ranking.forEach(function (name, place) { order.append(el("li", {}, (place === 0 ? "best: " : "") + name)); });
-      hidden.forEach(function (input, place) { input.value = set.ranking[place] || ""; });
-      buttons.forEach(function (button, i) { button.setAttribute("aria-pressed", String(set.ranking.indexOf(names[i]) >= 0)); });
-    }
-    set.rank = function (name) {
-      var at = set.ranking.indexOf(name);
-      if (at >= 0) set.ranking = set.ranking.slice(0, at); else set.ranking.push(name);
-      draw();
-      saveDraftSoon();
-    };
-    set.append(el("p", { "class": "help" }, "Pick the best first" + (preference ? "." : " (keys " +
-      names.join(", ").toLowerCase() + ").")));
-    buttons.forEach(function (button) { set.append(button); });
-    set.append(order);
-    hidden.forEach(function (input) { set.append(input); });
-    draw();
-  }
-
-  // Spans: select text in the source and press a label's button; the source shows each span
-  // highlighted with its label, and the list below can remove one. Offsets count characters of
-  // the source text (code points, as the server counts them: an emoji is one), whatever
-  // highlights the selection crosses.
-  function renderSpans(set, field, example, spans) {
-    var chars = Array.from(example[field.source] || "");
-    var slice = function (start, end) { return chars.slice(start, end).join(""); };
-    var source = el("div", { "class": "span-source", "data-testid": "span-source-" + field.name });
-    var listBox = el("ul", { "class": "spans" });
-    set.spans = spans.slice();
-    function paint() {
-      source.replaceChildren();
-      var at = 0;
-      set.spans.slice().sort(function (a, b) { return a.start - b.start || b.end - a.end; }).forEach(function (span) {
-        if (span.start < at) return;  // overlaps one already painted: listed below only
-        source.append(document.createTextNode(slice(at, span.start)));
-        source.append(el("mark", { "class": "span", "data-label": span.label, "title": span.label,
-                                   "data-testid": "span-mark" }, slice(span.start, span.end)));
-        at = span.end;
-      });
-      source.append(document.createTextNode(slice(at)));
-    }
-    function draw() {
-      paint();
-      listBox.replaceChildren();
-      set.spans.forEach(function (span, index) {
-        var entry = el("li", {}, span.label + ": “" + slice(span.start, span.end) + "” ");
-        var remove = el("button", { type: "button", "class": "link" }, "remove");
-        remove.addEventListener("click", function () { set.spans.splice(index, 1); draw(); saveDraftSoon(); });
-        entry.append(remove);
-        listBox.append(entry);
-      });
-    }
-    function offset(node, within) {  // characters of the source before (node, within)
-      var before = document.createRange();
-      before.selectNodeContents(source);
-      before.setEnd(node, within);
-      return Array.from(before.toString()).length;
-    }
-    set.append(source);
-    field.labels.forEach(function (label) {
-      var button = el("button", { type: "button" }, "Mark selection as " + label.value);
-      button.addEventListener("click", function () {
-        var selection = window.getSelection();
-        if (!selection.rangeCount) return;
-        var range = selection.getRangeAt(0);
-        if (!source.contains(range.startContainer) || !source.contains(range.endContainer)) {
-          say("Select text in the " + field.source + " first.");
-          return;
-        }
-        var start = offset(range.startContainer, range.startOffset), end = offset(range.endContainer, range.endOffset);
-        if (end > start) { set.spans.push({ start: start, end: end, label: label.value }); draw(); saveDraftSoon(); }
-        selection.removeAllRanges();
-      });
-      set.append(button);
-    });
-    set.append(listBox);
-    draw();
-  }
+  function fieldset(field) { return fieldBox.querySelector("[data-field='" + field.name + "']"); }
 
   function collect() {
     var values = {};
     fields.forEach(function (field) {
-      var set = fieldBox.querySelector("[data-field='" + field.name + "']");
-      var inputs = Array.prototype.slice.call(set.querySelectorAll("[name='" + field.name + "']"));
-      if (field.type === "single_label" || field.type === "preference") {
-        var on = inputs.filter(function (i) { return i.checked; })[0];
-        if (on) values[field.name] = on.value;
-      } else if (field.type === "rating") {
-        var picked = inputs.filter(function (i) { return i.checked; })[0];
-        if (picked) values[field.name] = parseInt(picked.value, 10);
-      } else if (field.type === "multi_label") {
-        var all = inputs.filter(function (i) { return i.checked; }).map(function (i) { return i.value; });
-        if (all.length) values[field.name] = all;
-      } else if (field.type === "ranking") {
-        var order = inputs.map(function (i) { return i.value; });
-        if (order.every(Boolean)) values[field.name] = order;
-      } else if (field.type === "text") {
-        if (inputs[0].value !== "") values[field.name] = inputs[0].value;
-      } else if (field.type === "spans") {
-        if (set.spans.length) values[field.name] = set.spans;
-      }
+      var value = renderers[field.type].collect(fieldset(field), field);
+      if (value !== undefined) values[field.name] = value;
     });
     return values;
   }

@@ -1,6 +1,6 @@
 // The campaign form's label editor. For "Classify" the labels to classify into start as the
 // chosen dataset version's labels (the most frequent first); the editor adds, renames and removes
-// them and shows the key each will have on the annotation page (the order of schema.HOTKEYS).
+// them and shows the key each will have on the annotation page (the order of field_types.HOTKEYS).
 // It writes the list, one label a line, into the form's "Labels" textarea, which is what is sent:
 // without this script the textarea itself is the editor.
 (function () {

@@ -564,7 +564,8 @@ def test_the_classify_form_takes_the_versions_labels_or_the_ones_typed_in(client
 
 
 def test_every_label_gets_a_key_past_the_ninth_around_the_pages_own_and_the_forms_named_keys():
-    from apps.annotation.schema import RESERVED_KEYS, validate_schema
+    from apps.annotation.field_types import RESERVED_KEYS
+    from apps.annotation.schema import validate_schema
 
     fields = validate_schema([
         {"name": "topic", "type": "single_label", "labels": [f"t{i}" for i in range(30)]},
