@@ -21,7 +21,7 @@ class CampaignSerializer(serializers.ModelSerializer):
     project = serializers.IntegerField(source="project_id", read_only=True)
     dataset_version = serializers.IntegerField(source="dataset_version_id", read_only=True)
     schema = LabelSchemaSerializer(read_only=True)
-    suggestion_model = serializers.IntegerField(source="suggestion_model_id", read_only=True)
+    suggestion_model = serializers.IntegerField(source="suggestion_model_id", read_only=True, allow_null=True)
     assignees = serializers.SlugRelatedField(many=True, slug_field="username", read_only=True)
     created_by = serializers.CharField(source="created_by.username", default=None, read_only=True, allow_null=True)
 
