@@ -3,6 +3,7 @@
 from django.http import StreamingHttpResponse
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
+from rest_framework.generics import ListAPIView
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -11,6 +12,7 @@ from apps.annotation import exports, quality, selectors, services
 from apps.annotation.models import Annotation, AnnotationExport, LabelSchema
 from apps.annotation.serializers import (
     AnnotationExportSerializer,
+    AnnotationPayloadSerializer,
     CampaignCreateSerializer,
     CampaignSerializer,
     DraftSerializer,
@@ -18,6 +20,7 @@ from apps.annotation.serializers import (
     ExportStartSerializer,
     LabelSchemaSerializer,
     LabelSchemaWriteSerializer,
+    ReviewItemSerializer,
     ReviewSerializer,
     SkipSerializer,
     SubmitSerializer,
@@ -25,6 +28,7 @@ from apps.annotation.serializers import (
 )
 from apps.core.errors import Invalid, NotFound
 from apps.core.http import client_ip
+from apps.core.pagination import KeysetPagination, NewestFirstPagination
 from apps.projects import policy
 
 
@@ -34,12 +38,13 @@ def _valid(serializer_class, request: Request) -> dict:
     return data.validated_data
 
 
-class ProjectSchemasApi(APIView):
-    @extend_schema(responses=LabelSchemaSerializer(many=True))
-    def get(self, request: Request, project_id: int) -> Response:
-        project = policy.get_project(request.user, project_id, "campaign.manage", request.auth)
-        schemas = LabelSchema.objects.filter(project=project)
-        return Response(LabelSchemaSerializer(schemas, many=True).data)
+class ProjectSchemasApi(ListAPIView):
+    serializer_class = LabelSchemaSerializer
+
+    def get_queryset(self):
+        project = policy.get_project(self.request.user, self.kwargs["project_id"], "campaign.manage",
+                                     self.request.auth)
+        return LabelSchema.objects.filter(project=project).order_by("name", "-version", "id")
 
     @extend_schema(request=LabelSchemaWriteSerializer, responses={201: LabelSchemaSerializer})
     def post(self, request: Request, project_id: int) -> Response:
@@ -60,12 +65,14 @@ class SchemaDetailApi(APIView):
         return Response(LabelSchemaSerializer(schema).data)
 
 
-class ProjectCampaignsApi(APIView):
-    @extend_schema(responses=CampaignSerializer(many=True))
-    def get(self, request: Request, project_id: int) -> Response:
-        project = policy.get_project(request.user, project_id, token=request.auth)
-        campaigns = services.visible_campaigns(request.user, project, request.auth).select_related("schema")
-        return Response(CampaignSerializer(campaigns.prefetch_related("assignees"), many=True).data)
+class ProjectCampaignsApi(ListAPIView):
+    serializer_class = CampaignSerializer
+
+    def get_queryset(self):
+        user, token = self.request.user, self.request.auth
+        project = policy.get_project(user, self.kwargs["project_id"], token=token)
+        campaigns = services.visible_campaigns(user, project, token).select_related("schema")
+        return campaigns.prefetch_related("assignees").order_by("-created_at", "-id")
 
     @extend_schema(request=CampaignCreateSerializer, responses={201: CampaignSerializer})
     def post(self, request: Request, project_id: int) -> Response:
@@ -167,11 +174,20 @@ class DraftApi(APIView):
         return Response({"values": draft.values, "comment": draft.comment, "updated_at": draft.updated_at})
 
 
-class MyAnnotationsApi(APIView):
-    @extend_schema(responses=dict)
-    def get(self, request: Request, campaign_id: int) -> Response:
-        campaign = services.get_campaign(request.user, campaign_id, "annotation.submit", request.auth)
-        return Response([services.annotation_payload(a) for a in selectors.my_annotations(campaign, request.user)])
+class MyAnnotationsApi(ListAPIView):
+    """My annotations in this campaign, newest first."""
+
+    serializer_class = AnnotationPayloadSerializer
+    pagination_class = NewestFirstPagination
+
+    def get_queryset(self):
+        campaign = services.get_campaign(self.request.user, self.kwargs["campaign_id"], "annotation.submit",
+                                         self.request.auth)
+        return selectors.my_annotations(campaign, self.request.user)
+
+    def get(self, request: Request, *args, **kwargs) -> Response:
+        page = self.paginate_queryset(self.get_queryset())
+        return self.get_paginated_response([services.annotation_payload(a) for a in page])
 
 
 class AnnotationApi(APIView):
@@ -214,23 +230,29 @@ def _annotation(request: Request, annotation_id) -> Annotation:
 DISAGREEMENTS = OpenApiParameter("disagreements", bool, description="only examples whose annotators disagree")
 
 
-class ReviewQueueApi(APIView):
-    @extend_schema(parameters=[DISAGREEMENTS,
-                               OpenApiParameter("after", int, description="position to continue after")],
-                   responses=dict)
-    def get(self, request: Request, campaign_id: int) -> Response:
-        campaign = services.get_campaign(request.user, campaign_id, "annotation.review", request.auth)
-        items = selectors.reviewable_items(
-            campaign, disagreements=request.query_params.get("disagreements") in ("1", "true"))
-        after = request.query_params.get("after")
-        if after not in (None, ""):
-            try:
-                items = items.filter(position__gt=int(after))
-            except ValueError:
-                raise Invalid("after is a position (a whole number)", field="after") from None
-        page = list(items[:20])
-        return Response({"items": [selectors.review_payload(item) for item in page],
-                         "next_after": page[-1].position if len(page) == 20 else None})
+class ReviewQueuePagination(KeysetPagination):
+    key = ("position",)
+    after_param = "after"  # the position to continue after, as the API took it before cursors
+    after_field_in_response = "next_after"
+    default_limit = 20  # each item carries all its answers
+
+
+class ReviewQueueApi(ListAPIView):
+    """The campaign's answered items in order, each with its answers."""
+
+    serializer_class = ReviewItemSerializer
+    pagination_class = ReviewQueuePagination
+
+    @extend_schema(parameters=[DISAGREEMENTS])
+    def get(self, request: Request, *args, **kwargs) -> Response:
+        page = self.paginate_queryset(self.get_queryset())
+        return self.get_paginated_response([selectors.review_payload(item) for item in page])
+
+    def get_queryset(self):
+        campaign = services.get_campaign(self.request.user, self.kwargs["campaign_id"], "annotation.review",
+                                         self.request.auth)
+        return selectors.reviewable_items(
+            campaign, disagreements=self.request.query_params.get("disagreements") in ("1", "true"))
 
 
 class ReviewApi(APIView):
@@ -279,11 +301,16 @@ class QualityApi(APIView):
 
 # --- exports ------------------------------------------------------------------------------------
 
-class CampaignExportsApi(APIView):
-    @extend_schema(responses=AnnotationExportSerializer(many=True))
-    def get(self, request: Request, campaign_id: int) -> Response:
-        campaign = services.get_campaign(request.user, campaign_id, "campaign.manage", request.auth)
-        return Response(AnnotationExportSerializer(campaign.exports.select_related("version"), many=True).data)
+class CampaignExportsApi(ListAPIView):
+    """The campaign's exports, newest first."""
+
+    serializer_class = AnnotationExportSerializer
+    pagination_class = NewestFirstPagination
+
+    def get_queryset(self):
+        campaign = services.get_campaign(self.request.user, self.kwargs["campaign_id"], "campaign.manage",
+                                         self.request.auth)
+        return campaign.exports.select_related("version")
 
     @extend_schema(request=ExportStartSerializer, responses={202: AnnotationExportSerializer})
     def post(self, request: Request, campaign_id: int) -> Response:

@@ -97,9 +97,9 @@ def review_payload(item: Item) -> dict:
     }
 
 
-def my_annotations(campaign: Campaign, user, limit: int = 50):
+def my_annotations(campaign: Campaign, user):
     return (Annotation.objects.filter(item__campaign=campaign, annotator=user)
-            .select_related("annotator", "schema").order_by("-created_at", "-id")[:limit])
+            .select_related("annotator", "schema").order_by("-created_at", "-id"))
 
 
 def annotation_filter(user, version, value: str):

@@ -21,7 +21,7 @@ class CampaignSerializer(serializers.ModelSerializer):
     project = serializers.IntegerField(source="project_id", read_only=True)
     dataset_version = serializers.IntegerField(source="dataset_version_id", read_only=True)
     schema = LabelSchemaSerializer(read_only=True)
-    suggestion_model = serializers.IntegerField(source="suggestion_model_id", read_only=True)
+    suggestion_model = serializers.IntegerField(source="suggestion_model_id", read_only=True, allow_null=True)
     assignees = serializers.SlugRelatedField(many=True, slug_field="username", read_only=True)
     created_by = serializers.CharField(source="created_by.username", default=None, read_only=True, allow_null=True)
 
@@ -107,3 +107,42 @@ class AnnotationExportSerializer(serializers.ModelSerializer):
         model = AnnotationExport
         fields = ["id", "campaign", "kind", "mode", "min_agreement", "dataset", "new_dataset_name", "state", "rows",
                   "error", "version", "version_number", "created_at", "finished_at"]
+
+
+class AnnotationPayloadSerializer(serializers.Serializer):
+    """The shape of services.annotation_payload, for the schema of the lists that answer it."""
+
+    id = serializers.IntegerField()
+    item = serializers.IntegerField()
+    annotator = serializers.CharField()
+    values = serializers.JSONField()
+    comment = serializers.CharField(allow_blank=True)
+    skipped = serializers.BooleanField()
+    revision = serializers.IntegerField()
+    review = serializers.CharField()
+    review_comment = serializers.CharField(allow_blank=True)
+    reviewed_values = serializers.JSONField(allow_null=True)
+    suggestion = serializers.JSONField(allow_null=True)
+    time_spent_ms = serializers.IntegerField(allow_null=True)
+    schema_version = serializers.IntegerField()
+    created_at = serializers.DateTimeField()
+    updated_at = serializers.DateTimeField()
+
+
+class ReviewedAnnotationSerializer(AnnotationPayloadSerializer):
+    in_words = serializers.JSONField()
+    reviewed_in_words = serializers.JSONField()
+
+
+class ReviewItemSerializer(serializers.Serializer):
+    """The shape of selectors.review_payload: an answered item with every answer to it."""
+
+    id = serializers.IntegerField()
+    position = serializers.IntegerField()
+    example = serializers.JSONField()
+    is_gold = serializers.BooleanField()
+    gold_values = serializers.JSONField(allow_null=True)
+    suggestion = serializers.JSONField(allow_null=True)
+    adjudicated_values = serializers.JSONField(allow_null=True)
+    adjudicated_by = serializers.CharField(allow_null=True)
+    annotations = ReviewedAnnotationSerializer(many=True)

@@ -8,9 +8,9 @@ from rest_framework.views import APIView
 
 from apps.core.errors import Invalid, NotFound, PermissionDenied
 from apps.core.http import client_ip
-from apps.core.pagination import MAX_PAGE_SIZE, query_int
+from apps.core.pagination import KeysetPagination, NewestFirstPagination
 from apps.datasets import exports, selectors, services
-from apps.datasets.models import Dataset, DatasetVersion, DeriveJob, ExportJob, ImportJob
+from apps.datasets.models import Dataset, DatasetRow, DatasetVersion, DeriveJob, ExportJob, ImportJob
 from apps.datasets.serializers import (
     DatasetCreateSerializer,
     DatasetSerializer,
@@ -20,7 +20,6 @@ from apps.datasets.serializers import (
     ImportCreateSerializer,
     ImportSerializer,
     ImportStartSerializer,
-    RowPageSerializer,
     RowSerializer,
     SplitSerializer,
     VersionExportStartSerializer,
@@ -171,25 +170,35 @@ class VersionDetailApi(APIView):
         return Response(DeriveJobSerializer(job).data, status=status.HTTP_202_ACCEPTED)
 
 
-class RowListApi(APIView):
-    """Rows of a version in order, keyset-paginated: pass `after` = the last position you saw."""
+class RowPagination(KeysetPagination):
+    key = ("position",)
+    after_param = "after"  # the position to continue after, as the API took it before cursors
+    after_field_in_response = "next_after"
+    default_limit = selectors.PAGE_ROWS
+
+
+class RowListApi(ListAPIView):
+    """Rows of a version in order; follow `next` for the following page."""
+
+    serializer_class = RowSerializer
+    pagination_class = RowPagination
+    queryset = DatasetRow.objects.none()  # rows come from selectors.version_rows, which pages them itself
 
     @extend_schema(parameters=[
-        OpenApiParameter("after", int), OpenApiParameter("q", str, description="words to search for"),
-        OpenApiParameter("label", str), OpenApiParameter("split", str), OpenApiParameter("limit", int),
+        OpenApiParameter("q", str, description="words to search for"),
+        OpenApiParameter("label", str), OpenApiParameter("split", str),
         OpenApiParameter("meta_key", str, description="a metadata field of the version"),
-        OpenApiParameter("meta_value", str, description="rows whose meta_key field is this text")],
-        responses=RowPageSerializer)
+        OpenApiParameter("meta_value", str, description="rows whose meta_key field is this text")])
     def get(self, request: Request, dataset_id: int, number: int) -> Response:
         version = _version(request, dataset_id, number)
         params = request.query_params
-        after = query_int(params, "after", default=None)
-        limit = min(query_int(params, "limit", default=selectors.PAGE_ROWS, minimum=1), MAX_PAGE_SIZE)
-        rows, next_after = selectors.version_rows(version=version, after=after, q=params.get("q", "")[:500],
-                                                  label=params.get("label", "")[:200],
-                                                  split=params.get("split", "")[:16], limit=limit,
+        after = self.paginator.start(request, DatasetRow)
+        rows, next_after = selectors.version_rows(version=version, after=after[0] if after else None,
+                                                  q=params.get("q", "")[:500], label=params.get("label", "")[:200],
+                                                  split=params.get("split", "")[:16], limit=self.paginator.limit,
                                                   meta=_meta_filter(version, params))
-        return Response({"results": RowSerializer(rows, many=True).data, "next_after": next_after})
+        page = self.paginator.finish(rows, more=next_after is not None)
+        return self.get_paginated_response(RowSerializer(page, many=True).data)
 
 
 def _meta_filter(version, params) -> tuple[str, str] | None:
@@ -243,15 +252,17 @@ class VersionEditApi(APIView):
         return Response(DeriveJobSerializer(job).data, status=status.HTTP_202_ACCEPTED)
 
 
-class VersionExportJobsApi(APIView):
+class VersionExportJobsApi(ListAPIView):
     """Export a version as a file written by a worker (jsonl, csv, parquet, or a zipped `datasets`
-    directory that datasets.load_from_disk reads), downloaded when done."""
+    directory that datasets.load_from_disk reads), downloaded when done; GET lists them, newest first."""
 
-    @extend_schema(responses=ExportJobSerializer(many=True))
-    def get(self, request: Request, dataset_id: int, number: int) -> Response:
-        version = _version(request, dataset_id, number)
-        policy.require(request.user, "dataset.export", version.dataset, request.auth)
-        return Response(ExportJobSerializer(version.exports.select_related("version")[:50], many=True).data)
+    serializer_class = ExportJobSerializer
+    pagination_class = NewestFirstPagination
+
+    def get_queryset(self):
+        version = _version(self.request, self.kwargs["dataset_id"], self.kwargs["number"])
+        policy.require(self.request.user, "dataset.export", version.dataset, self.request.auth)
+        return version.exports.select_related("version")
 
     @extend_schema(request=VersionExportStartSerializer, responses={202: ExportJobSerializer})
     def post(self, request: Request, dataset_id: int, number: int) -> Response:

@@ -56,11 +56,6 @@ class ImportStartSerializer(serializers.Serializer):
     message = serializers.CharField(required=False, allow_blank=True, max_length=500)
 
 
-class RowPageSerializer(serializers.Serializer):
-    results = RowSerializer(many=True)
-    next_after = serializers.IntegerField(allow_null=True, help_text="pass as `after` for the next page")
-
-
 class SplitSerializer(serializers.Serializer):
     ratios = serializers.DictField(child=serializers.FloatField(min_value=0, max_value=1),
                                    help_text="e.g. {\"train\": 0.8, \"validation\": 0.1, \"test\": 0.1}")

@@ -12,6 +12,7 @@ from rest_framework.views import APIView
 from apps.core.errors import Invalid, NotFound
 from apps.core.exports import csv_lines
 from apps.core.http import client_ip
+from apps.core.pagination import KeysetPagination
 from apps.projects import policy, selectors, services
 from apps.projects.models import Membership, Role
 from apps.projects.permissions import BUILTIN_ROLES, PERMISSIONS, grantable_model
@@ -243,8 +244,15 @@ def audit_filters(params) -> dict:
     return filters
 
 
+class AuditPagination(KeysetPagination):
+    key = ("-created_at", "-id")  # newest first, on the (project, -created_at) index
+
+
 class AuditListApi(ListAPIView):
+    """The project's audit log, newest first; `next` pages back in time, unmoved by new events."""
+
     serializer_class = AuditEventSerializer
+    pagination_class = AuditPagination
 
     @extend_schema(parameters=AUDIT_FILTERS)
     def get(self, request, *args, **kwargs):

@@ -7,6 +7,7 @@ from rest_framework.views import APIView
 
 from apps.core.errors import Invalid
 from apps.core.http import client_ip
+from apps.core.pagination import MAX_PAGE_SIZE, KeysetPagination
 from apps.datasets.models import DatasetVersion
 from apps.projects import policy
 from apps.training import selectors, services
@@ -111,13 +112,24 @@ class JobCopyApi(APIView):
         return Response(JobSerializer(copy, context={"request": request}).data, status=status.HTTP_201_CREATED)
 
 
-class JobMetricsApi(APIView):
-    """The job's metric points ordered by step; `after_step` fetches only newer ones."""
+class MetricPagination(KeysetPagination):
+    key = ("step", "kind")
+    after_param = "after_step"  # the step to continue after, as the API took it before cursors
+    default_limit = MAX_PAGE_SIZE  # points are small, and a chart wants them all
 
-    @extend_schema(parameters=[MetricsQuerySerializer], responses=MetricPointSerializer(many=True))
-    def get(self, request: Request, job_id: int) -> Response:
-        job = policy.get_object(request.user, TrainingJob, job_id, "job.view", request.auth)
-        query = MetricsQuerySerializer(data=request.query_params)
+
+class JobMetricsApi(ListAPIView):
+    """The job's metric points ordered by step; follow `next` for newer ones as the job reports them."""
+
+    serializer_class = MetricPointSerializer
+    pagination_class = MetricPagination
+
+    @extend_schema(parameters=[MetricsQuerySerializer])
+    def get(self, request: Request, *args, **kwargs) -> Response:
+        return super().get(request, *args, **kwargs)
+
+    def get_queryset(self):
+        job = policy.get_object(self.request.user, TrainingJob, self.kwargs["job_id"], "job.view", self.request.auth)
+        query = MetricsQuerySerializer(data=self.request.query_params)
         query.is_valid(raise_exception=True)
-        points = selectors.job_points(job, **query.validated_data)
-        return Response(MetricPointSerializer(points, many=True).data)
+        return selectors.job_points(job, kind=query.validated_data["kind"])

@@ -72,4 +72,3 @@ class MetricPointSerializer(serializers.ModelSerializer):
 
 class MetricsQuerySerializer(serializers.Serializer):
     kind = serializers.ChoiceField(choices=["", *MetricPoint.Kind.values], required=False, default="")
-    after_step = serializers.IntegerField(min_value=0, required=False, default=None)

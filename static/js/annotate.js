@@ -306,7 +306,7 @@
   function back() {
     if (correcting) return;
     var load = state.history ? Promise.resolve(state.history) : call("GET", api + "/mine/").then(function (r) {
-      state.history = r.status === 200 ? r.data : [];
+      state.history = r.status === 200 ? r.data.results : [];
       return state.history;
     });
     load.then(function (history) {

@@ -260,7 +260,7 @@ def test_skip_moves_on_and_going_back_lets_me_fix_an_answer_with_optimistic_conc
     second = next_item(client, campaign).json()
     assert second["position"] == 1
     done = submit(client, campaign, second["id"], answer()).json()["annotation"]
-    mine = client.get(f"/api/campaigns/{campaign['id']}/mine/").json()
+    mine = client.get(f"/api/campaigns/{campaign['id']}/mine/").json()["results"]
     assert [a["item"] for a in mine] == [second["id"], first["id"]]  # newest first: Backspace goes here
     url = f"/api/annotations/{done['id']}/"
     fixed = client.patch(url, {"revision": 1, "values": answer(sentiment="neutral")}, content_type="application/json")
@@ -289,7 +289,7 @@ def test_only_people_in_a_campaign_may_work_it(client, scientist, annotator, sec
     client.force_login(second_annotator)  # an annotator of the project, not assigned
     assert next_item(client, campaign).status_code == 404
     assert client.get(f"/api/campaigns/{campaign['id']}/").status_code == 404
-    assert client.get(f"/api/projects/{project.pk}/campaigns/").json() == []
+    assert client.get(f"/api/projects/{project.pk}/campaigns/").json()["results"] == []
     client.force_login(viewer)
     assert next_item(client, campaign).status_code == 404
     client.force_login(outsider)
@@ -322,7 +322,7 @@ def test_review_adjudication_gold_and_quality_numbers(client, scientist, annotat
             assert submit(client, campaign, item["id"], answer(sentiment=label), time_spent_ms=1500).status_code == 201
         assert next_item(client, campaign).status_code == 204
     client.force_login(scientist)
-    queue = client.get(f"/api/campaigns/{campaign['id']}/review/?disagreements=1").json()["items"]
+    queue = client.get(f"/api/campaigns/{campaign['id']}/review/?disagreements=1").json()["results"]
     assert [i["id"] for i in queue] == [items[0].pk]
     assert {a["annotator"] for a in queue[0]["annotations"]} == {"anna", "ben"}
     quality = client.get(f"/api/campaigns/{campaign['id']}/quality/").json()
@@ -340,7 +340,7 @@ def test_review_adjudication_gold_and_quality_numbers(client, scientist, annotat
     settled = client.post(f"/api/campaigns/{campaign['id']}/items/{items[0].pk}/adjudicate/",
                           {"values": answer(sentiment="negative")}, content_type="application/json")
     assert settled.status_code == 200 and settled.json()["adjudicated_by"] == "sofia"
-    assert client.get(f"/api/campaigns/{campaign['id']}/review/?disagreements=1").json()["items"] == []
+    assert client.get(f"/api/campaigns/{campaign['id']}/review/?disagreements=1").json()["results"] == []
     anna_answer = Annotation.objects.get(annotator=annotator, item=items[1])
     rejected = client.post(f"/api/annotations/{anna_answer.pk}/review/", {"decision": "reject"},
                            content_type="application/json")

@@ -55,5 +55,5 @@ def test_the_review_queue_reads_every_items_answers_in_one_query(client, scienti
         with CaptureQueriesContext(connection) as queries:
             page = client.get(f"/api/campaigns/{campaign['id']}/review/").json()
         counts.append(len(queries))
-    assert len(page["items"]) == 12 and all(len(i["annotations"]) == 1 for i in page["items"])
+    assert len(page["results"]) == 12 and all(len(i["annotations"]) == 1 for i in page["results"])
     assert counts[0] == counts[1], counts  # 3 answered items, then 12: the same queries

@@ -10,6 +10,7 @@ from drf_spectacular.generators import SchemaGenerator
 
 from apps.datasets.models import DeriveJob
 from apps.projects import services as project_services
+from tests.annotation.fixtures import review_version  # noqa: F401 (a fixture)
 from tests.training.fixtures import make_job, make_version
 
 pytestmark = pytest.mark.django_db
@@ -72,3 +73,32 @@ def test_a_first_version_a_job_without_parent_or_adapter_and_a_system_audit_even
                  f"/api/datasets/{version.dataset_id}/versions/", f"/api/jobs/{job.pk}/",
                  f"/api/projects/{project.pk}/jobs/", f"/api/projects/{project.pk}/audit/"):
         check(openapi, "get", path, client.get(path))
+
+
+def test_every_list_page_matches_the_schema_of_its_envelope(client, owner, project, review_version,  # noqa: F811
+                                                          openapi):
+    from apps.datasets.models import ExportJob
+    from apps.training.models import MetricPoint
+    from tests.annotation.fixtures import answer, make_campaign, next_item, submit
+
+    version = make_version(project, owner)
+    job = make_job(project, owner)
+    MetricPoint.objects.create(job=job, kind="train", step=1, values={"loss": 1.0})
+    MetricPoint.objects.create(job=job, kind="train", step=2, values={"loss": 0.5})
+    ExportJob.objects.create(version=version, format="jsonl", created_by=owner)
+    client.force_login(owner)
+    campaign = make_campaign(client, project, review_version)
+    for _ in range(2):
+        assert submit(client, campaign, next_item(client, campaign).json()["id"], answer()).status_code == 201
+    client.post(f"/api/campaigns/{campaign['id']}/exports/", {"mode": "majority"}, content_type="application/json")
+    rows = f"/api/datasets/{version.dataset_id}/versions/{version.number}/rows/"
+    for path in (rows, f"{rows}?after=1", f"/api/jobs/{job.pk}/metrics/", f"/api/projects/{project.pk}/audit/",
+                 f"/api/campaigns/{campaign['id']}/mine/", f"/api/campaigns/{campaign['id']}/review/",
+                 f"/api/campaigns/{campaign['id']}/exports/", f"/api/projects/{project.pk}/campaigns/",
+                 f"/api/projects/{project.pk}/label-schemas/",
+                 f"/api/datasets/{version.dataset_id}/versions/{version.number}/exports/"):
+        first = client.get(path + ("&" if "?" in path else "?") + "limit=1")
+        assert first.json()["results"], path
+        check(openapi, "get", path.split("?")[0], first)
+        if first.json()["next"]:
+            check(openapi, "get", path.split("?")[0], client.get(first.json()["next"]))

@@ -42,9 +42,9 @@ def test_a_job_trains_its_loss_falls_and_its_adapter_is_registered_with_lineage(
     assert job["state"] == "succeeded", (job["error"], job["traceback"])
     assert job["current_step"] == job["total_steps"] == 30
     assert train_steps(job["id"]) == list(range(1, 31))
-    losses = [p["values"]["loss"] for p in client.get(f"/api/jobs/{job['id']}/metrics/?kind=train").json()]
+    losses = [p["values"]["loss"] for p in client.get(f"/api/jobs/{job['id']}/metrics/?kind=train").json()["results"]]
     assert sum(losses[-5:]) / 5 < 0.5 * sum(losses[:5]) / 5
-    evals = client.get(f"/api/jobs/{job['id']}/metrics/?kind=eval").json()
+    evals = client.get(f"/api/jobs/{job['id']}/metrics/?kind=eval").json()["results"]
     assert [p["step"] for p in evals] == [0, 10, 20, 30]  # step 0: the base model
     assert evals[-1]["values"]["eval_loss"] < evals[0]["values"]["eval_loss"]
     assert evals[-1]["values"]["samples"][0]["prompt"] == "what is the capital of france ?"
