@@ -14,7 +14,6 @@
   // A reviewer correcting one annotator's answer: that item only, saved as the review's correction.
   var correctingScript = document.getElementById("correcting");
   var correcting = correctingScript ? JSON.parse(correctingScript.textContent) : null;
-  var csrf = document.querySelector("meta[name=csrf-token]").getAttribute("content");
   var $ = function (id) { return root.querySelector("[data-testid=" + id + "]"); };
   var form = $("answer-form"), fieldBox = $("fields"), errorBox = $("error"), comment = document.getElementById("annotation-comment");
   var dialog = document.querySelector("[data-testid=shortcuts]");
@@ -22,20 +21,11 @@
   // One renderer per field type (static/js/annotation/fields/), the page's only knowledge of them.
   var renderers = window.annotationFields.renderers, el = window.annotationFields.el;
 
-  function uuid() {
-    if (window.crypto && crypto.randomUUID) return crypto.randomUUID();
-    return "10000000-1000-4000-8000-100000000000".replace(/[018]/g, function (c) {
-      return (c ^ (crypto.getRandomValues(new Uint8Array(1))[0] & (15 >> (c / 4)))).toString(16);
-    });
-  }
+  var uuid = Workbench.uuid;
 
   function call(method, url, body, attempt) {
     attempt = attempt || 0;
-    return fetch(url, {
-      method: method, credentials: "same-origin",
-      headers: { "Content-Type": "application/json", "Accept": "application/json", "X-CSRFToken": csrf },
-      body: body === undefined ? undefined : JSON.stringify(body)
-    }).then(function (response) {
+    return Workbench.apiFetch(method, url, body).then(function (response) {
       if (response.status === 204) return { status: 204, data: null };
       return response.json().then(function (data) { return { status: response.status, data: data }; });
     }, function (error) {

@@ -143,10 +143,8 @@
     event.preventDefault();
     var row = form.closest("tr");
     form.querySelector("button").disabled = true;
-    fetch("/api/monitoring/alerts/" + row.dataset.alertId + "/" + form.dataset.alertAction + "/", {
-      method: "POST", credentials: "same-origin",
-      headers: { "Accept": "application/json", "X-CSRFToken": csrf },
-    }).then(function (response) {
+    Workbench.apiFetch("POST", "/api/monitoring/alerts/" + row.dataset.alertId + "/" + form.dataset.alertAction + "/")
+    .then(function (response) {
       return response.json().then(function (body) { return { ok: response.ok, body: body }; });
     }).then(function (result) {
       if (!result.ok) throw new Error(result.body.detail || "The server refused.");

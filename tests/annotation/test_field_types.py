@@ -102,7 +102,7 @@ def test_a_new_type_is_answered_measured_reviewed_and_exported_with_no_other_cha
     client.force_login(scientist)
     quality = client.get(f"/api/campaigns/{campaign['id']}/quality/").json()
     assert [(f["field"], f["level"], f["items_with_2_plus"]) for f in quality["fields"]] == [("quality", "ordinal", 2)]
-    review = client.get(f"/api/campaigns/{campaign['id']}/review/").json()["items"]
+    review = client.get(f"/api/campaigns/{campaign['id']}/review/").json()["results"]
     assert {a["in_words"]["quality"] for item in review for a in item["annotations"]} == {"★★★"}
 
     export = services.export_start(user=scientist, campaign=Campaign.objects.get(pk=campaign["id"]))

@@ -4,23 +4,14 @@
   "use strict";
   var f = window.annotationFields, el = f.el;
 
+  // The edit against where it started, word by word (Workbench.wordDiff, app.js).
   function wordDiff(before, after) {
-    var a = before.split(/(\s+)/), b = after.split(/(\s+)/), out = el("div", { "class": "diff", "data-testid": "diff" });
-    if (a.length * b.length > 4e6) { out.textContent = "(too long to show a diff)"; return out; }
-    var lcs = [];
-    for (var i = a.length; i >= 0; i--) {
-      lcs[i] = [];
-      for (var j = b.length; j >= 0; j--) {
-        lcs[i][j] = i === a.length || j === b.length ? 0 :
-          a[i] === b[j] ? lcs[i + 1][j + 1] + 1 : Math.max(lcs[i + 1][j], lcs[i][j + 1]);
-      }
-    }
-    i = 0; j = 0;
-    while (i < a.length || j < b.length) {
-      if (i < a.length && j < b.length && a[i] === b[j]) { out.append(document.createTextNode(a[i])); i++; j++; }
-      else if (j < b.length && (i === a.length || lcs[i][j + 1] >= lcs[i + 1][j])) { out.append(el("ins", {}, b[j])); j++; }
-      else { out.append(el("del", {}, a[i])); i++; }
-    }
+    var out = el("div", { "class": "diff", "data-testid": "diff" });
+    var parts = Workbench.wordDiff(before, after);
+    if (!parts) { out.textContent = "(too long to show a diff)"; return out; }
+    parts.forEach(function (part) {
+      out.append(part.op === "same" ? document.createTextNode(part.text) : el(part.op, {}, part.text));
+    });
     return out;
   }
 
