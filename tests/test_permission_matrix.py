@@ -204,10 +204,10 @@ def _arrange_campaign(world: World) -> dict:
 
 def _arrange_suggesting_campaign(world: World) -> dict:
     """The campaign, its model suggestions queued (what a stop acts on)."""
-    from apps.annotation.models import Campaign
+    from apps.annotation.models import SuggestionRun
 
     values = _arrange_campaign(world)
-    Campaign.objects.filter(pk=values["campaign_id"]).update(suggestion_state="queued")
+    SuggestionRun.objects.create(campaign_id=values["campaign_id"])
     return values
 
 

@@ -47,8 +47,6 @@ class Campaign(models.Model):
     lease_seconds = models.PositiveIntegerField(default=600)
     suggestion_model = models.ForeignKey("registry.RegisteredModel", null=True, blank=True, on_delete=models.SET_NULL,
                                          related_name="+")
-    suggestion_state = models.CharField(max_length=16, blank=True)  # "", queued, running, succeeded, failed
-    suggestion_progress = models.JSONField(default=dict, blank=True)
     state = models.CharField(max_length=8, choices=State.choices, default=State.ACTIVE)
     item_count = models.PositiveIntegerField(default=0)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
@@ -60,6 +58,26 @@ class Campaign(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def suggestion_state(self) -> str:
+        """"" without suggestions, else the state of its SuggestionRun."""
+        run = self._suggestion_run()
+        return run.state if run else ""
+
+    @property
+    def suggestion_progress(self) -> dict:
+        run = self._suggestion_run()
+        if run is None:
+            return {}
+        progress = {"done": run.items_done, "total": run.items_total} if run.items_total else {}
+        return {**progress, "error": run.error} if run.error else progress
+
+    def _suggestion_run(self):
+        try:
+            return self.suggestion_run
+        except SuggestionRun.DoesNotExist:
+            return None
 
 
 class Item(models.Model):
@@ -191,3 +209,30 @@ class AnnotationExport(LeasedJob):
     @property
     def project(self):
         return self.campaign.project
+
+
+class SuggestionRun(LeasedJob):
+    """A campaign's model suggestions, made by an `inference` worker under the jobs lease. One per
+    campaign, keyed by it: the task's message carries the campaign's id."""
+
+    class State(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        SUCCEEDED = "succeeded"
+        FAILED = "failed"
+        CANCELLED = "cancelled"
+
+    ENDED = (State.SUCCEEDED, State.FAILED, State.CANCELLED)
+    TASK, QUEUE = "annotation.suggest", "inference"
+
+    campaign = models.OneToOneField(Campaign, primary_key=True, on_delete=models.CASCADE,
+                                    related_name="suggestion_run")
+    state = models.CharField(max_length=16, choices=State.choices, default=State.QUEUED)
+    items_done = models.PositiveIntegerField(default=0)
+    items_total = models.PositiveIntegerField(default=0)
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        default_permissions = ()

@@ -24,6 +24,8 @@ class CampaignSerializer(serializers.ModelSerializer):
     suggestion_model = serializers.IntegerField(source="suggestion_model_id", read_only=True, allow_null=True)
     assignees = serializers.SlugRelatedField(many=True, slug_field="username", read_only=True)
     created_by = serializers.CharField(source="created_by.username", default=None, read_only=True, allow_null=True)
+    suggestion_state = serializers.CharField(read_only=True, help_text='"" without model suggestions, else their run\'s state')
+    suggestion_progress = serializers.DictField(read_only=True, help_text="done and total items, and an error if any")
 
     class Meta:
         model = Campaign

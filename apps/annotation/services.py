@@ -18,7 +18,7 @@ from django.utils import timezone
 from apps.annotation import events, queue
 from apps.annotation import schema as schema_rules
 from apps.annotation.field_types import field_type
-from apps.annotation.models import Annotation, AnnotationExport, Campaign, Draft, Item, LabelSchema
+from apps.annotation.models import Annotation, AnnotationExport, Campaign, Draft, Item, LabelSchema, SuggestionRun
 from apps.annotation.tasks import annotation_export_task, suggest_task
 from apps.core.errors import Conflict, Invalid, NotFound
 from apps.datasets.models import DatasetRow
@@ -149,8 +149,8 @@ def campaign_create(*, user, project: Project, name: str, dataset_version_id, sc
             raise Invalid("no rows of the version match this selection",
                           field="split" if split else "meta_key" if meta_key else "label")
         if suggestion_model is not None:
-            campaign.suggestion_state = "queued"
-        campaign.save(update_fields=["item_count", "suggestion_state"])
+            SuggestionRun.objects.create(campaign=campaign)
+        campaign.save(update_fields=["item_count"])
     audit_record(actor=user, action="campaign.create", project=project, target=campaign, ip_address=ip_address,
                  after={"items": campaign.item_count, "overlap": overlap})
     if suggestion_model is not None:
@@ -204,8 +204,8 @@ def _create_items(campaign: Campaign, rows, sample: int | None, seed: int) -> in
 def _enqueue_suggestions(campaign_id: int) -> None:
     from apps.core.jobs import enqueue
     def fail(reason: str) -> None:
-        Campaign.objects.filter(pk=campaign_id).update(suggestion_state="failed",
-                                                       suggestion_progress={"error": reason})
+        SuggestionRun.objects.filter(pk=campaign_id).update(state=SuggestionRun.State.FAILED, error=reason,
+                                                            finished_at=timezone.now())
 
     enqueue(suggest_task, campaign_id, queue="inference", on_failure=fail)
 
@@ -223,8 +223,9 @@ def suggestions_stop(*, user, campaign: Campaign, token=None, ip_address=None) -
     """Stop the model suggestions: a queued job never starts, a running one ends after its chunk
     (items already suggested keep theirs). Annotating goes on."""
     policy.require(user, "campaign.manage", campaign, token)
-    stopped = Campaign.objects.filter(pk=campaign.pk, suggestion_state__in=("queued", "running")).update(
-        suggestion_state="cancelled")
+    stopped = SuggestionRun.objects.filter(
+        pk=campaign.pk, state__in=(SuggestionRun.State.QUEUED, SuggestionRun.State.RUNNING)).update(
+        state=SuggestionRun.State.CANCELLED, finished_at=timezone.now())
     if not stopped:
         raise Conflict("No model suggestions are being made for this campaign.")
     audit_record(actor=user, action="campaign.suggestions_stop", project=campaign.project, target=campaign,
@@ -237,7 +238,7 @@ def suggestions_stop(*, user, campaign: Campaign, token=None, ip_address=None) -
 def visible_campaigns(user, project: Project, token=None):
     """Campaign managers and reviewers see every campaign; annotators the ones they are in."""
     permissions = policy.project_permissions(user, project, token)
-    campaigns = Campaign.objects.filter(project=project)
+    campaigns = Campaign.objects.filter(project=project).select_related("suggestion_run")
     if permissions & {"campaign.manage", "annotation.review"}:
         return campaigns
     if "annotation.submit" in permissions:

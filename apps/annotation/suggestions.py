@@ -5,17 +5,20 @@ from it: text fields whose prefill is "suggestion") and answers each field's typ
 (a single_label field: name one label; a reply that names no label gives no suggestion rather
 than a guess). Suggestions are stored on the item; the
 annotator's answer and the suggestion are both kept on the annotation. Stopping the
-suggestions, or closing the campaign, ends the job between chunks.
+suggestions, or closing the campaign, ends the job between chunks. The run is a SuggestionRun
+under the jobs lease: a worker lost mid-way is taken over, and the new one goes on with the items
+that have no suggestion yet.
 """
 
 import logging
 
 from django.conf import settings
-from django.db.models import Q
+from django.utils import timezone
 
 from apps.annotation import events
 from apps.annotation.field_types import field_type
-from apps.annotation.models import Campaign, Item
+from apps.annotation.models import Campaign, Item, SuggestionRun
+from apps.core.jobs import Heartbeat, claim
 from apps.serving.runner import batcher, model_paths
 
 logger = logging.getLogger(__name__)
@@ -31,12 +34,17 @@ def _messages(row, question: str | None = None) -> list[dict]:
     return messages
 
 
-def run_suggestions(campaign_id: int) -> None:
+def run_suggestions(campaign_id: int, *, worker: str = "") -> None:
+    run = claim(SuggestionRun, campaign_id, worker=worker, what="suggestion run")
+    if run is None:
+        return  # ended, stopped, gone, or running under a live worker (a redelivered message)
+    with Heartbeat(run):
+        _suggest(campaign_id)
+
+
+def _suggest(campaign_id: int) -> None:
     from workers.inference import SamplingParams
 
-    claimed = Campaign.objects.filter(pk=campaign_id, suggestion_state="queued").update(suggestion_state="running")
-    if not claimed:
-        return
     campaign = Campaign.objects.select_related("suggestion_model__base_model", "schema").get(pk=campaign_id)
     fields = campaign.schema.fields
     wants_text = [f["name"] for f in fields if field_type(f).fills_from_model_response(f)]
@@ -46,13 +54,16 @@ def run_suggestions(campaign_id: int) -> None:
     params = SamplingParams(max_new_tokens=MAX_NEW_TOKENS)
     question_params = SamplingParams(max_new_tokens=16)  # a label's name, not an essay
     items = Item.objects.filter(campaign=campaign, suggestion__isnull=True).select_related("row").order_by("position")
-    total, done = items.count(), 0
+    # Taken over from a lost worker: the items it finished count as done.
+    done = Item.objects.filter(campaign=campaign, suggestion__isnull=False).count()
+    total = done + items.count()
     try:
         while True:
-            # Stopped by a manager (services.suggestions_stop) or by closing the campaign.
-            if Campaign.objects.filter(Q(state=Campaign.State.CLOSED) | Q(suggestion_state="cancelled"),
-                                       pk=campaign_id).exists():
-                _state(campaign_id, "cancelled", done, total)
+            # Stopped by a manager (services.suggestions_stop: the run is no longer RUNNING) or by
+            # closing the campaign.
+            if (not SuggestionRun.objects.filter(pk=campaign_id, state=SuggestionRun.State.RUNNING).exists()
+                    or Campaign.objects.filter(pk=campaign_id, state=Campaign.State.CLOSED).exists()):
+                _state(campaign_id, SuggestionRun.State.CANCELLED, done, total)
                 return
             chunk = list(items[:CHUNK])
             if not chunk:
@@ -80,20 +91,20 @@ def run_suggestions(campaign_id: int) -> None:
                 Item.objects.filter(pk=item.pk).update(
                     suggestion={"model": campaign.suggestion_model_id, "values": values})
                 done += 1
-            _state(campaign_id, "running", done, total)
+            _state(campaign_id, SuggestionRun.State.RUNNING, done, total)
     except Exception as exc:  # a model that cannot load: the campaign page says why
         logger.exception("suggestions for campaign %s failed", campaign_id)
-        _state(campaign_id, "failed", done, total, error=f"{type(exc).__name__}: {exc}"[:2000])
+        _state(campaign_id, SuggestionRun.State.FAILED, done, total, error=f"{type(exc).__name__}: {exc}"[:2000])
         return
-    _state(campaign_id, "succeeded", done, total)
+    _state(campaign_id, SuggestionRun.State.SUCCEEDED, done, total)
 
 
 def _state(campaign_id: int, state: str, done: int, total: int, error: str = "") -> None:
-    progress = {"done": done, "total": total}
-    if error:
-        progress["error"] = error
-    campaign = Campaign.objects.filter(pk=campaign_id)
-    if state == "running":  # progress only: a stop asked meanwhile must stand
-        campaign = campaign.filter(suggestion_state="running")
-    campaign.update(suggestion_state=state, suggestion_progress=progress)
+    """Progress while RUNNING, then the end; a stop asked meanwhile (the run already CANCELLED)
+    stands, with the progress made."""
+    ended = {} if state == SuggestionRun.State.RUNNING else {"finished_at": timezone.now()}
+    SuggestionRun.objects.filter(pk=campaign_id, state=SuggestionRun.State.RUNNING).update(
+        state=state, items_done=done, items_total=total, error=error, **ended)
+    if state == SuggestionRun.State.CANCELLED:
+        SuggestionRun.objects.filter(pk=campaign_id).update(items_done=done, items_total=total)
     events.campaign_changed(campaign_id)  # open dashboards show it

@@ -10,8 +10,8 @@ def annotation_export_task(self, export_id: int) -> None:
     run_export(export_id, worker=self.request.hostname or "")
 
 
-@shared_task(name="annotation.suggest")
-def suggest_task(campaign_id: int) -> None:
+@shared_task(name="annotation.suggest", bind=True)
+def suggest_task(self, campaign_id: int) -> None:
     from apps.annotation.suggestions import run_suggestions
 
-    run_suggestions(campaign_id)
+    run_suggestions(campaign_id, worker=self.request.hostname or "")

@@ -7,7 +7,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
-from apps.annotation.models import Annotation, Campaign, Draft, Item, LabelSchema, Lease
+from apps.annotation.models import Annotation, Campaign, Draft, Item, LabelSchema, Lease, SuggestionRun
 from apps.projects.models import AuditEvent
 from tests.annotation.fixtures import SCHEMA_FIELDS, answer, make_campaign, make_schema, next_item, submit
 
@@ -479,7 +479,7 @@ def test_a_manager_stops_the_model_suggestions_and_the_worker_honours_it(client,
 
     client.force_login(scientist)
     campaign = make_campaign(client, project, review_version)
-    Campaign.objects.filter(pk=campaign["id"]).update(suggestion_state="queued")  # as if a model were chosen
+    SuggestionRun.objects.create(campaign_id=campaign["id"])  # as if a model were chosen
     client.force_login(annotator)
     assert client.post(f"/api/campaigns/{campaign['id']}/suggestions/stop/").status_code == 403
     client.force_login(scientist)

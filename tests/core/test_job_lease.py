@@ -9,7 +9,7 @@ import time
 import pytest
 from django.utils import timezone
 
-from apps.annotation.models import AnnotationExport, Campaign, LabelSchema
+from apps.annotation.models import AnnotationExport, Campaign, LabelSchema, SuggestionRun
 from apps.comparison.models import Comparison
 from apps.core.jobs import Heartbeat, claim, leased_kinds, reap, reap_stale
 from apps.datasets.models import Dataset, DeriveJob, ExportJob, ImportJob
@@ -37,11 +37,18 @@ def new_export(project, owner, state):
                                     format="jsonl", created_by=owner, state=state)
 
 
-def new_annotation_export(project, owner, state):
+def new_campaign(project, owner):
     schema = LabelSchema.objects.create(project=project, name="Form", fields=[], created_by=owner)
-    campaign = Campaign.objects.create(project=project, name="Labels", schema=schema, created_by=owner,
-                                       dataset_version=make_version(project, owner, name=f"QA {time.monotonic_ns()}"))
-    return AnnotationExport.objects.create(campaign=campaign, created_by=owner, state=state)
+    return Campaign.objects.create(project=project, name="Labels", schema=schema, created_by=owner,
+                                   dataset_version=make_version(project, owner, name=f"QA {time.monotonic_ns()}"))
+
+
+def new_annotation_export(project, owner, state):
+    return AnnotationExport.objects.create(campaign=new_campaign(project, owner), created_by=owner, state=state)
+
+
+def new_suggestion_run(project, owner, state):
+    return SuggestionRun.objects.create(campaign=new_campaign(project, owner), state=state)
 
 
 def new_generation(project, owner, state):
@@ -59,6 +66,7 @@ KINDS = {
     "derive": (DeriveJob, new_derive),
     "export": (ExportJob, new_export),
     "annotation export": (AnnotationExport, new_annotation_export),
+    "suggestion run": (SuggestionRun, new_suggestion_run),
     "generation": (Generation, new_generation),
 }
 

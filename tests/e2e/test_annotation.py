@@ -6,7 +6,7 @@ the agreement chart."""
 import pytest
 from playwright.sync_api import expect
 
-from apps.annotation.models import Annotation, Campaign, Item, LabelSchema
+from apps.annotation.models import Annotation, Campaign, Item, LabelSchema, SuggestionRun
 from apps.datasets.models import Dataset
 from apps.datasets.writer import write_version
 from tests.annotation.fixtures import answer, make_campaign, make_schema, next_item, submit
@@ -305,7 +305,7 @@ def test_a_suggestions_pre_fill_and_its_diff_survive_a_reload(page, client, scie
     schema.save(update_fields=["fields"])
     suggestion = {"model": None, "values": {"sentiment": "negative", "ideal": "The parcel was late."}}
     Item.objects.filter(campaign_id=campaign["id"]).update(suggestion=suggestion)
-    Campaign.objects.filter(pk=campaign["id"]).update(suggestion_state="succeeded")
+    SuggestionRun.objects.create(campaign_id=campaign["id"], state="succeeded")
 
     browser_login(page, "anna")
     page.goto(f"/projects/{project.pk}/campaigns/{campaign['id']}/annotate/")
@@ -502,7 +502,8 @@ def test_a_manager_stops_the_model_suggestions_from_the_campaign_page(page, clie
     client.force_login(scientist)
     campaign = make_campaign(client, project, review_version)
     # Suggestions from a model, waiting for a worker (none runs here, so the stop comes first).
-    Campaign.objects.filter(pk=campaign["id"]).update(suggestion_model=tiny_model, suggestion_state="queued")
+    Campaign.objects.filter(pk=campaign["id"]).update(suggestion_model=tiny_model)
+    SuggestionRun.objects.create(campaign_id=campaign["id"])
     browser_login(page, "sofia")
     page.goto(f"/projects/{project.pk}/campaigns/{campaign['id']}/")
     expect(page.get_by_test_id("suggestions")).to_have_text("suggestions: queued")
