@@ -30,6 +30,7 @@ from apps.core.errors import Invalid, NotFound
 from apps.core.http import client_ip
 from apps.core.pagination import KeysetPagination, NewestFirstPagination
 from apps.projects import policy
+from workers.ingest.export_formats import STREAM_FORMATS, names_in_words
 
 
 def _valid(serializer_class, request: Request) -> dict:
@@ -337,11 +338,11 @@ class ExportDetailApi(APIView):
 class RawExportApi(APIView):
     """Every annotation with its annotator and times, streamed (JSONL, or CSV safe for spreadsheets)."""
 
-    @extend_schema(parameters=[OpenApiParameter("export_format", str, enum=["jsonl", "csv"])],
+    @extend_schema(parameters=[OpenApiParameter("export_format", str, enum=list(STREAM_FORMATS))],
                    responses={(200, "application/x-ndjson"): bytes})
     def get(self, request: Request, campaign_id: int) -> StreamingHttpResponse:
         campaign = services.get_campaign(request.user, campaign_id, "campaign.manage", request.auth)
         export_format = request.query_params.get("export_format", "jsonl")
-        if export_format not in ("jsonl", "csv"):
-            raise Invalid("export_format is jsonl or csv", field="export_format")
+        if export_format not in STREAM_FORMATS:
+            raise Invalid(f"export_format is {names_in_words(STREAM_FORMATS, 'or')}", field="export_format")
         return exports.raw_export_response(campaign, export_format)

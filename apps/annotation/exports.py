@@ -24,10 +24,10 @@ from apps.annotation.field_types import candidate_keys, field_type, row_value
 from apps.annotation.models import Annotation, AnnotationExport, Campaign, Item
 from apps.annotation.quality import answers_by_item, resolve
 from apps.annotation.services import row_dict
-from apps.core.exports import csv_lines
 from apps.core.jobs import Heartbeat, claim
 from apps.datasets.models import Dataset
 from apps.datasets.writer import write_version
+from workers.ingest.export_formats import EXPORT_FORMATS
 
 logger = logging.getLogger(__name__)
 MODES = ("majority", "adjudicated", "accepted")
@@ -150,17 +150,10 @@ def _raw_records(campaign: Campaign):
 
 
 def raw_export_response(campaign: Campaign, export_format: str) -> StreamingHttpResponse:
-    if export_format == "jsonl":
-        body = (json.dumps(record, ensure_ascii=False) + "\n" for record in _raw_records(campaign))
-        content_type = "application/x-ndjson"
-    else:
-        def cells(record):
-            return [json.dumps(v, ensure_ascii=False) if isinstance(v, (list, dict)) else v
-                    for v in (record[c] for c in RAW_COLUMNS)]
-
-        body = csv_lines(RAW_COLUMNS, (cells(r) for r in _raw_records(campaign)))
-        content_type = "text/csv; charset=utf-8"
-    response = StreamingHttpResponse(body, content_type=content_type)
+    """Streamed in a format that streams (workers.ingest.export_formats.STREAM_FORMATS)."""
+    fmt = EXPORT_FORMATS[export_format]
+    response = StreamingHttpResponse(fmt.record_lines(RAW_COLUMNS, _raw_records(campaign)),
+                                     content_type=fmt.content_type)
     name = "".join(c if c.isalnum() or c in "-_" else "_" for c in campaign.name)[:80]
-    response["Content-Disposition"] = f'attachment; filename="{name}-annotations.{export_format}"'
+    response["Content-Disposition"] = f'attachment; filename="{name}-annotations.{fmt.extension}"'
     return response

@@ -1,27 +1,6 @@
-"""Writing rows for people to open in spreadsheets, safely."""
+"""Writing rows for people to open in spreadsheets, safely: the CSV helpers of the export-format
+registry (workers.ingest.export_formats), where every export format is described."""
 
-import csv
-import io
-from collections.abc import Iterable, Iterator
+from workers.ingest.export_formats import FORMULA_PREFIXES, csv_lines, spreadsheet_safe
 
-# A cell starting with one of these is run as a formula by spreadsheet programs (OWASP CSV
-# injection), full-width forms included.
-FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r", "＝", "＋", "－", "＠")
-
-
-def spreadsheet_safe(value) -> str:
-    text = "" if value is None else str(value)
-    return "'" + text if text.startswith(FORMULA_PREFIXES) else text
-
-
-def csv_lines(header: list[str], rows: Iterable[Iterable]) -> Iterator[str]:
-    """Stream CSV text line by line, every cell neutralised against formula injection."""
-    buffer = io.StringIO()
-    writer = csv.writer(buffer)
-    writer.writerow([spreadsheet_safe(cell) for cell in header])
-    yield buffer.getvalue()
-    for row in rows:
-        buffer.seek(0)
-        buffer.truncate()
-        writer.writerow([spreadsheet_safe(cell) for cell in row])
-        yield buffer.getvalue()
+__all__ = ["FORMULA_PREFIXES", "csv_lines", "spreadsheet_safe"]

@@ -27,6 +27,7 @@ from apps.datasets.serializers import (
 )
 from apps.projects import policy
 from apps.projects.audit import audit_record
+from workers.ingest.export_formats import EXPORT_FORMATS, STREAM_FORMATS, names_in_words
 
 
 class ProjectDatasetListCreateApi(ListAPIView):
@@ -213,10 +214,10 @@ def _meta_filter(version, params) -> tuple[str, str] | None:
 class VersionExportApi(APIView):
     """Stream a version as JSONL or CSV (CSV cells that start like a formula are neutralised)."""
 
-    @extend_schema(responses={(200, "application/x-ndjson"): str, (200, "text/csv"): str})
+    @extend_schema(responses={(200, EXPORT_FORMATS[name].content_type.split(";")[0]): str for name in STREAM_FORMATS})
     def get(self, request: Request, dataset_id: int, number: int, export_format: str):
-        if export_format not in ("jsonl", "csv"):
-            raise NotFound("Export formats are jsonl and csv.")
+        if export_format not in STREAM_FORMATS:
+            raise NotFound(f"Export formats are {names_in_words(STREAM_FORMATS)}.")
         dataset = policy.get_object(request.user, Dataset, dataset_id, "dataset.export", request.auth)
         version = selectors.ready_versions(dataset).filter(number=number).first()
         if version is None:

@@ -4,6 +4,7 @@ from django.db.models.functions import Lower
 
 from apps.core.jobs import LeasedJob
 from apps.projects.permissions import object_permission_choices
+from workers.ingest import export_formats
 
 
 class LiveDatasetManager(models.Manager):
@@ -191,18 +192,12 @@ class ExportJob(LeasedJob):
     """A version written to a file by a worker (any format, any size), downloaded when done; under
     the jobs lease (apps.core.jobs), so a lost worker's export is written again by another."""
 
-    class Format(models.TextChoices):
-        JSONL = "jsonl", "JSONL"
-        CSV = "csv", "CSV"
-        PARQUET = "parquet", "Parquet"
-        DATASETS = "datasets", "datasets directory (zip)"
-
     State = ImportJob.State
     ENDED = ImportJob.ENDED
     TASK, QUEUE = "datasets.export", "default"
 
     version = models.ForeignKey(DatasetVersion, on_delete=models.CASCADE, related_name="exports")
-    format = models.CharField(max_length=16, choices=Format.choices)
+    format = models.CharField(max_length=16, choices=export_formats.choices())  # workers.ingest.export_formats
     state = models.CharField(max_length=16, choices=ImportJob.State.choices, default=ImportJob.State.QUEUED)
     rows_done = models.PositiveIntegerField(default=0)
     path = models.CharField(max_length=1000, blank=True)  # the finished file, under ARTIFACT_ROOT/exports
@@ -227,5 +222,4 @@ class ExportJob(LeasedJob):
     @property
     def filename(self) -> str:
         name = "".join(c if c.isalnum() or c in "-_" else "_" for c in self.version.dataset.name)[:80]
-        extension = {"datasets": "datasets.zip"}.get(self.format, self.format)
-        return f"{name}-v{self.version.number}.{extension}"
+        return f"{name}-v{self.version.number}.{export_formats.EXPORT_FORMATS[self.format].extension}"

@@ -1,6 +1,7 @@
 from rest_framework import serializers
 
 from apps.datasets.models import Dataset, DatasetRow, DatasetVersion, DeriveJob, ExportJob, ImportJob
+from workers.ingest.export_formats import EXPORT_FORMATS
 
 
 class DatasetSerializer(serializers.ModelSerializer):
@@ -84,7 +85,7 @@ class DeriveJobSerializer(serializers.ModelSerializer):
 
 
 class VersionExportStartSerializer(serializers.Serializer):
-    format = serializers.ChoiceField(choices=["jsonl", "csv", "parquet", "datasets"])
+    format = serializers.ChoiceField(choices=list(EXPORT_FORMATS))
 
 
 class ExportJobSerializer(serializers.ModelSerializer):

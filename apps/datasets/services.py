@@ -395,10 +395,11 @@ def export_start(*, user, version, export_format: str, token=None, ip_address: s
     """Queue a worker job that writes `version` as a file (jsonl, csv, parquet or a zipped
     `datasets` directory) for download: no request waits on a large export."""
     from apps.datasets.models import ExportJob
+    from workers.ingest.export_formats import EXPORT_FORMATS
 
     policy.require(user, "dataset.export", version.dataset, token)
-    if export_format not in ExportJob.Format.values:
-        raise Invalid(f"The format is one of {', '.join(ExportJob.Format.values)}.", field="format")
+    if export_format not in EXPORT_FORMATS:
+        raise Invalid(f"The format is one of {', '.join(EXPORT_FORMATS)}.", field="format")
     with transaction.atomic():
         job = ExportJob.objects.create(version=version, format=export_format, created_by=user)
         audit_record(actor=user, action="dataset.export", project=version.dataset.project, target=version.dataset,

@@ -1,4 +1,3 @@
-import json
 
 from django.http import StreamingHttpResponse
 from django.utils.dateparse import parse_datetime
@@ -10,7 +9,6 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apps.core.errors import Invalid, NotFound
-from apps.core.exports import csv_lines
 from apps.core.http import client_ip
 from apps.core.pagination import KeysetPagination
 from apps.projects import policy, selectors, services
@@ -31,6 +29,7 @@ from apps.projects.serializers import (
     RoleSerializer,
     RoleWriteSerializer,
 )
+from workers.ingest.export_formats import EXPORT_FORMATS, STREAM_FORMATS, names_in_words
 
 
 class PermissionCatalogueApi(APIView):
@@ -276,24 +275,18 @@ def audit_export_response(events, export_format: str, filename: str) -> Streamin
                 "target_repr": event.target_repr, "ip_address": event.ip_address,
                 "before": event.before, "after": event.after}
 
+    fmt = EXPORT_FORMATS[export_format]
     rows = (row(event) for event in events.iterator(chunk_size=1000))
-    if export_format == "csv":
-        body = csv_lines(AUDIT_COLUMNS, ([r[c] if not isinstance(r[c], dict) else json.dumps(r[c]) for c in AUDIT_COLUMNS]
-                                         for r in rows))
-        content_type = "text/csv; charset=utf-8"
-    else:
-        body = (json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
-        content_type = "application/x-ndjson"
-    response = StreamingHttpResponse(body, content_type=content_type)
-    response["Content-Disposition"] = f'attachment; filename="{filename}.{export_format}"'
+    response = StreamingHttpResponse(fmt.record_lines(AUDIT_COLUMNS, rows), content_type=fmt.content_type)
+    response["Content-Disposition"] = f'attachment; filename="{filename}.{fmt.extension}"'
     return response
 
 
 class AuditExportApi(APIView):
     @extend_schema(parameters=AUDIT_FILTERS, responses={(200, "text/csv"): str})
     def get(self, request: Request, project_id: int, export_format: str):
-        if export_format not in ("csv", "jsonl"):
-            raise NotFound("Export formats are csv and jsonl.")
+        if export_format not in STREAM_FORMATS:
+            raise NotFound(f"Export formats are {names_in_words(STREAM_FORMATS)}.")
         project = policy.get_project(request.user, project_id, "audit.view", token=request.auth)
         events = selectors.audit_events(project=project, **audit_filters(request.query_params))
         return audit_export_response(events, export_format, f"audit-project-{project.pk}")

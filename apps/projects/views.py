@@ -27,6 +27,7 @@ from apps.projects.forms import (
     role_choices,
 )
 from apps.projects.permissions import BUILTIN_ROLES, GRANTABLE, PERMISSIONS, grantable_model, permission_from_codename
+from workers.ingest.export_formats import STREAM_FORMATS
 
 PROJECTS_PER_PAGE = 50
 AUDIT_PER_PAGE = 50
@@ -289,7 +290,7 @@ def audit(request: HttpRequest, project_id: int) -> HttpResponse:
             filters["until"] = timezone.make_aware(datetime.combine(data["until"] + timedelta(days=1), time.min))
     events = selectors.audit_events(project=project, **filters)
     export = request.GET.get("export")
-    if export in ("csv", "jsonl"):
+    if export in STREAM_FORMATS:
         return audit_export_response(events, export, f"audit-project-{project.pk}")
     page = Paginator(events, AUDIT_PER_PAGE).get_page(request.GET.get("page"))
     query = request.GET.copy()

@@ -1,3 +1,7 @@
+import dataclasses
+import typing
+
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from apps.projects.serializers import ManagerOnlyFieldsMixin
@@ -29,6 +33,45 @@ class JobSerializer(ManagerOnlyFieldsMixin, serializers.ModelSerializer):
         return selectors.queue_position(job)
 
 
+def config_schema(config_class: type | None = None) -> dict:
+    """The OpenAPI schema of a TrainConfig object, from the fields' metadata (workers.training.config.option):
+    the same labels, ranges and choices the launch form shows and TrainConfig.validate checks (the
+    service validates: its errors name `config.<field>`)."""
+    from workers.training import TrainConfig
+
+    config_class = config_class or TrainConfig
+    hints, defaults = typing.get_type_hints(config_class), config_class()
+    properties = {}
+    for f in dataclasses.fields(config_class):
+        meta, kind = f.metadata, hints[f.name]
+        kinds = typing.get_args(kind) or (kind,)
+        if list in {typing.get_origin(k) for k in kinds}:
+            item = {"type": "array", "items": {"type": "string"}}
+            prop = {"oneOf": [{"type": "string", "enum": [v for v, _ in meta["choices"]]}, item]} \
+                if meta.get("choices") else item
+        elif meta.get("choices"):
+            prop = {"type": "string", "enum": [v for v, _ in meta["choices"]]}
+        else:
+            prop = {"type": {bool: "boolean", int: "integer", float: "number"}.get(kinds[0], "string")}
+        if type(None) in kinds:
+            prop["nullable"] = True
+        for bound, exclusive in (("min", "exclusiveMinimum"), ("max", "exclusiveMaximum")):
+            if meta.get(bound) is not None:
+                prop["minimum" if bound == "min" else "maximum"] = meta[bound]
+                if meta.get(f"{bound}_exclusive"):
+                    prop[exclusive] = True
+        prop["description"] = ": ".join(filter(None, [meta.get("label", ""), meta.get("help", "")]))
+        prop["default"] = getattr(defaults, f.name)
+        properties[f.name] = prop
+    return {"type": "object", "properties": properties, "additionalProperties": False,
+            "description": "workers.training.TrainConfig fields; omitted ones take their defaults"}
+
+
+@extend_schema_field(config_schema())
+class ConfigField(serializers.DictField):
+    """A TrainConfig as a JSON object, checked by the service (TrainConfig.validate)."""
+
+
 class JobLaunchSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=120)
     priority = serializers.ChoiceField(choices=["low", "normal", "high"], required=False, default="normal",
@@ -41,8 +84,8 @@ class JobLaunchSerializer(serializers.Serializer):
                                        help_text="with dataset: the version's number, as in its URLs")
     train_split = serializers.CharField(max_length=16, required=False, allow_blank=True, default="")
     eval_split = serializers.CharField(max_length=16, required=False, allow_blank=True, default="")
-    config = serializers.DictField(required=False, default=dict,
-                                   help_text="workers.training.TrainConfig fields; omitted ones take their defaults")
+    config = ConfigField(required=False, default=dict,
+                         help_text="workers.training.TrainConfig fields; omitted ones take their defaults")
 
     def validate(self, data):
         pair = ("dataset" in data, "version" in data)

@@ -12,12 +12,26 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-METHODS = ("sft", "dpo")
-FORMATS = ("prompt_response", "chat")
-LOSS_ON = ("response", "all")
-TARGET_PRESETS = ("attention", "all_linear")
-LR_SCHEDULERS = ("linear", "cosine", "constant")
-PRECISIONS = ("auto", "bf16", "fp32")
+# Each field's metadata is the one description of the option (the launch form is generated from
+# it, `validate` reads its ranges and choices): label and help (for people), section (the launch
+# form's fieldset; None: not on the form), choices ((value, label) pairs), min / max (with
+# min_exclusive / max_exclusive for open bounds). See `option` and `form_fields`.
+SECTIONS = ("Inputs", "Data format", "LoRA", "Optimisation", "Evaluation and checkpoints")
+
+
+def option(default: Any = dataclasses.MISSING, *, label: str, help: str = "", section: str | None = None,
+           choices: tuple[tuple[str, str], ...] | None = None, min: float | None = None, max: float | None = None,
+           min_exclusive: bool = False, max_exclusive: bool = False, default_factory: Any = dataclasses.MISSING) -> Any:
+    """A TrainConfig field with its metadata (plain data: the engine needs no form library)."""
+    assert section is None or section in SECTIONS, section
+    metadata = {"label": label, "help": help, "section": section, "choices": choices, "min": min, "max": max,
+                "min_exclusive": min_exclusive, "max_exclusive": max_exclusive}
+    return field(default=default, default_factory=default_factory, metadata=metadata)
+
+
+METHOD_CHOICES = (("sft", "supervised (SFT): learn the responses"),
+                  ("dpo", "preference (DPO): prefer the chosen over the rejected response"))
+TARGET_PRESET_CHOICES = (("attention", "attention projections"), ("all_linear", "all linear layers"))
 
 
 class ConfigError(ValueError):
@@ -32,87 +46,120 @@ class ConfigError(ValueError):
 
 @dataclass
 class TrainConfig:
-    method: str = "sft"                    # "sft" (supervised) | "dpo" (preference pairs: prompt, chosen, rejected)
-    dpo_beta: float = 0.1                  # dpo: how far the policy may move from the reference (the base)
+    # "sft" (supervised) | "dpo" (preference pairs: prompt, chosen, rejected)
+    method: str = option("sft", label="Method", section="Inputs", choices=METHOD_CHOICES,
+                         help="DPO needs rows with a prompt, a response (the chosen one) and a “rejected” column, "
+                              "as annotation and comparison exports write them.")
+    # dpo: how far the policy may move from the reference (the base)
+    dpo_beta: float = option(0.1, label="DPO beta", section="Inputs", min=0, min_exclusive=True, max=10,
+                             help="DPO only: how far the model may move from the base.")
     # data
-    format: str = "prompt_response"       # "prompt_response" (rows: prompt, response) or "chat" (rows: messages)
-    prompt_template: str = "{prompt}"      # prompt_response: {prompt} is replaced by the row's prompt -> the user turn
-    loss_on: str = "response"              # "response": only the responses / assistant turns are trained; "all": all
+    # "prompt_response" (rows: prompt, response) or "chat" (rows: messages)
+    format: str = option("prompt_response", label="Format", section="Data format",
+                         choices=(("prompt_response", "prompt / response"), ("chat", "chat messages")))
+    # prompt_response: {prompt} is replaced by the row's prompt -> the user turn
+    prompt_template: str = option("{prompt}", label="Prompt template", section="Data format",
+                                  help="prompt / response only: {prompt} is replaced by the row's prompt.")
+    # "response": only the responses / assistant turns are trained; "all": all
+    loss_on: str = option("response", label="Loss on", section="Data format",
+                          choices=(("response", "responses only (prompt masked)"), ("all", "every token")))
     # LoRA
-    lora_r: int = 16                       # rank of the low-rank update
-    lora_alpha: int = 32                   # scaling numerator: the update is scaled by alpha / r
-    lora_dropout: float = 0.05             # dropout on the LoRA input, 0 <= p < 1
+    lora_r: int = option(16, label="LoRA rank", section="LoRA", min=1)  # rank of the low-rank update
+    lora_alpha: int = option(32, label="LoRA alpha", section="LoRA", min=1)  # the update is scaled by alpha / r
+    lora_dropout: float = option(0.05, label="LoRA dropout", section="LoRA", min=0, max=1,
+                                 max_exclusive=True)  # dropout on the LoRA input
     # "attention" (the attention projections), "all_linear" (every Linear in the decoder blocks, never
     # lm_head or the embeddings) or a list of leaf module names such as ["q_proj", "v_proj"].
-    target_modules: str | list[str] = "attention"
+    target_modules: str | list[str] = option("attention", label="Target modules", section="LoRA",
+                                             choices=TARGET_PRESET_CHOICES,
+                                             help="Comma-separated module names, e.g. q_proj, v_proj.")
     # optimisation
-    learning_rate: float = 2e-4            # peak learning rate of AdamW
-    lr_scheduler: str = "cosine"           # "linear" | "cosine" | "constant" (each after warmup_steps of linear warmup)
-    warmup_steps: int = 0                  # optimizer steps of linear warmup from 0
-    epochs: int = 1                        # passes over the training rows (ignored when max_steps is set)
-    max_steps: int | None = None           # optimizer steps to run; overrides epochs when set
-    batch_size: int = 8                    # rows (packed sequences, or examples without packing) per micro-batch
-    grad_accum: int = 1                    # micro-batches per optimizer step
-    max_seq_len: int = 512                 # tokens per row; longer examples are truncated
-    packing: bool = True                   # pack several examples into one row (they never attend to each other); sft only
-    weight_decay: float = 0.0              # AdamW decoupled weight decay on the LoRA weights
+    learning_rate: float = option(2e-4, label="Learning rate", section="Optimisation", min=0,
+                                  min_exclusive=True)  # peak learning rate of AdamW
+    # each after warmup_steps of linear warmup
+    lr_scheduler: str = option("cosine", label="Scheduler", section="Optimisation",
+                               choices=(("cosine", "cosine"), ("linear", "linear"), ("constant", "constant")))
+    warmup_steps: int = option(0, label="Warm-up steps", section="Optimisation", min=0)  # linear warmup from 0
+    # passes over the training rows (ignored when max_steps is set)
+    epochs: int = option(1, label="Epochs", section="Optimisation", min=1)
+    max_steps: int | None = option(None, label="Max steps", section="Optimisation", min=1,
+                                   help="Overrides epochs when set.")  # optimizer steps to run
+    # rows (packed sequences, or examples without packing) per micro-batch
+    batch_size: int = option(8, label="Batch size", section="Optimisation", min=1)
+    grad_accum: int = option(1, label="Gradient accumulation", section="Optimisation",
+                             min=1)  # micro-batches per optimizer step
+    # tokens per row; longer examples are truncated
+    max_seq_len: int = option(512, label="Max sequence length", section="Data format", min=8)
+    # pack several examples into one row (they never attend to each other); sft only
+    packing: bool = option(True, label="Packing", section="Data format",
+                           help="Several examples per row; they never attend to each other.")
+    # AdamW decoupled weight decay on the LoRA weights
+    weight_decay: float = option(0.0, label="Weight decay", section="Optimisation", min=0)
     # evaluation
-    eval_every: int | None = None          # optimizer steps between evaluations; None = only at the end
-    eval_at_start: bool = True             # evaluate the base model before step 1: the baseline of loss and samples
-    early_stopping_patience: int = 0       # evaluations without a better eval_loss before stopping; 0 = off
-    sample_prompts: list[str] = field(default_factory=list)  # generated greedily at every evaluation
-    sample_max_new_tokens: int = 48        # generation length cap for the sample prompts
+    # optimizer steps between evaluations; None = only at the end
+    eval_every: int | None = option(None, label="Evaluate every N steps", section="Evaluation and checkpoints",
+                                    min=1, help="Empty: only at the end.")
+    # evaluate the base model before step 1: the baseline of loss and samples
+    eval_at_start: bool = option(True, label="Evaluate the base model first", section="Evaluation and checkpoints",
+                                 help="Step 0 on the charts and the base model's samples.")
+    # evaluations without a better eval_loss before stopping; 0 = off
+    early_stopping_patience: int = option(0, label="Early-stopping patience", section="Evaluation and checkpoints",
+                                          min=0, help="Evaluations without improvement before stopping; 0 is off.")
+    # generated greedily at every evaluation
+    sample_prompts: list[str] = option(label="Sample prompts", default_factory=list)
+    # generation length cap for the sample prompts
+    sample_max_new_tokens: int = option(48, label="Sample length (new tokens)", min=1)
     # run
-    seed: int = 42                         # seeds LoRA init, dropout and the per-epoch shuffle
-    precision: str = "auto"                # "auto" (bf16 on CUDA with bf16 support, else fp32) | "bf16" | "fp32"
-    gradient_checkpointing: bool = False   # recompute activations in backward: less memory, about 30% slower
-    checkpoint_every: int = 50             # optimizer steps between checkpoints; one is also written at the end
-    device: str = "auto"                   # "auto" (cuda, then mps, then cpu) | "cpu" | "cuda" | "cuda:N" | "mps"
+    # seeds LoRA init, dropout and the per-epoch shuffle
+    seed: int = option(42, label="Seed", section="Evaluation and checkpoints", min=0)
+    # "auto" (bf16 on CUDA with bf16 support, else fp32) | "bf16" | "fp32"
+    precision: str = option("auto", label="Precision", section="Optimisation",
+                            choices=(("auto", "auto (bf16 on capable GPUs, fp32 on CPU)"), ("bf16", "bf16"),
+                                     ("fp32", "fp32")))
+    # recompute activations in backward: less memory, about 30% slower
+    gradient_checkpointing: bool = option(False, label="Gradient checkpointing", section="Optimisation")
+    # optimizer steps between checkpoints; one is also written at the end
+    checkpoint_every: int = option(50, label="Checkpoint every N steps", section="Evaluation and checkpoints", min=1)
+    # "auto" (cuda, then mps, then cpu) | "cpu" | "cuda" | "cuda:N" | "mps"
+    device: str = option("auto", label="Device")
 
     def validate(self) -> None:
-        """Raise ConfigError (naming the field) for the first value out of range or of an unknown kind."""
-        _choice(self, "method", METHODS)
+        """Raise ConfigError (naming the field) for the first value out of range or of an unknown kind;
+        the ranges and choices are the fields' metadata."""
+        _choice(self, "method")
         _number(self, "dpo_beta")
-        if not 0 < self.dpo_beta <= 10:
-            raise ConfigError("dpo_beta", "must be greater than 0 and at most 10.")
         if self.method == "dpo" and self.format != "prompt_response":
             raise ConfigError("format", "preference tuning (dpo) takes prompt / response rows with a rejected "
                                         "response; use the prompt_response format.")
-        _choice(self, "format", FORMATS)
-        _choice(self, "loss_on", LOSS_ON)
-        _choice(self, "lr_scheduler", LR_SCHEDULERS)
-        _choice(self, "precision", PRECISIONS)
+        _choice(self, "format")
+        _choice(self, "loss_on")
+        _choice(self, "lr_scheduler")
+        _choice(self, "precision")
         _text(self, "prompt_template")
         if self.format == "prompt_response" and "{prompt}" not in self.prompt_template:
             raise ConfigError("prompt_template", "must contain {prompt}, where the row's prompt goes.")
-        _integer(self, "lora_r", 1)
-        _integer(self, "lora_alpha", 1)
+        _integer(self, "lora_r")
+        _integer(self, "lora_alpha")
         _number(self, "lora_dropout")
-        if not 0 <= self.lora_dropout < 1:
-            raise ConfigError("lora_dropout", "must be at least 0 and below 1.")
         _targets(self.target_modules)
         _number(self, "learning_rate")
-        if not self.learning_rate > 0:
-            raise ConfigError("learning_rate", "must be greater than 0.")
-        _integer(self, "warmup_steps", 0)
-        _integer(self, "epochs", 1)
-        _integer(self, "max_steps", 1, optional=True)
-        _integer(self, "batch_size", 1)
-        _integer(self, "grad_accum", 1)
-        _integer(self, "max_seq_len", 8)
+        _integer(self, "warmup_steps")
+        _integer(self, "epochs")
+        _integer(self, "max_steps")
+        _integer(self, "batch_size")
+        _integer(self, "grad_accum")
+        _integer(self, "max_seq_len")
         _boolean(self, "packing")
         _number(self, "weight_decay")
-        if self.weight_decay < 0:
-            raise ConfigError("weight_decay", "must be at least 0.")
-        _integer(self, "eval_every", 1, optional=True)
-        _integer(self, "early_stopping_patience", 0)
+        _integer(self, "eval_every")
+        _integer(self, "early_stopping_patience")
         _boolean(self, "eval_at_start")
         if not isinstance(self.sample_prompts, list) or not all(isinstance(p, str) and p for p in self.sample_prompts):
             raise ConfigError("sample_prompts", "must be a list of non-empty strings.")
-        _integer(self, "sample_max_new_tokens", 1)
-        _integer(self, "seed", 0)
+        _integer(self, "sample_max_new_tokens")
+        _integer(self, "seed")
         _boolean(self, "gradient_checkpointing")
-        _integer(self, "checkpoint_every", 1)
+        _integer(self, "checkpoint_every")
         _text(self, "device")
         kind, _, index = self.device.partition(":")
         if kind not in ("auto", "cpu", "cuda", "mps") or (index and (kind != "cuda" or not index.isdigit())):
@@ -135,7 +182,42 @@ class TrainConfig:
         return cls(**data)
 
 
-def _choice(config: TrainConfig, name: str, allowed: tuple[str, ...]) -> None:
+def metadata(name: str, config_class: type = TrainConfig) -> dict[str, Any]:
+    """The metadata of the field `name` (see `option`)."""
+    return {f.name: f.metadata for f in dataclasses.fields(config_class)}[name]
+
+
+def choice_values(name: str, config_class: type = TrainConfig) -> tuple[str, ...]:
+    return tuple(value for value, _ in metadata(name, config_class)["choices"])
+
+
+def range_text(meta: dict[str, Any]) -> str:
+    """The field's range in words ("at least 0 and below 1"); empty when it has none."""
+    def number(value: float) -> str:
+        return f"{value:g}"
+
+    parts = []
+    if meta.get("min") is not None:
+        parts.append(("greater than " if meta.get("min_exclusive") else "at least ") + number(meta["min"]))
+    if meta.get("max") is not None:
+        parts.append(("below " if meta.get("max_exclusive") else "at most ") + number(meta["max"]))
+    return " and ".join(parts)
+
+
+def in_range(value: float, meta: dict[str, Any]) -> bool:
+    low, high = meta.get("min"), meta.get("max")
+    if low is not None and (value <= low if meta.get("min_exclusive") else value < low):
+        return False
+    return not (high is not None and (value >= high if meta.get("max_exclusive") else value > high))
+
+
+def _optional(name: str) -> bool:
+    """Whether the field may be None (its annotation says `| None`)."""
+    return "None" in str({f.name: f.type for f in dataclasses.fields(TrainConfig)}[name])
+
+
+def _choice(config: TrainConfig, name: str) -> None:
+    allowed = choice_values(name)
     if getattr(config, name) not in allowed:
         raise ConfigError(name, f"must be one of {', '.join(allowed)}.")
 
@@ -150,26 +232,33 @@ def _boolean(config: TrainConfig, name: str) -> None:
         raise ConfigError(name, "must be true or false.")
 
 
-def _integer(config: TrainConfig, name: str, minimum: int, *, optional: bool = False) -> None:
-    value = getattr(config, name)
+def _integer(config: TrainConfig, name: str) -> None:
+    value, optional = getattr(config, name), _optional(name)
     if value is None and optional:
         return
     if not isinstance(value, int) or isinstance(value, bool):
         raise ConfigError(name, "must be a whole number" + (" or empty." if optional else "."))
-    if value < minimum:
-        raise ConfigError(name, f"must be at least {minimum}.")
+    _range(name, value)
 
 
 def _number(config: TrainConfig, name: str) -> None:
     value = getattr(config, name)
     if not isinstance(value, (int, float)) or isinstance(value, bool) or value != value:  # NaN != NaN
         raise ConfigError(name, "must be a number.")
+    _range(name, value)
+
+
+def _range(name: str, value: float) -> None:
+    meta = metadata(name)
+    if not in_range(value, meta):
+        raise ConfigError(name, f"must be {range_text(meta)}.")
 
 
 def _targets(value: Any) -> None:
+    presets = choice_values("target_modules")
     if isinstance(value, str):
-        if value not in TARGET_PRESETS:
-            raise ConfigError("target_modules", f"must be {' or '.join(TARGET_PRESETS)}, or a list of module names.")
+        if value not in presets:
+            raise ConfigError("target_modules", f"must be {' or '.join(presets)}, or a list of module names.")
         return
     if not isinstance(value, list) or not value:
         raise ConfigError("target_modules", "must be a preset name or a non-empty list of module names.")
