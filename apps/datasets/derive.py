@@ -15,6 +15,7 @@ import traceback
 from django.db import connection, transaction
 from django.utils import timezone
 
+from apps.core.chunks import in_chunks
 from apps.core.jobs import Heartbeat, claim
 from apps.datasets import events, search_index
 from apps.datasets.bulk import insert_rows, row_tuple, stored_tallies
@@ -101,7 +102,8 @@ def _progress(job: DeriveJob, done: int) -> None:
 
 
 def _parent_rows(job: DeriveJob):
-    return DatasetRow.objects.filter(version=job.parent).order_by("position").iterator(chunk_size=BATCH_ROWS)
+    # Piece by piece, not .iterator(): the job writes between pieces (see apps.core.chunks).
+    return in_chunks(DatasetRow.objects.filter(version=job.parent), key="position", size=BATCH_ROWS)
 
 
 def _split(job: DeriveJob, version: DatasetVersion) -> None:
