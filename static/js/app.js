@@ -107,5 +107,21 @@ window.Workbench = (function () {
     return out;
   }
 
-  return { apiFetch: apiFetch, uuid: uuid, wordDiff: wordDiff };
+  // Replace `element` with its counterpart (the element matching `selector`) in this page as the
+  // server renders it now: what a finished job changed shows in place, without a full reload that
+  // would reset everything else on the page. Resolves to the new element (or null).
+  function refreshElement(element, selector) {
+    return fetch(location.href, { credentials: "same-origin", headers: { "Accept": "text/html" } })
+      .then(function (response) { return response.ok ? response.text() : null; })
+      .then(function (html) {
+        if (html === null) return null;
+        var fresh = new DOMParser().parseFromString(html, "text/html").querySelector(selector);
+        if (!fresh) return null;
+        var adopted = document.importNode(fresh, true);
+        element.replaceWith(adopted);
+        return adopted;
+      });
+  }
+
+  return { apiFetch: apiFetch, uuid: uuid, wordDiff: wordDiff, refreshElement: refreshElement };
 })();

@@ -30,8 +30,10 @@ def test_scientist_registers_a_model_and_estimates_memory(page, scientist, proje
     page.get_by_role("button", name="Register").click()
     expect(page.get_by_test_id("model-status")).to_have_text("checking")
     expect(page.get_by_test_id("model-progress")).to_contain_text("A worker is reading the model's metadata")
-    # The worker inspects it; the page follows without a click.
+    page.evaluate("window.stillThisPage = true")
+    # The worker inspects it; the page follows in place, with no click and no reload.
     expect(page.get_by_test_id("model-status")).to_have_text("ready", timeout=60_000)
+    assert page.evaluate("window.stillThisPage") is True
     expect(page.get_by_test_id("model-info")).to_contain_text(f"{parameters:,}")
     expect(page.get_by_test_id("model-info")).to_contain_text("256")  # context length
 
