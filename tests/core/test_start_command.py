@@ -25,8 +25,8 @@ def wait_ready(base_url: str, process: subprocess.Popen) -> None:
         try:
             if requests.get(f"{base_url}/readyz", timeout=2).status_code == 200:
                 return
-        except requests.ConnectionError:
-            pass
+        except (requests.ConnectionError, requests.Timeout):
+            pass  # not listening yet, or too busy starting to answer in time: not ready yet
         time.sleep(0.3)
     pytest.fail("the workbench did not become ready")
 
