@@ -12,7 +12,6 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-METHODS = ("sft", "dpo")
 FORMATS = ("prompt_response", "chat")
 LOSS_ON = ("response", "all")
 TARGET_PRESETS = ("attention", "all_linear")
@@ -32,7 +31,7 @@ class ConfigError(ValueError):
 
 @dataclass
 class TrainConfig:
-    method: str = "sft"                    # "sft" (supervised) | "dpo" (preference pairs: prompt, chosen, rejected)
+    method: str = "sft"                    # a module of methods/: "sft" (supervised) | "dpo" (preference pairs: prompt, chosen, rejected)
     dpo_beta: float = 0.1                  # dpo: how far the policy may move from the reference (the base)
     # data
     format: str = "prompt_response"       # "prompt_response" (rows: prompt, response) or "chat" (rows: messages)
@@ -71,13 +70,13 @@ class TrainConfig:
 
     def validate(self) -> None:
         """Raise ConfigError (naming the field) for the first value out of range or of an unknown kind."""
-        _choice(self, "method", METHODS)
+        from .methods import METHODS
+
+        _choice(self, "method", tuple(METHODS))
         _number(self, "dpo_beta")
         if not 0 < self.dpo_beta <= 10:
             raise ConfigError("dpo_beta", "must be greater than 0 and at most 10.")
-        if self.method == "dpo" and self.format != "prompt_response":
-            raise ConfigError("format", "preference tuning (dpo) takes prompt / response rows with a rejected "
-                                        "response; use the prompt_response format.")
+        METHODS[self.method].check(self)  # what the method cannot take (dpo: the chat format)
         _choice(self, "format", FORMATS)
         _choice(self, "loss_on", LOSS_ON)
         _choice(self, "lr_scheduler", LR_SCHEDULERS)
