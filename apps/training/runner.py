@@ -49,14 +49,18 @@ def _rows(job: TrainingJob, split: str, limit: int | None = None) -> list[dict]:
 
 
 def version_rows(version, split: str, method: str, limit: int | None = None) -> list[dict]:
-    """A version's rows (of one split) as the engine takes them."""
+    """A version's rows (of one split) as the engine takes them: the columns, plus the keys the method
+    reads beyond them (dpo: the rejected answer), which exports keep in the row's metadata."""
+    from workers.training.methods import get_method
+
     rows = version.rows.order_by("position")
     if split:
         rows = rows.filter(split=split)
-    if method == TrainingJob.Method.DPO:  # the rejected answer is kept as metadata by preference exports
+    extra = get_method(method).ROWS.extra
+    if extra:
         rows = rows.values("prompt", "response", "messages", "metadata")
         return [{"prompt": r["prompt"], "response": r["response"], "messages": r["messages"],
-                 "rejected": (r["metadata"] or {}).get("rejected")} for r in (rows[:limit] if limit else rows)]
+                 **{key: (r["metadata"] or {}).get(key) for key in extra}} for r in (rows[:limit] if limit else rows)]
     rows = rows.values("prompt", "response", "messages")
     return list(rows[:limit] if limit else rows)
 

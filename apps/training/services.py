@@ -195,24 +195,30 @@ def _checked_splits(version: DatasetVersion, train_split: str, eval_split: str, 
     if train_split and train_split == eval_split:
         raise Invalid("Evaluate on a split other than the training split.", field="eval_split")
     if not usable_rows(version, train_split, fmt, method).exists():
+        from workers.training.methods import get_method
+
         where = f"the “{train_split}” split of version {version.number}" if train_split else f"version {version.number}"
-        if method == "dpo":
-            raise Invalid(f"No row of {where} has a prompt, a response (the chosen one) and a “rejected” response, "
-                          "which preference tuning needs.", field="dataset_version")
+        needs = get_method(method).ROWS.needs
+        if needs:
+            raise Invalid(f"No row of {where} has {needs}.", field="dataset_version")
         what = "a prompt and a response" if fmt == "prompt_response" else "chat messages"
         raise Invalid(f"No row of {where} has {what}, which the {fmt} format needs.", field="dataset_version")
     return train_split, eval_split
 
 
 def usable_rows(version: DatasetVersion, split: str, fmt: str, method: str = "sft"):
+    """The rows of `split` the engine can train on: the format's columns, and every key the method
+    reads beyond them (dpo: the rejected answer) non-empty in the row's metadata."""
+    from workers.training.methods import get_method
+
     rows = version.rows.all()
     if split:
         rows = rows.filter(split=split)
     if fmt == "chat":
         return rows.filter(messages__isnull=False)
     rows = rows.exclude(Q(prompt__isnull=True) | Q(prompt="") | Q(response__isnull=True) | Q(response=""))
-    if method == "dpo":  # preference rows keep the rejected answer as metadata (annotation / comparison exports)
-        rows = rows.filter(metadata__has_key="rejected").exclude(metadata__rejected="")
+    for key in get_method(method).ROWS.extra:  # annotation and comparison exports keep them as metadata
+        rows = rows.filter(metadata__has_key=key).exclude(**{f"metadata__{key}": ""})
     return rows
 
 

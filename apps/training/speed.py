@@ -20,6 +20,7 @@ from django.utils import timezone
 from apps.core.jobs import enqueue
 from apps.registry.models import RegisteredModel
 from apps.training.models import SpeedMeasurement, TrainingJob
+from workers.training.methods import get_method
 
 DEFAULT_CHARS_PER_TOKEN = 4.0  # English text through a BPE tokenizer, until a run on this model measures it
 CALIBRATION_WARMUP_STEPS = 3   # the first steps warm up (allocations, lazy kernels): not timed
@@ -31,8 +32,10 @@ CALIBRATION_ROWS = 256         # enough rows to measure chars per token; the ste
 
 
 def text_chars(rows, method: str) -> int:
-    """Characters of training text as the runner sees it (rows of dicts): a DPO pair carries its prompt
-    twice; chat messages count as their JSON."""
+    """Characters of training text as the runner sees it (rows of dicts): the prompt once per sequence
+    the method trains (a DPO pair carries it twice), the response and the method's extra keys (the
+    rejected answer); chat messages count as their JSON."""
+    reads = get_method(method).ROWS
     total = 0
     for row in rows:
         if row.get("messages") is not None:
@@ -40,8 +43,7 @@ def text_chars(rows, method: str) -> int:
             continue
         prompt, response = row.get("prompt") or "", row.get("response") or ""
         total += len(prompt) + len(response)
-        if method == "dpo":
-            total += len(prompt) + len(row.get("rejected") or "")
+        total += (reads.sequences - 1) * len(prompt) + sum(len(row.get(key) or "") for key in reads.extra)
     return total
 
 
@@ -50,10 +52,12 @@ def rows_chars(rows, method: str, fmt: str) -> int:
     if fmt == "chat":
         expression = Length(Cast("messages", TextField()))
     else:
+        reads = get_method(method).ROWS
         expression = Coalesce(Length("prompt"), 0) + Coalesce(Length("response"), 0)
-        if method == "dpo":
-            expression = expression + Coalesce(Length("prompt"), 0) + Coalesce(
-                Length(KeyTextTransform("rejected", "metadata")), 0)
+        for _ in range(reads.sequences - 1):
+            expression = expression + Coalesce(Length("prompt"), 0)
+        for key in reads.extra:
+            expression = expression + Coalesce(Length(KeyTextTransform(key, "metadata")), 0)
     return rows.aggregate(chars=Sum(expression))["chars"] or 0
 
 
@@ -116,7 +120,7 @@ def time_estimate(*, model: RegisteredModel, version, train_split: str, eval_spl
     chars_per_token = (measurement.chars_per_token if same_model and measurement.chars_per_token
                        else DEFAULT_CHARS_PER_TOKEN)
     method, fmt = train_config.method, train_config.format
-    sequences = 2 if method == "dpo" else 1
+    sequences = get_method(method).ROWS.sequences
     cap = examples * train_config.max_seq_len * sequences  # every example is cut to max_seq_len tokens
     tokens_per_epoch = min(rows_chars(usable_rows(version, train_split, fmt, method), method, fmt)
                            / chars_per_token, cap) or examples

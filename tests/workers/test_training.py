@@ -417,10 +417,10 @@ def test_train_refuses_target_modules_the_model_lacks_and_rows_it_cannot_use(mod
 def test_a_diverging_loss_stops_the_run_before_the_adapter_is_stepped(model_dir, tmp_path, monkeypatch):
     import torch
 
-    from workers.training import loop
+    from workers.training.methods import sft
 
-    real = loop._summed_loss
-    monkeypatch.setattr(loop, "_summed_loss", lambda run, batch: real(run, batch) * (
+    real = sft.summed_loss
+    monkeypatch.setattr(sft, "summed_loss", lambda run, batch: real(run, batch) * (
         torch.tensor(float("nan")) if run.state.step == 2 else 1))
     record = Recorder()
     with pytest.raises(FloatingPointError, match="step 3"):

@@ -8,7 +8,7 @@ import pytest
 
 from tests.workers.test_training import FAST, Recorder, adapter_weights, model_dir, tokenizer  # noqa: F401
 from workers.training import ConfigError, TrainConfig, TrainingDataError, train
-from workers.training.preference import tokenize_pairs
+from workers.training.methods.dpo import tokenize_pairs
 
 PAIRS = [
     {"prompt": "what is the capital of france ?", "response": "paris", "rejected": "berlin"},

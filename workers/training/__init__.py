@@ -8,8 +8,9 @@
     result.adapter_dir                                # PeftModel.from_pretrained(base, result.adapter_dir)
 
 Modules, in the order a run uses them: config (TrainConfig), lora (which layers are adapted),
-data (rows -> examples -> packed rows -> batches), loop (train: setup -> fit -> validate -> save),
-checkpoint (atomic checkpoints and resume). Importing this package imports neither torch nor
+data (rows -> examples -> packed rows -> batches), methods (one module per training method: sft, dpo;
+what rows it reads, its batches and loss), loop (train: the one skeleton, setup -> fit -> validate ->
+save), checkpoint (atomic checkpoints and resume). Importing this package imports neither torch nor
 transformers; train() does.
 """
 

@@ -32,6 +32,8 @@ def option(default: Any = dataclasses.MISSING, *, label: str, help: str = "", se
 METHOD_CHOICES = (("sft", "supervised (SFT): learn the responses"),
                   ("dpo", "preference (DPO): prefer the chosen over the rejected response"))
 TARGET_PRESET_CHOICES = (("attention", "attention projections"), ("all_linear", "all linear layers"))
+FORMAT_CHOICES = (("prompt_response", "prompt / response"), ("chat", "chat messages"))
+FORMATS = tuple(value for value, _ in FORMAT_CHOICES)
 
 
 class ConfigError(ValueError):
@@ -46,7 +48,7 @@ class ConfigError(ValueError):
 
 @dataclass
 class TrainConfig:
-    # "sft" (supervised) | "dpo" (preference pairs: prompt, chosen, rejected)
+    # a module of methods/: "sft" (supervised) | "dpo" (preference pairs: prompt, chosen, rejected)
     method: str = option("sft", label="Method", section="Inputs", choices=METHOD_CHOICES,
                          help="DPO needs rows with a prompt, a response (the chosen one) and a “rejected” column, "
                               "as annotation and comparison exports write them.")
@@ -56,7 +58,7 @@ class TrainConfig:
     # data
     # "prompt_response" (rows: prompt, response) or "chat" (rows: messages)
     format: str = option("prompt_response", label="Format", section="Data format",
-                         choices=(("prompt_response", "prompt / response"), ("chat", "chat messages")))
+                         choices=FORMAT_CHOICES)
     # prompt_response: {prompt} is replaced by the row's prompt -> the user turn
     prompt_template: str = option("{prompt}", label="Prompt template", section="Data format",
                                   help="prompt / response only: {prompt} is replaced by the row's prompt.")
@@ -125,12 +127,12 @@ class TrainConfig:
 
     def validate(self) -> None:
         """Raise ConfigError (naming the field) for the first value out of range or of an unknown kind;
-        the ranges and choices are the fields' metadata."""
-        _choice(self, "method")
+        the ranges and choices are the fields' metadata, what a method cannot take is its module's."""
+        from .methods import METHODS
+
+        _choice(self, "method", tuple(METHODS))  # the registry: a method is its module
         _number(self, "dpo_beta")
-        if self.method == "dpo" and self.format != "prompt_response":
-            raise ConfigError("format", "preference tuning (dpo) takes prompt / response rows with a rejected "
-                                        "response; use the prompt_response format.")
+        METHODS[self.method].check(self)  # what the method cannot take (dpo: the chat format)
         _choice(self, "format")
         _choice(self, "loss_on")
         _choice(self, "lr_scheduler")
@@ -216,8 +218,8 @@ def _optional(name: str) -> bool:
     return "None" in str({f.name: f.type for f in dataclasses.fields(TrainConfig)}[name])
 
 
-def _choice(config: TrainConfig, name: str) -> None:
-    allowed = choice_values(name)
+def _choice(config: TrainConfig, name: str, allowed: tuple[str, ...] | None = None) -> None:
+    allowed = allowed or choice_values(name)
     if getattr(config, name) not in allowed:
         raise ConfigError(name, f"must be one of {', '.join(allowed)}.")
 

@@ -10,6 +10,7 @@ respect to the activations flow through every frozen layer; the frozen weights g
           policy (4N), and forward once more through the reference, the base with the adapter off (2N)
 
 A DPO pair also carries its prompt twice. Evaluation is forward only (sft 2N, dpo 4N per token).
+Each method module declares its two numbers (TRAIN_FLOPS_PER_TOKEN, EVAL_FLOPS_PER_TOKEN).
 
 Speed is what a finished job (or a short calibration run) measured: FLOPs of its optimizer steps
 over their seconds, the seconds of one evaluation, and the seconds before its first step (loading,
@@ -21,16 +22,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-TRAIN_FLOPS_PER_TOKEN = {"sft": 4, "dpo": 6}     # x parameters
-EVAL_FLOPS_PER_TOKEN = {"sft": 2, "dpo": 4}
+from .methods import get_method
 
 
 def train_flops(*, parameters: int, tokens: float, method: str) -> float:
-    return TRAIN_FLOPS_PER_TOKEN[method] * parameters * tokens
+    return get_method(method).TRAIN_FLOPS_PER_TOKEN * parameters * tokens
 
 
 def eval_flops(*, parameters: int, tokens: float, method: str) -> float:
-    return EVAL_FLOPS_PER_TOKEN[method] * parameters * tokens
+    return get_method(method).EVAL_FLOPS_PER_TOKEN * parameters * tokens
 
 
 @dataclass
@@ -84,6 +84,6 @@ def trained_tokens(*, tokens_per_epoch: float, epochs: int, max_steps: int | Non
 
 def steps_per_epoch(*, method: str, examples: int, tokens_per_epoch: float, batch_size: int, grad_accum: int,
                     max_seq_len: int, packing: bool) -> int:
-    """Optimizer steps of one epoch: sft with packing fills rows of max_seq_len tokens."""
-    rows = math.ceil(tokens_per_epoch / max_seq_len) if method == "sft" and packing else examples
+    """Optimizer steps of one epoch: a method that packs (sft), with packing on, fills rows of max_seq_len tokens."""
+    rows = math.ceil(tokens_per_epoch / max_seq_len) if get_method(method).PACKING and packing else examples
     return max(1, math.ceil(math.ceil(rows / batch_size) / grad_accum))

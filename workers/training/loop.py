@@ -1,12 +1,16 @@
 """train(): one LoRA fine-tune, top to bottom — setup → fit → validate → save.
 
-    setup     load the base model through the safe loader, add LoRA, tokenize and batch the rows,
+    setup     load the base model through the safe loader, add LoRA, have the method tokenize the rows,
               build AdamW + scheduler, resume from the latest complete checkpoint if there is one
-    fit       optimizer steps; each is grad_accum micro-batches whose loss is the mean over all
-              trained tokens of the step (dpo: over its preference pairs, see preference.py);
-              clip at 1.0; checkpoint every checkpoint_every steps
-    validate  mean token loss over the eval rows, greedy samples, early stopping (also at step 0, the base)
+    fit       optimizer steps; each is grad_accum micro-batches whose loss is the mean over the step's
+              trained tokens (sft) or preference pairs (dpo): the method's weight; clip at 1.0;
+              checkpoint every checkpoint_every steps
+    validate  the method's loss over the eval rows, greedy samples, early stopping (also at step 0, the base)
     save      the final checkpoint and output_dir/adapter (PEFT directory + workbench_train_config.json)
+
+This is the one skeleton for every training method. What differs between methods (which rows they
+read, how those are tokenized and batched, the loss of a micro-batch, its metrics) is in one module
+per method under methods/, chosen once from config.method; nothing below branches on the method.
 
 The caller (a Celery task) sees progress through TrainCallbacks and stops the run through
 `should_stop`; nothing here knows about Django, Celery or a database.
@@ -31,9 +35,9 @@ from workers.models import load_for_inference
 from .card import write_adapter_files
 from .checkpoint import TrainerState, latest_checkpoint, load_checkpoint, remove_incomplete, save_checkpoint
 from .config import ConfigError, TrainConfig
-from .data import IGNORE, DataStats, Row, collate, epoch_batches, make_rows, prompt_token_ids, tokenize_rows
-from .lora import add_lora
-from .preference import Pair, dpo_terms, pair_batches, summarize, tokenize_pairs
+from .data import DataStats, prompt_token_ids
+from .lora import add_lora, decoder, output_layer
+from .methods import Method, get_method
 
 MAX_GRAD_NORM = 1.0
 LOSS_SMOOTHING = 0.1      # weight of the newest step in the smoothed train_loss (an EMA over ~10 steps)
@@ -50,8 +54,9 @@ class TrainCallbacks:
     def on_step(self, point: dict) -> None:
         """After every optimizer step: step, epoch (fractional), loss, lr, grad_norm (before clipping),
         tokens_per_s (non-padding), tokens_seen, memory_mb (CUDA: peak allocated in the step; CPU: process
-        RSS), elapsed_s (seconds spent in optimizer steps, summed over every run of the job); dpo adds
-        reward_margin, reward_accuracy, chosen_reward and rejected_reward (eval points: eval_ prefixed)."""
+        RSS), elapsed_s (seconds spent in optimizer steps, summed over every run of the job), and the
+        method's metrics (dpo: reward_margin, reward_accuracy, chosen_reward and rejected_reward; eval
+        points carry them eval_ prefixed)."""
 
     def on_eval(self, point: dict, samples: list[dict]) -> None:
         """After every evaluation: point {step, eval_loss, perplexity, seconds} (None without eval rows);
@@ -133,10 +138,9 @@ class _Run:
     autocast: Any                  # a callable returning the autocast context (a no-op in fp32)
     optimizer: Any
     scheduler: Any
-    train_rows: list[Row]          # sft: packed or single examples
-    eval_rows: list[Row]
-    train_pairs: list[Pair]        # dpo: (chosen, rejected) examples
-    eval_pairs: list[Pair]
+    method: Method                 # config.method's module: its items, batches and loss
+    train_items: list              # what the method made of the rows (sft: packed rows; dpo: pairs)
+    eval_items: list
     steps_per_epoch: int
     total_steps: int
     state: TrainerState
@@ -149,18 +153,12 @@ class _Run:
         return self.output_dir / "checkpoints"
 
     @property
-    def preference(self) -> bool:
-        return self.config.method == "dpo"
-
-    @property
     def pad_id(self) -> int:
         return self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
 
     def batches(self, *, epoch: int | None, evaluation: bool = False) -> list[list]:
-        """The micro-batches of an epoch (None: evaluation order), of rows or of preference pairs."""
-        if self.preference:
-            return pair_batches(self.eval_pairs if evaluation else self.train_pairs, self.config, epoch=epoch)
-        return epoch_batches(self.eval_rows if evaluation else self.train_rows, self.config, epoch=epoch)
+        """The micro-batches of an epoch (None: evaluation order) of the method's items."""
+        return self.method.batches(self.eval_items if evaluation else self.train_items, self.config, epoch=epoch)
 
 
 def _setup(config: TrainConfig, model_dir: Path, output_dir: Path, train_rows: Sequence[dict],
@@ -168,7 +166,8 @@ def _setup(config: TrainConfig, model_dir: Path, output_dir: Path, train_rows: S
     import torch
     from transformers import get_scheduler
 
-    _check_packing_support(config)
+    method = get_method(config.method)
+    _check_packing_support(config, method)
     _seed_everything(config.seed)
     device = _resolve_device(config.device)
     precision = _resolve_precision(config.precision, device)
@@ -184,27 +183,15 @@ def _setup(config: TrainConfig, model_dir: Path, output_dir: Path, train_rows: S
     trainable = [p for p in model.parameters() if p.requires_grad]
     callbacks.log(f"Loaded {model_dir.name} on {device} ({precision}) in {time.perf_counter() - started:.1f} s.")
 
-    train_packed: list[Row] = []
-    eval_packed: list[Row] = []
-    train_pairs: list[Pair] = []
-    eval_pairs: list[Pair] = []
+    train_items, stats = method.prepare(train_rows, tokenizer, config, evaluation=False)
+    _log_stats(callbacks, stats, method.EXAMPLES[0])
+    eval_items: list = []
     eval_stats = DataStats()
-    if config.method == "dpo":
-        train_pairs, stats = tokenize_pairs(train_rows, tokenizer, config)
-        _log_stats(callbacks, stats, "training pairs")
-        if len(eval_rows):
-            eval_pairs, eval_stats = tokenize_pairs(eval_rows, tokenizer, config, what="eval rows")
-            _log_stats(callbacks, eval_stats, "eval pairs")
-    else:
-        examples, stats = tokenize_rows(train_rows, tokenizer, config)
-        _log_stats(callbacks, stats, "training")
-        train_packed = make_rows(examples, config, shuffle_seed=config.seed)
-        if len(eval_rows):
-            eval_examples, eval_stats = tokenize_rows(eval_rows, tokenizer, config, what="eval rows")
-            _log_stats(callbacks, eval_stats, "eval")
-            eval_packed = make_rows(eval_examples, config, shuffle_seed=None)
+    if len(eval_rows):
+        eval_items, eval_stats = method.prepare(eval_rows, tokenizer, config, evaluation=True)
+        _log_stats(callbacks, eval_stats, method.EXAMPLES[1])
 
-    micro_batches = math.ceil(len(train_pairs or train_packed) / config.batch_size)
+    micro_batches = math.ceil(len(train_items) / config.batch_size)
     steps_per_epoch = math.ceil(micro_batches / config.grad_accum)
     total_steps = config.max_steps or config.epochs * steps_per_epoch
 
@@ -220,8 +207,7 @@ def _setup(config: TrainConfig, model_dir: Path, output_dir: Path, train_rows: S
 
     run = _Run(config=config, output_dir=output_dir, callbacks=callbacks, model=model, tokenizer=tokenizer,
                device=device, autocast=autocast, optimizer=optimizer, scheduler=scheduler,
-               train_rows=train_packed, eval_rows=eval_packed, train_pairs=train_pairs, eval_pairs=eval_pairs,
-               steps_per_epoch=steps_per_epoch,
+               method=method, train_items=train_items, eval_items=eval_items, steps_per_epoch=steps_per_epoch,
                total_steps=total_steps, state=TrainerState())
     run.trained_logits_only = _logits_path_agrees(run)
     remove_incomplete(run.checkpoints_dir)
@@ -235,18 +221,18 @@ def _setup(config: TrainConfig, model_dir: Path, output_dir: Path, train_rows: S
         "trainable_params": sum(p.numel() for p in trainable),
         "total_params": sum(p.numel() for p in model.parameters()),
         "examples": stats.used, "eval_examples": eval_stats.used, "tokens_per_epoch": stats.tokens,
-        "rows_per_epoch": len(train_pairs or train_packed), "steps_per_epoch": steps_per_epoch,
+        "rows_per_epoch": len(train_items), "steps_per_epoch": steps_per_epoch,
         "method": config.method,
         "skipped_rows": stats.skipped, "truncated_examples": stats.truncated,
     }
     return run
 
 
-def _check_packing_support(config: TrainConfig) -> None:
+def _check_packing_support(config: TrainConfig, method: Method) -> None:
     """Packing relies on transformers deriving a block-diagonal mask from position_ids (masking_utils'
     packed-sequence detection; checked on 5.24 by the tests). Without it packed examples would attend
     to each other: refuse rather than train on a leaking mask."""
-    if not config.packing or config.method != "sft":
+    if not config.packing or not method.PACKING:
         return
     try:
         from transformers.masking_utils import find_packed_sequence_indices  # noqa: F401
@@ -321,7 +307,7 @@ def _fit(run: _Run) -> None:
             state.batch_in_epoch = 0
 
 
-def _train_step(run: _Run, micro_batches: list[list[Row]]) -> dict:
+def _train_step(run: _Run, micro_batches: list[list]) -> dict:
     """One optimizer step over `micro_batches`; returns the on_step point."""
     import torch
 
@@ -329,33 +315,22 @@ def _train_step(run: _Run, micro_batches: list[list[Row]]) -> dict:
     started = time.perf_counter()
     if run.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(run.device)
-    extra: dict = {}
-    if run.preference:
-        # The mean over the step's pairs, accumulated as for tokens below.
-        trained = sum(len(batch) for batch in micro_batches)
-        tokens = sum(len(p.chosen.input_ids) + len(p.rejected.input_ids) for batch in micro_batches for p in batch)
-        terms = []
-        for batch in micro_batches:
-            term = dpo_terms(model, batch, beta=run.config.dpo_beta, pad_id=run.pad_id, device=run.device,
-                             autocast=run.autocast)
-            (term["losses"].sum() / trained).backward()
-            terms.append(term)
-        extra = summarize(terms)
-        loss_sum = extra.pop("loss") * trained
-    else:
-        # The loss is the mean over every trained token of the step, not a mean of per-micro-batch means:
-        # each micro-batch's summed loss is divided by the step's token count, so grad_accum k x batch b
-        # gives the gradient of one batch of k*b.
-        trained = sum(sum(int(t != IGNORE) for row in batch for t in row.targets) for batch in micro_batches)
-        tokens = sum(len(row.input_ids) for batch in micro_batches for row in batch)
-        loss_sum = 0.0
-        for batch in micro_batches:
-            loss = _summed_loss(run, batch)
-            (loss / trained).backward()
-            loss_sum += loss.item()
-    if not math.isfinite(loss_sum):
+    # The loss is the mean over the step's weight (sft: every trained token; dpo: every pair), not a
+    # mean of per-micro-batch means: each micro-batch's summed loss is divided by the step's weight, so
+    # grad_accum k x batch b gives the gradient of one batch of k*b.
+    method = run.method
+    weight = sum(method.weight(batch) for batch in micro_batches)
+    tokens = sum(method.tokens(batch) for batch in micro_batches)
+    outputs = []
+    for batch in micro_batches:
+        summed, output = method.loss(run, batch)
+        (summed / weight).backward()
+        outputs.append(output)
+    extra = method.summarize(outputs)
+    loss = extra.pop("loss")
+    if not math.isfinite(loss):
         # Stop before the optimizer writes NaNs into the adapter: the last checkpoint stays good.
-        raise FloatingPointError(f"The training loss became {loss_sum} at step {state.step + 1}; "
+        raise FloatingPointError(f"The training loss became {loss} at step {state.step + 1}; "
                                  "try a lower learning_rate.")
     parameters = [p for p in model.parameters() if p.requires_grad]
     grad_norm = torch.nn.utils.clip_grad_norm_(parameters, MAX_GRAD_NORM).item()
@@ -365,7 +340,6 @@ def _train_step(run: _Run, micro_batches: list[list[Row]]) -> dict:
     run.optimizer.zero_grad(set_to_none=True)
 
     seconds = time.perf_counter() - started
-    loss = loss_sum / trained
     state.step += 1
     state.batch_in_epoch += 1
     state.tokens_seen += tokens
@@ -381,59 +355,24 @@ def _train_step(run: _Run, micro_batches: list[list[Row]]) -> dict:
             **extra}
 
 
-def _summed_loss(run: _Run, batch: list[Row]) -> Any:
-    """Summed cross-entropy over the trained tokens of one micro-batch (a scalar tensor with grad)."""
-    import torch
-
-    tensors = {k: v.to(run.device) for k, v in collate(batch, run.pad_id, packed=run.config.packing).items()}
-    targets = tensors.pop("targets")
-    trained = targets != IGNORE
-    with run.autocast():
-        # use_cache=False: with a KV cache transformers ignores the packing in position_ids.
-        if run.trained_logits_only:
-            # The output layer (hidden x vocabulary) only where a token is trained: with the loss on
-            # responses only, most prompt positions never need their logits.
-            hidden = _decoder(run.model)(**tensors, use_cache=False).last_hidden_state
-            logits = _output_layer(run.model)(hidden[trained])
-            return torch.nn.functional.cross_entropy(logits.float(), targets[trained], reduction="sum")
-        logits = run.model(**tensors, use_cache=False).logits
-    return torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), targets.flatten(),
-                                             ignore_index=IGNORE, reduction="sum")
-
-
 def _logits_path_agrees(run: _Run) -> bool:
     """Whether the decoder + output layer give the model's own logits. Some architectures change
     logits after the output layer (soft-capping, scaling); for those the full forward is kept."""
     import torch
 
-    rows = run.train_rows or [pair.chosen for pair in run.train_pairs]
-    if not rows:
-        return False
-    sample = Row(rows[0].input_ids[:16], rows[0].targets[:16], rows[0].positions[:16])
-    tensors = {k: v.to(run.device) for k, v in collate([sample], run.pad_id, packed=False).items()}
-    tensors.pop("targets")
+    ids = torch.arange(min(16, len(run.tokenizer)), device=run.device).unsqueeze(0)
+    tensors = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
     run.model.eval()  # no dropout: both paths see the same weights, and no random numbers are drawn
     try:
         with torch.no_grad():
             full = run.model(**tensors, use_cache=False).logits.float()
-            hidden = _decoder(run.model)(**tensors, use_cache=False).last_hidden_state
-            direct = _output_layer(run.model)(hidden).float()
+            hidden = decoder(run.model)(**tensors, use_cache=False).last_hidden_state
+            direct = output_layer(run.model)(hidden).float()
     except (AttributeError, TypeError, NotImplementedError):
         return False
     finally:
         run.model.train()
     return bool(torch.allclose(full, direct, atol=1e-4, rtol=1e-4))
-
-
-def _decoder(model: Any) -> Any:
-    """The transformer body under the LM head (PEFT's LoRA layers are inside it)."""
-    causal_lm = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return causal_lm.get_decoder()
-
-
-def _output_layer(model: Any) -> Any:
-    causal_lm = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return causal_lm.get_output_embeddings()
 
 
 def _memory_mb(device: Any) -> float:
@@ -459,7 +398,7 @@ def _validate(run: _Run) -> None:
     import torch
 
     config, state = run.config, run.state
-    has_eval = bool(run.eval_pairs if run.preference else run.eval_rows)
+    has_eval = bool(run.eval_items)
     if not has_eval and not config.sample_prompts:
         return
     run.model.eval()
@@ -467,18 +406,11 @@ def _validate(run: _Run) -> None:
     eval_loss = None
     extra: dict = {}
     with torch.no_grad():
-        if has_eval and run.preference:
-            extra = summarize([dpo_terms(run.model, batch, beta=config.dpo_beta, pad_id=run.pad_id,
-                                         device=run.device, autocast=run.autocast)
-                               for batch in run.batches(epoch=None, evaluation=True)])
+        if has_eval:
+            extra = run.method.summarize([run.method.loss(run, batch)[1]
+                                          for batch in run.batches(epoch=None, evaluation=True)])
             eval_loss = extra.pop("loss")
             extra = {f"eval_{key}": value for key, value in extra.items()}
-        elif has_eval:
-            total, count = 0.0, 0
-            for batch in run.batches(epoch=None, evaluation=True):
-                total += _summed_loss(run, batch).item()
-                count += sum(int(t != IGNORE) for row in batch for t in row.targets)
-            eval_loss = total / count
         samples = [{"prompt": prompt, "output": _generate(run, prompt)} for prompt in config.sample_prompts]
     run.model.train()
 
@@ -496,7 +428,7 @@ def _validate(run: _Run) -> None:
                                   f"{state.evals_without_improvement} evaluations.")
     # None rather than inf when exp overflows: points are stored as JSON, which has no infinity.
     # Perplexity is a language-modelling number: a DPO loss has none.
-    perplexity = math.exp(eval_loss) if eval_loss is not None and eval_loss < 700 and not run.preference else None
+    perplexity = math.exp(eval_loss) if eval_loss is not None and eval_loss < 700 and run.method.PERPLEXITY else None
     run.callbacks.on_eval({"step": state.step, "eval_loss": eval_loss, "perplexity": perplexity, **extra,
                            "seconds": time.perf_counter() - started}, samples)
     if eval_loss is not None:

@@ -133,3 +133,15 @@ def _check_names(requested: list[str], available: set[str]) -> None:
     if missing:
         raise ConfigError("target_modules", f"the model has no layer named {', '.join(missing)}; "
                                             f"it has {', '.join(sorted(available)) or 'none'}.")
+
+
+def decoder(model: Any) -> Any:
+    """The transformer body under the LM head of a (PEFT-wrapped) causal LM; the LoRA layers are inside it."""
+    causal_lm = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return causal_lm.get_decoder()
+
+
+def output_layer(model: Any) -> Any:
+    """The LM head (hidden x vocabulary) of a (PEFT-wrapped) causal LM."""
+    causal_lm = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return causal_lm.get_output_embeddings()

@@ -1,4 +1,4 @@
-"""Preference tuning (DPO) with LoRA: data and loss.
+"""Preference tuning (DPO) with LoRA: rows, pairs, loss and reward metrics.
 
 A preference row is {prompt, response (the chosen answer), rejected}, as annotation and
 comparison exports write them. Each becomes a pair of examples that share the prompt and are
@@ -18,9 +18,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .config import TrainConfig
-from .data import IGNORE, DataStats, Example, Row, TrainingDataError, make_rows, tokenize_rows
+from ..config import ConfigError, TrainConfig
+from ..data import IGNORE, DataStats, Example, Row, TrainingDataError, collate, make_rows, tokenize_rows
+from .spec import Rows
 
+NAME = "dpo"
+# The rejected answer is what makes a row a preference pair; annotation and comparison exports write it.
+ROWS = Rows(formats=("prompt_response",), extra=("rejected",), sequences=2,
+            needs="a prompt, a response (the chosen one) and a “rejected” response, which preference tuning needs")
+PACKING = False               # each answer is its own sequence
+PERPLEXITY = False            # a DPO loss is no language-modelling loss
+# Both sequences forward and back through the policy (4N) and forward once more through the
+# reference, the base with the adapter off (2N); evaluation: policy and reference forward.
+TRAIN_FLOPS_PER_TOKEN = 6
+EVAL_FLOPS_PER_TOKEN = 4
+EXAMPLES = ("training pairs", "eval pairs")
 MAX_REASONS = 5
 
 
@@ -28,6 +40,36 @@ MAX_REASONS = 5
 class Pair:
     chosen: Row
     rejected: Row
+
+
+def check(config: TrainConfig) -> None:
+    if config.format not in ROWS.formats:
+        raise ConfigError("format", "preference tuning (dpo) takes prompt / response rows with a rejected "
+                                    "response; use the prompt_response format.")
+
+
+def prepare(rows: Sequence[dict], tokenizer: Any, config: TrainConfig, *,
+            evaluation: bool) -> tuple[list[Pair], DataStats]:
+    return tokenize_pairs(rows, tokenizer, config, what="eval rows" if evaluation else "training rows")
+
+
+def batches(items: list[Pair], config: TrainConfig, *, epoch: int | None) -> list[list[Pair]]:
+    return pair_batches(items, config, epoch=epoch)
+
+
+def weight(batch: list[Pair]) -> int:
+    """A step's loss is the mean over its pairs."""
+    return len(batch)
+
+
+def tokens(batch: list[Pair]) -> int:
+    return sum(len(p.chosen.input_ids) + len(p.rejected.input_ids) for p in batch)
+
+
+def loss(run: Any, batch: list[Pair]) -> tuple[Any, dict]:
+    terms = dpo_terms(run.model, batch, beta=run.config.dpo_beta, pad_id=run.pad_id, device=run.device,
+                      autocast=run.autocast)
+    return terms["losses"].sum(), terms
 
 
 def tokenize_pairs(rows: Sequence[dict], tokenizer: Any, config: TrainConfig,
@@ -89,8 +131,6 @@ def pair_batches(pairs: list[Pair], config: TrainConfig, *, epoch: int | None) -
 def response_logps(model: Any, rows: list[Row], pad_id: int, device: Any, autocast: Any) -> Any:
     """Summed log-probability of each row's trained tokens (a 1-D tensor, one value per row)."""
     import torch
-
-    from .data import collate
 
     tensors = {k: v.to(device) for k, v in collate(rows, pad_id, packed=False).items()}
     targets = tensors.pop("targets")
