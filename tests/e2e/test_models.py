@@ -1,6 +1,7 @@
 """A scientist registers a local model in the browser, watches a worker check it, and reads
 its memory estimate."""
 
+import re
 import uuid
 
 import pytest
@@ -28,8 +29,8 @@ def test_scientist_registers_a_model_and_estimates_memory(page, scientist, proje
 
     page.get_by_label("Path").fill(str(path))
     page.get_by_role("button", name="Register").click()
-    expect(page.get_by_test_id("model-status")).to_have_text("checking")
-    expect(page.get_by_test_id("model-progress")).to_contain_text("A worker is reading the model's metadata")
+    # The real worker may finish before the page is drawn: checking (then followed in place) or ready.
+    expect(page.get_by_test_id("model-status")).to_have_text(re.compile("^(checking|ready)$"))
     page.evaluate("window.stillThisPage = true")
     # The worker inspects it; the page follows in place, with no click and no reload.
     expect(page.get_by_test_id("model-status")).to_have_text("ready", timeout=60_000)
