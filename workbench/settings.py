@@ -384,7 +384,7 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     # Jobs of different kinds share the field name "state" with different choices: name each set.
     "ENUM_NAME_OVERRIDES": {"ImportJobState": "apps.datasets.models.ImportJob.State",
-                            "TrainingJobState": "apps.training.models.TrainingJob.State"},
+                            "JobState": "apps.core.jobs.JobState"},
 }
 
 # --- Security headers -------------------------------------------------------------------

@@ -1,7 +1,7 @@
 from django.conf import settings
 from django.db import models
 
-from apps.core.jobs import LeasedJob
+from apps.core.jobs import ENDED_STATES, JobState, LeasedJob
 
 
 class LabelSchema(models.Model):
@@ -215,14 +215,8 @@ class SuggestionRun(LeasedJob):
     """A campaign's model suggestions, made by an `inference` worker under the jobs lease. One per
     campaign, keyed by it: the task's message carries the campaign's id."""
 
-    class State(models.TextChoices):
-        QUEUED = "queued"
-        RUNNING = "running"
-        SUCCEEDED = "succeeded"
-        FAILED = "failed"
-        CANCELLED = "cancelled"
-
-    ENDED = (State.SUCCEEDED, State.FAILED, State.CANCELLED)
+    State = JobState
+    ENDED = ENDED_STATES
     TASK, QUEUE = "annotation.suggest", "inference"
 
     campaign = models.OneToOneField(Campaign, primary_key=True, on_delete=models.CASCADE,

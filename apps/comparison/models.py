@@ -1,7 +1,7 @@
 from django.conf import settings
 from django.db import models
 
-from apps.core.jobs import LeasedJob
+from apps.core.jobs import ACTIVE_STATES, ENDED_STATES, JobState, LeasedJob
 
 
 class Comparison(LeasedJob):
@@ -11,15 +11,8 @@ class Comparison(LeasedJob):
     model); people then vote blind on pairs of outputs, and the votes rate the models.
     """
 
-    class State(models.TextChoices):
-        QUEUED = "queued"
-        RUNNING = "running"
-        SUCCEEDED = "succeeded"
-        FAILED = "failed"
-        CANCELLED = "cancelled"
-
-    ACTIVE = (State.QUEUED, State.RUNNING)
-    ENDED = (State.SUCCEEDED, State.FAILED, State.CANCELLED)
+    State = JobState
+    ACTIVE, ENDED = ACTIVE_STATES, ENDED_STATES
     TASK, QUEUE = "comparison.run", "inference"
 
     project = models.ForeignKey("projects.Project", on_delete=models.CASCADE, related_name="comparisons")

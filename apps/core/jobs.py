@@ -27,6 +27,20 @@ def enqueue(task, job_id: int, *, queue: str, on_failure: Callable[[str], None],
         on_failure(f"Could not queue the job: {type(exc).__name__}")
 
 
+class JobState(models.TextChoices):
+    """The states of a job that can be cancelled (kinds with fewer or more declare their own)."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+ACTIVE_STATES = (JobState.QUEUED, JobState.RUNNING)
+ENDED_STATES = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
+
+
 # --- the lease: exactly one worker runs a job ---------------------------------------------------
 
 

@@ -1,7 +1,7 @@
 from django.conf import settings
 from django.db import models
 
-from apps.core.jobs import LeasedJob
+from apps.core.jobs import ACTIVE_STATES, ENDED_STATES, JobState, LeasedJob
 
 
 class TrainingJob(LeasedJob):
@@ -12,15 +12,8 @@ class TrainingJob(LeasedJob):
     stale (the first worker died), and then resumes from the last checkpoint in `output_dir`.
     """
 
-    class State(models.TextChoices):
-        QUEUED = "queued"
-        RUNNING = "running"
-        SUCCEEDED = "succeeded"
-        FAILED = "failed"
-        CANCELLED = "cancelled"
-
-    ACTIVE = (State.QUEUED, State.RUNNING)
-    ENDED = (State.SUCCEEDED, State.FAILED, State.CANCELLED)
+    State = JobState
+    ACTIVE, ENDED = ACTIVE_STATES, ENDED_STATES
     TASK, QUEUE = "training.run", "gpu"
 
     class Method(models.TextChoices):
