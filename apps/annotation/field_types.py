@@ -8,8 +8,8 @@ class here (decorated with `@register`) and one renderer in static/js/annotation
 
 Types:
 - single_label / multi_label: "labels": [{"value", "hotkey"?, "description"?}]; a label without a
-  hotkey gets the next free one of HOTKEYS (1-9, then letters the page does not keep, then those
-  letters with Shift);
+  hotkey gets the next free one of LABEL_KEYS (1-9, then letters the page does not keep, then those
+  letters with Shift, then two-key chords such as "0 then 1");
 - text: free text ("max_length", "prefill": "response" | "suggestion" | "" — what the editor starts
   with; the page shows the diff against it);
 - rating: one named criterion, an integer in ["min", "max"] with an optional description per value;
@@ -41,9 +41,14 @@ PREFERENCE_WORDS = {"tie": "tie", "both_bad": "both bad"}
 # preference's responses, t and x are tie and both bad.
 RESERVED_KEYS = frozenset("s?abcdefghtx")
 _FREE_LETTERS = [c for c in string.ascii_lowercase if c not in RESERVED_KEYS]
-# Handed out in this order to labels that name none: every label of a form up to this many
-# (39) has a key; a label past them (a form can hold more) has none.
+# Single keys, handed out in this order to labels that name none (39).
 HOTKEYS = tuple("123456789") + tuple(_FREE_LETTERS) + tuple(c.upper() for c in _FREE_LETTERS)
+# Past them, two-key chords: one of these, then a single key ("0 then 1"). A prefix is never a
+# single key itself, so a chord cannot shadow one.
+CHORD_PREFIXES = tuple("0-=;,./")
+CHORDS = tuple(prefix + key for prefix in CHORD_PREFIXES for key in HOTKEYS)
+# Every label of a form gets a key: a form holds at most this many labels (312) in all.
+LABEL_KEYS = HOTKEYS + CHORDS
 CANDIDATE_PATH = re.compile(r"^(prompt|response|reference|metadata\.[A-Za-z0-9_\-]{1,64})$")
 
 
@@ -161,7 +166,7 @@ def field_type(field: dict) -> FieldType:
 
 
 def labels_spec(labels: Any, where: str, keys: FormKeys, *, auto_hotkeys: bool) -> list[dict]:
-    """Labels with their hotkeys; the form's hotkeys are unique across its fields (HOTKEYS given
+    """Labels with their hotkeys; the form's hotkeys are unique across its fields (LABEL_KEYS given
     out in order where none is named, skipping those named anywhere in the form)."""
     if not isinstance(labels, list) or not labels:
         raise fail("labels is a non-empty list", f"{where}.labels")
@@ -179,11 +184,14 @@ def labels_spec(labels: Any, where: str, keys: FormKeys, *, auto_hotkeys: bool) 
         values.add(value)
         hotkey = label.get("hotkey")
         if hotkey is None and auto_hotkeys:
-            hotkey = next((key for key in HOTKEYS if key not in keys.taken and key not in keys.named), None)
+            hotkey = next((key for key in LABEL_KEYS if key not in keys.taken and key not in keys.named), None)
+            if hotkey is None:
+                raise fail(f"every label gets a key: a form holds at most {len(LABEL_KEYS)} labels in all",
+                           f"{where}.labels[{i}]")
         if hotkey is not None:
-            if (not isinstance(hotkey, str) or len(hotkey) != 1 or hotkey.lower() in RESERVED_KEYS
-                    or not hotkey.isprintable() or hotkey.isspace()):
-                raise fail("a hotkey is one printable character, not one the page keeps (s ? a-h t x)",
+            if not valid_hotkey(hotkey):
+                raise fail("a hotkey is one printable character, not one the page keeps (s ? a-h t x) nor a "
+                           f"chord's first key ({' '.join(CHORD_PREFIXES)}), or such a first key and then one",
                            f"{where}.labels[{i}].hotkey")
             if hotkey in keys.taken:
                 raise fail(f"the hotkey '{hotkey}' is used twice", f"{where}.labels[{i}].hotkey")
@@ -192,6 +200,19 @@ def labels_spec(labels: Any, where: str, keys: FormKeys, *, auto_hotkeys: bool) 
                        "description": short_text(label.get("description", ""), f"{where}.labels[{i}].description",
                                                  300)})
     return result
+
+
+def valid_hotkey(hotkey: Any) -> bool:
+    """One key the page does not keep, or a chord: a prefix and then such a key."""
+    def single(key: str) -> bool:
+        return (key.lower() not in RESERVED_KEYS and key not in CHORD_PREFIXES and key.isprintable()
+                and not key.isspace())
+
+    if not isinstance(hotkey, str) or len(hotkey) not in (1, 2):
+        return False
+    if len(hotkey) == 2:
+        return hotkey[0] in CHORD_PREFIXES and single(hotkey[1])
+    return single(hotkey)
 
 
 def label_values(field: dict) -> list[str]:

@@ -12,7 +12,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
 from apps.annotation import quality, selectors, services
-from apps.annotation.field_types import HOTKEYS
+from apps.annotation.field_types import LABEL_KEYS
 from apps.annotation.forms import CampaignForm, ExportForm
 from apps.annotation.models import Annotation, Campaign, LabelSchema
 from apps.core.errors import Conflict, Invalid, NotFound
@@ -106,7 +106,7 @@ def campaign_create(request: HttpRequest, project_id: int) -> HttpResponse:
             form.add_error(form.field_for(exc.field), exc.message)
     return render(request, "annotation/create.html",
                   _context(request, project, form=form,
-                           label_editor={"labels": form.labels_by_version(), "hotkeys": HOTKEYS}),
+                           label_editor={"labels": form.labels_by_version(), "hotkeys": LABEL_KEYS}),
                   status=400 if form.errors else 200)
 
 

@@ -107,10 +107,29 @@
     if (event.key === "?") { event.preventDefault(); dialog.showModal(); return; }
     if (event.key === "Backspace" || event.key === "ArrowLeft") { event.preventDefault(); back(); return; }
     if (!state.item) return;
-    if (event.key === "s" || event.key === "S") { event.preventDefault(); skip(); return; }
-    var binding = keymap[event.key];
+    if (event.key === "s" || event.key === "S") { event.preventDefault(); skip(); clearChord(); return; }
+    if (event.key === "Shift") return;
+    var key = chordStart ? chordStart + event.key : event.key;
+    clearChord();
+    if (prefixes[key]) { event.preventDefault(); startChord(key); return; }
+    var binding = keymap[key];
     if (binding) { event.preventDefault(); press(binding); }
   });
+
+  // Two-key chords ("0 then 1"): the first key waits, shown, for the second.
+  var prefixes = {}, chordStart = "", chordTimer = null;
+  Object.keys(keymap).forEach(function (key) { if (key.length === 2) prefixes[key[0]] = true; });
+  var chordNote = $("chord-note");
+  function startChord(prefix) {
+    chordStart = prefix;
+    chordNote.textContent = prefix + " then …";
+    chordTimer = setTimeout(clearChord, 2000);
+  }
+  function clearChord() {
+    chordStart = "";
+    chordNote.textContent = "";
+    clearTimeout(chordTimer);
+  }
   $("help-button").addEventListener("click", function () { dialog.showModal(); });
 
   // --- the example ---------------------------------------------------------------------------

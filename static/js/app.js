@@ -123,5 +123,12 @@ window.Workbench = (function () {
       });
   }
 
-  return { apiFetch: apiFetch, uuid: uuid, wordDiff: wordDiff, refreshElement: refreshElement };
+  // A label hotkey as a person types it: a capital letter with Shift, a two-key chord
+  // ("01") as "0 then 1".
+  function keyName(key) {
+    var one = function (k) { return /^[A-Z]$/.test(k) ? "Shift+" + k : k; };
+    return key.length === 2 ? one(key[0]) + " then " + one(key[1]) : one(key);
+  }
+
+  return { apiFetch: apiFetch, uuid: uuid, wordDiff: wordDiff, refreshElement: refreshElement, keyName: keyName };
 })();

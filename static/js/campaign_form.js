@@ -19,7 +19,6 @@
     if (text !== undefined) node.textContent = text;
     return node;
   }
-  function keyName(key) { return /^[A-Z]$/.test(key) ? "Shift+" + key : key; }
   function versionLabels() { return (data.labels[version.value] || []).slice(); }
 
   var typed = textarea.value.split("\n").map(function (line) { return line.trim(); }).filter(Boolean);
@@ -58,7 +57,7 @@
         draw(Math.min(index, labels.length - 1));
       });
       row.append(input, el("span", { "class": "muted", "data-testid": "label-key" },
-                           key ? " key " + keyName(key) + " " : " no key "), remove);
+                           key ? " key " + Workbench.keyName(key) + " " : " no key "), remove);
       list.append(row);
     });
     note.textContent = labels.length ? "" : "No labels yet: add the labels to classify into.";

@@ -575,3 +575,30 @@ def test_every_label_gets_a_key_past_the_ninth_around_the_pages_own_and_the_form
     assert keys == [*"123456789", *"iklmnopqruvwyz", *"IJKLMNO"]
     assert len(set(keys)) == 30 and not {key.lower() for key in keys} & RESERVED_KEYS
     assert fields[1]["labels"][0]["hotkey"] == "j"
+
+
+def test_labels_past_the_single_keys_get_two_key_chords_and_a_form_too_big_to_key_is_refused():
+    from apps.annotation.field_types import LABEL_KEYS
+    from apps.annotation.schema import validate_schema
+    from apps.core.errors import Invalid
+
+    fields = validate_schema([
+        {"name": "topic", "type": "single_label", "labels": [f"t{i}" for i in range(50)]},
+        {"name": "more", "type": "multi_label", "labels": [{"value": "named", "hotkey": "0j"}, "free"]}])
+    keys = [label["hotkey"] for label in fields[0]["labels"]]
+    assert len(set(keys)) == 50 and keys[38] == "Z"  # 39 single keys, then chords
+    assert keys[39:50] == ["01", "02", "03", "04", "05", "06", "07", "08", "09", "0i", "0k"]  # 0j is named elsewhere
+    assert [label["hotkey"] for label in fields[1]["labels"]] == ["0j", "0l"]
+
+    for bad in ("0", "-", "00", "0s", "s1", "x", "0 ", "abc"):
+        with pytest.raises(Invalid) as refused:
+            validate_schema([{"name": "t", "type": "single_label", "labels": [{"value": "a", "hotkey": bad}]}])
+        assert refused.value.field == "fields[0].labels[0].hotkey" and "chord" in str(refused.value)
+
+    # 20 fields of 16 labels: 320 labels, more than there are keys.
+    too_many = [{"name": f"f{n}", "type": "multi_label", "labels": [f"l{i}" for i in range(16)]} for n in range(20)]
+    with pytest.raises(Invalid) as refused:
+        validate_schema(too_many)
+    index = len(LABEL_KEYS)
+    assert refused.value.field == f"fields[{index // 16}].labels[{index % 16}]"
+    assert f"at most {index} labels in all" in str(refused.value)

@@ -93,15 +93,26 @@ def test_classify_labels_come_from_the_version_are_edited_in_the_form_and_each_g
 def test_labels_past_the_page_letters_are_typed_with_shift_and_listed_so(page, client, scientist, annotator,
                                                                          project, review_version):
     client.force_login(scientist)
-    fields = [{"name": "topic", "type": "single_label", "labels": [f"t{n}" for n in range(1, 26)]}]
+    fields = [{"name": "topic", "type": "single_label", "labels": [f"t{n}" for n in range(1, 46)]}]
     campaign = make_campaign(client, project, review_version, schema=make_schema(client, project, fields))
     browser_login(page, "anna")
     page.goto(f"/projects/{project.pk}/campaigns/{campaign['id']}/annotate/")
     expect(page.get_by_test_id("item-title")).to_have_text("Example 1")
     page.keyboard.press("Shift+I")  # the 25th: 9 digits and 15 letters are taken
     expect(page.get_by_label("[Shift+I] t25")).to_be_checked()
+    # Past the 39 single keys: chords. The first key waits, said on the page, for the second.
+    page.keyboard.press("0")
+    expect(page.get_by_test_id("chord-note")).to_have_text("0 then …")
+    expect(page.get_by_label("[Shift+I] t25")).to_be_checked()
+    page.keyboard.press("2")
+    expect(page.get_by_label("[0 then 2] t41")).to_be_checked()
+    expect(page.get_by_test_id("chord-note")).to_have_text("")
+    page.keyboard.press("2")  # alone again: the second label
+    expect(page.get_by_label("[2] t2")).to_be_checked()
     page.keyboard.press("?")
-    expect(page.get_by_test_id("shortcut-list")).to_contain_text("Shift+I — topic: t25")
+    shortcuts = page.get_by_test_id("shortcut-list")
+    expect(shortcuts).to_contain_text("Shift+I — topic: t25")
+    expect(shortcuts).to_contain_text("0 then 6 — topic: t45")
 
 
 def test_an_annotator_does_ten_items_with_the_keyboard_and_finds_her_progress_after_a_reload(

@@ -40,8 +40,7 @@
       function (input) { return input.checked; });
   }
 
-  // A capital letter is typed with Shift: the page says so.
-  function keyName(key) { return /^[A-Z]$/.test(key) ? "Shift+" + key : key; }
+  var keyName = window.Workbench.keyName;
 
   // Label hotkeys (single and multi label): the keys the server gave the labels.
   function labelKeys(field) {
