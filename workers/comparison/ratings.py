@@ -109,26 +109,34 @@ def bootstrap_ratings(n: int, outcomes: Sequence[Outcome], *, rounds: int = 200,
                       prior_ties: float = DEFAULT_PRIOR_TIES, level: float = 0.95) -> list[tuple[float, float] | None]:
     """Percentile bootstrap interval of each model's rating: resample the votes with
     replacement `rounds` times (seeded: the same votes and seed give the same intervals),
-    refit, and take the (1-level)/2 and (1+level)/2 quantiles. None for a model without votes."""
+    refit, and take the (1-level)/2 and (1+level)/2 quantiles. None for a model without votes.
+
+    Votes with the same pair and result are interchangeable, so a resample is one multinomial
+    draw over the distinct (a, b, result) kinds (at most 3 n^2) weighted by their counts: the
+    same distribution as drawing each vote, at a cost that does not grow with the votes."""
     import numpy as np
 
     if not outcomes:
         return [None] * n
-    rng = np.random.default_rng(seed)
-    a = np.array([o.a for o in outcomes])
-    b = np.array([o.b for o in outcomes])
-    credit = np.array([{"a": 1.0, "b": 0.0}.get(o.result, 0.5) for o in outcomes])  # a's share of the win
     if any(o.result not in RESULTS for o in outcomes):
         raise ValueError("unknown vote result")
-    keep = a != b
-    a, b, credit = a[keep], b[keep], credit[keep]
+    kinds: dict[tuple[int, int, float], int] = {}
+    for o in outcomes:
+        if o.a != o.b:
+            key = (o.a, o.b, {"a": 1.0, "b": 0.0}.get(o.result, 0.5))  # a's share of the win
+            kinds[key] = kinds.get(key, 0) + 1
+    a = np.array([k[0] for k in kinds], dtype=int)
+    b = np.array([k[1] for k in kinds], dtype=int)
+    credit = np.array([k[2] for k in kinds])
+    counts = np.array(list(kinds.values()), dtype=float)
+    m = int(counts.sum())
+    rng = np.random.default_rng(seed)
     samples: list[list[float]] = [[] for _ in range(n)]
-    m = len(a)
     for _ in range(rounds if m else 0):
-        picked = rng.integers(0, m, size=m)
+        drawn = rng.multinomial(m, counts / m)
         wins = np.zeros((n, n))
-        np.add.at(wins, (a[picked], b[picked]), credit[picked])
-        np.add.at(wins, (b[picked], a[picked]), 1.0 - credit[picked])
+        np.add.at(wins, (a, b), drawn * credit)
+        np.add.at(wins, (b, a), drawn * (1.0 - credit))
         strengths = bradley_terry(wins, prior_ties=prior_ties, tolerance=1e-8)
         for i, s in enumerate(strengths):
             value = rating(s)
