@@ -16,6 +16,7 @@ BENCHMARKS = {
     "live_latency": "bench.live_latency",
     "live_overhead": "bench.live_overhead",
     "playground_ttft": "bench.playground_ttft",
+    "sync_views": "bench.sync_views",
 }
 
 

@@ -2,6 +2,7 @@
 are refused, see access.require_site_staff): the dashboard's snapshot, and the open and
 resolved alerts with their acknowledge and resolve actions."""
 
+from django.conf import settings
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers
 from rest_framework.generics import ListAPIView
@@ -11,7 +12,7 @@ from rest_framework.views import APIView
 
 from apps.core.errors import Invalid
 from apps.core.http import client_ip
-from apps.monitoring import access, selectors, services
+from apps.monitoring import access, broker, selectors, services
 from apps.monitoring.models import Alert
 
 
@@ -75,4 +76,5 @@ class DashboardApi(APIView):
         "alerts": AlertSerializer(many=True), "history": serializers.DictField()}))
     def get(self, request: Request) -> Response:
         access.require_site_staff(request.user, request.auth)
-        return Response(services.dashboard_refresh(), headers={"Cache-Control": "no-store"})
+        inspection = broker.recent_inspection(settings.MONITORING_LIVE_INTERVAL_S / 2)
+        return Response(services.dashboard_refresh(inspection=inspection), headers={"Cache-Control": "no-store"})

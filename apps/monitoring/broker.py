@@ -5,6 +5,8 @@ and /metrics call it inside a request and must answer even when the broker does 
 
 from __future__ import annotations
 
+import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
@@ -46,6 +48,7 @@ class Inspection:
     reachable: bool  # False: the broker could not be asked at all (see error)
     workers: list[WorkerState] = field(default_factory=list)
     error: str = ""
+    asked_at: float = field(default_factory=time.time)  # epoch seconds: when the question went out
 
 
 def _broker_connection():
@@ -138,3 +141,23 @@ def queue_depths(queues: list[str]) -> QueueDepths:
 
 def configured_queues() -> list[str]:
     return [queue.name for queue in celery_app.conf.task_queues]
+
+
+_latest_lock = threading.Lock()
+_latest: Inspection | None = None
+
+
+def recent_inspection(max_age_s: float) -> Inspection:
+    """The workers as last inspected in this process if that was asked less than `max_age_s`
+    ago, else a fresh inspection: every live dashboard of a web process shares one broker round
+    trip, however many are open. Blocks up to INSPECT_DEADLINE_S (a second when no worker
+    answers): call it on a thread of its own, never on the one database calls share."""
+    global _latest
+    with _latest_lock:  # callers arriving during an inspection wait for it rather than start another
+        if _latest is not None and time.time() - _latest.asked_at < max_age_s:
+            return _latest
+        asked_at = time.time()
+        inspection = inspect_workers()
+        inspection.asked_at = asked_at
+        _latest = inspection
+        return inspection

@@ -1,10 +1,11 @@
 import asyncio
 
+from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from django.conf import settings
 from django.contrib.auth import get_user_model
 
-from apps.monitoring import access, events, services
+from apps.monitoring import access, broker, events, services
 from apps.projects.events import user_group
 from apps.projects.sockets import CLOSE_FORBIDDEN, PolicyConsumer
 
@@ -48,7 +49,11 @@ class DashboardConsumer(PolicyConsumer):
             if not await database_sync_to_async(self.allowed)():
                 await self.close(code=CLOSE_FORBIDDEN)
                 return False
-            snapshot = await database_sync_to_async(services.dashboard_refresh)()
+            # The broker round trip (a second when no worker answers) on a thread of its own: on
+            # the one thread every socket's database calls share, it would hold them all up.
+            inspection = await sync_to_async(broker.recent_inspection, thread_sensitive=False)(
+                settings.MONITORING_LIVE_INTERVAL_S / 2)
+            snapshot = await database_sync_to_async(services.dashboard_refresh)(inspection=inspection)
             await self.send_json({"type": "snapshot", "snapshot": snapshot})
             return True
 

@@ -279,6 +279,7 @@ def dashboard_snapshot(*, inspection: broker.Inspection | None = None,
         "tiles": {
             "workers_online": len(inspection.workers) if inspection.reachable else None,
             "broker_error": inspection.error,
+            "workers_asked_at": datetime.fromtimestamp(inspection.asked_at, tz=dt_timezone.utc).isoformat(),
             "queues": depths.waiting if depths.reachable else None,
             "queued_total": sum(depths.waiting.values()) if depths.reachable else None,
             "running_jobs": running_job_count(),

@@ -114,11 +114,12 @@ def queue_depths_record() -> broker.QueueDepths:
     return depths
 
 
-def dashboard_refresh() -> dict:
+def dashboard_refresh(*, inspection: broker.Inspection) -> dict:
     """One live update of the dashboard: the rules evaluated (as the page does on each view), a
-    queue depth sample kept, and the snapshot the browser draws."""
+    queue depth sample kept, and the snapshot the browser draws, with the workers as
+    `inspection` found them."""
     evaluation = alerts_evaluate()
-    snapshot = selectors.dashboard_snapshot(depths=queue_depths_record())
+    snapshot = selectors.dashboard_snapshot(inspection=inspection, depths=queue_depths_record())
     snapshot["rules_unavailable"] = evaluation.unavailable
     return snapshot
 

@@ -9,6 +9,12 @@ from tests.factories import UserFactory
 from tests.training.fixtures import make_job
 
 
+@pytest.fixture(autouse=True)
+def no_shared_inspection(monkeypatch):
+    """Each test asks the broker itself: the process's shared inspection starts empty."""
+    monkeypatch.setattr(broker, "_latest", None)
+
+
 @pytest.fixture
 def staff(db):
     """Site staff without superuser rights: enough for monitoring."""

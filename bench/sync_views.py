@@ -1,0 +1,344 @@
+"""Heavy sync views on the production server: how long each takes, and whether /healthz stalls
+while one is in flight.
+
+Fixtures on the embedded default (SQLite + embedded Redis, a fresh data folder): a dataset with
+two ready versions of 100,000 rows (1% of rows changed, 1% moved to another split); a comparison
+of 8 models with 50,000 votes; a campaign of 5,000 items x 3 annotators on one single_label field.
+The server is uvicorn as `manage.py up` runs it (`workbench.server.uvicorn_argv`, one process, the
+embedded default's WEB_WORKERS), logged in through the login form as the project's owner.
+
+Per endpoint: one warm-up request, then /healthz polled every 10 ms with no heavy request (A),
+during each of 5 heavy requests one after another (B), and again with none (A): ABBA, the two A
+windows together as long as the B ones. Target: /healthz p99 during a heavy request <= 100 ms
+(no request may block the others); each request's own time (<= 500 ms) is reported.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import random
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+
+from bench.import_jsonl import ROOT, django_already_set_up, rerun_in_child
+
+ROWS = 100_000  # per dataset version
+MODELS, PROMPTS, VOTERS, VOTES = 8, 100, 18, 50_000  # 18 voters x 100 prompts x 28 model pairs >= 50,000
+ITEMS, ANNOTATORS = 5_000, 3
+REQUESTS = 5
+POLL_S = 0.010
+MIN_BASELINE_S = 1.0  # each A window at least this long, so its p99 is more than a handful of polls
+TARGET_HEALTHZ_P99_MS = 100.0
+TARGET_REQUEST_MS = 500.0
+PASSWORD = "bench-password-1"
+LABELS = ("positive", "negative", "neutral")
+SPLITS = ("train", "validation", "test")
+
+
+# --- fixtures ------------------------------------------------------------------------------------
+
+def _seed_diff(project, owner) -> dict[str, str]:
+    from django.urls import reverse
+
+    from apps.datasets.models import Dataset
+    from apps.datasets.writer import write_version
+
+    roles = {"id": "id", "prompt": "prompt", "response": "response", "label": "label"}
+
+    def split(i: int, moved: bool) -> str:  # 80/10/10; a moved row goes to the next one
+        return SPLITS[((i % 10 > 7) + (i % 10 > 8) + moved) % 3]
+
+    def records(version: int):
+        for i in range(ROWS):
+            changed = version == 2 and i % 100 == 0  # 1% of rows: same id, another response
+            yield {"id": f"r{i}", "prompt": f"Question {i} about topic {i % 97}",
+                   "response": f"Answer {i}" + (" (edited)" if changed else "."), "label": LABELS[i % 3]}
+
+    dataset = Dataset.objects.create(project=project, name="Questions", created_by=owner)
+    first = write_version(dataset=dataset, author=owner, roles=roles, records=records(1),
+                          splits=(split(i, False) for i in range(ROWS)))
+    # 1% of rows (i % 100 == 50, never a changed one) move to the next split.
+    write_version(dataset=dataset, author=owner, roles=roles, records=records(2), parent=first,
+                  splits=(split(i, i % 100 == 50) for i in range(ROWS)))
+    return {"dataset_diff_page": reverse("datasets:diff", kwargs={"project_id": project.pk,
+                                                                  "dataset_id": dataset.pk})}
+
+
+def _seed_comparison(project, owner) -> dict[str, str]:
+    from django.contrib.auth import get_user_model
+    from django.urls import reverse
+
+    from apps.comparison.models import Pair, Vote
+    from tests.comparison.factories import make_comparison
+
+    users = get_user_model().objects
+    comparison = make_comparison(project, owner, models=MODELS, prompts=[f"Prompt {i}" for i in range(PROMPTS)],
+                                 name="Eight models")
+    contestants = list(comparison.contestants.order_by("position"))
+    prompts = list(comparison.prompts.order_by("position"))
+    voters = users.bulk_create([users.model(username=f"bench-voter-{i:02}", password="!") for i in range(VOTERS)])
+    rng = random.Random(7)
+    # Every (voter, prompt, model pair) once, as the voting service serves them; bulk_create
+    # because 50,000 votes through the API would take minutes.
+    triples = itertools.islice(((v, p, a, b) for v in voters for p in prompts
+                                for a, b in itertools.combinations(contestants, 2)), VOTES)
+    pairs = Pair.objects.bulk_create([Pair(comparison=comparison, voter=v, prompt=p, first=a, second=b,
+                                           first_on_left=rng.random() < 0.5) for v, p, a, b in triples],
+                                     batch_size=5000)
+    votes = []
+    for n, pair in enumerate(pairs):
+        draw = rng.random()
+        if draw < 0.1:
+            choice, winner, loser = "tie", None, None
+        elif draw < 0.15:
+            choice, winner, loser = "both_bad", None, None
+        else:  # the later contestant wins more often: a spread of ratings
+            later = rng.random() < 0.5 + 0.05 * (pair.second.position - pair.first.position)
+            winner, loser = (pair.second, pair.first) if later else (pair.first, pair.second)
+            choice = "a" if (winner == pair.first) == pair.first_on_left else "b"
+        votes.append(Vote(pair=pair, comparison=comparison, voter_id=pair.voter_id, choice=choice, winner=winner,
+                          loser=loser, client_id=f"bench-{n}"))
+    Vote.objects.bulk_create(votes, batch_size=5000)
+    return {"comparison_leaderboard_api": reverse("api-comparison-leaderboard",
+                                                  kwargs={"comparison_id": comparison.pk}),
+            "comparison_leaderboard_page": reverse("comparison:leaderboard",
+                                                   kwargs={"project_id": project.pk, "comparison_id": comparison.pk}),
+            "project_leaderboard_api": reverse("api-project-leaderboard", kwargs={"project_id": project.pk})}
+
+
+def _seed_campaign(project, owner) -> dict[str, str]:
+    from django.contrib.auth import get_user_model
+    from django.urls import reverse
+
+    from apps.annotation.models import Annotation, Item
+    from apps.annotation.services import campaign_create, schema_create
+    from apps.datasets.models import Dataset
+    from apps.datasets.writer import write_version
+    from apps.projects.services import member_add
+
+    annotators = []
+    for n in range(ANNOTATORS):
+        annotators.append(get_user_model().objects.create_user(f"bench-annotator-{n}", password=None))
+        member_add(actor=owner, project=project, username=annotators[-1].username, role="annotator")
+    dataset = Dataset.objects.create(project=project, name="Reviews", created_by=owner)
+    version = write_version(dataset=dataset, author=owner, roles={"id": "id", "prompt": "prompt", "label": "label"},
+                            records=({"id": f"r{i}", "prompt": f"Review {i}: the parcel arrived",
+                                      "label": LABELS[i % 3]} for i in range(ITEMS)))
+    schema = schema_create(user=owner, project=project, name="Sentiment",
+                           fields=[{"name": "sentiment", "type": "single_label", "labels": list(LABELS)}])
+    campaign = campaign_create(user=owner, project=project, name="Sentiment 5k", dataset_version_id=version.pk,
+                               schema_id=schema.pk, overlap=ANNOTATORS)
+    rng = random.Random(11)
+    # Each annotator agrees with the row's label 80% of the time: real disagreements to count.
+    Annotation.objects.bulk_create(
+        [Annotation(item=item, annotator=person, schema=schema, client_id=uuid.UUID(int=rng.getrandbits(128)),
+                    values={"sentiment": LABELS[item.position % 3] if rng.random() < 0.8 else rng.choice(LABELS)},
+                    time_spent_ms=rng.randint(2_000, 20_000))
+         for item in campaign.items.order_by("position") for person in annotators], batch_size=5000)
+    Item.objects.filter(campaign=campaign).update(completed=ANNOTATORS)
+    return {"campaign_detail_page": reverse("annotation:detail", kwargs={"project_id": project.pk,
+                                                                        "campaign_id": campaign.pk}),
+            "campaign_quality_api": reverse("api-campaign-quality", kwargs={"campaign_id": campaign.pk})}
+
+
+def _seed() -> dict[str, str]:
+    from django.contrib.auth import get_user_model
+
+    from apps.projects.services import project_create
+
+    owner = get_user_model().objects.create_user("bench-owner", password=PASSWORD)
+    project = project_create(user=owner, name="Bench sync views")
+    urls = {}
+    for seed in (_seed_diff, _seed_comparison, _seed_campaign):
+        started = time.perf_counter()
+        urls.update(seed(project, owner))
+        print(f"  {seed.__name__[6:]}: seeded in {time.perf_counter() - started:.1f} s", flush=True)
+    return urls
+
+
+# --- the server ----------------------------------------------------------------------------------
+
+def _start_server(data_dir: str) -> tuple[subprocess.Popen, str]:
+    import requests
+
+    from bench.live_latency import free_port
+    from workbench.server import uvicorn_argv
+
+    port = free_port()
+    env = {**os.environ, "WORKBENCH_DATA_DIR": data_dir}
+    # Its own session (process group): stopped as a whole, whatever it started.
+    process = subprocess.Popen([sys.executable, *uvicorn_argv(host="127.0.0.1", port=port, workers=1)],
+                               cwd=ROOT, env=env, stdin=subprocess.DEVNULL, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"the server exited with {process.returncode}")
+        try:
+            if requests.get(f"{base}/healthz", timeout=2).status_code == 200:
+                return process, base
+        except requests.RequestException:
+            pass
+        time.sleep(0.2)
+    _stop_server(process)
+    raise RuntimeError("the server did not answer /healthz within 60 s")
+
+
+def _stop_server(process: subprocess.Popen) -> None:
+    for sig, wait_s in ((signal.SIGTERM, 15), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            process.wait(wait_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _login(base: str):
+    """A requests.Session logged in through the login form (CSRF token from the page), as a browser."""
+    import requests
+
+    session = requests.Session()
+    page = session.get(f"{base}/accounts/login/", timeout=30)
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text).group(1)
+    response = session.post(f"{base}/accounts/login/", data={"username": "bench-owner", "password": PASSWORD,
+                                                             "csrfmiddlewaretoken": token},
+                            headers={"Referer": f"{base}/accounts/login/"}, allow_redirects=False, timeout=30)
+    assert response.status_code == 302 and "sessionid" in session.cookies, response.status_code
+    return session
+
+
+# --- measuring -----------------------------------------------------------------------------------
+
+def _poll(url: str, stop: threading.Event, samples: list[tuple[float, float]]) -> None:
+    """GET /healthz every POLL_S (at once when one took longer) until `stop`: (started, ms)."""
+    import requests
+
+    with requests.Session() as session:  # keep-alive, like a load balancer's checks
+        next_at = time.perf_counter()
+        while not stop.is_set():
+            started = time.perf_counter()
+            assert session.get(url, timeout=120).status_code == 200
+            samples.append((started, (time.perf_counter() - started) * 1000))
+            next_at += POLL_S
+            time.sleep(max(next_at - time.perf_counter(), 0))
+
+
+def _polled(base: str, work) -> tuple[float, list[float]]:
+    """Runs `work()` with /healthz polled beside it: (work's ms, ms of the polls started during it)."""
+    stop, samples = threading.Event(), []
+    poller = threading.Thread(target=_poll, args=(f"{base}/healthz", stop, samples))
+    poller.start()
+    time.sleep(POLL_S)  # the poller's connection is open before the window starts
+    started = time.perf_counter()
+    work()
+    ended = time.perf_counter()
+    stop.set()
+    poller.join()
+    return (ended - started) * 1000, [ms for at, ms in samples if started <= at <= ended]
+
+
+def _measure(base: str, session, url: str) -> dict:
+    def heavy() -> None:
+        response = session.get(base + url, timeout=120)
+        assert response.status_code == 200, (url, response.status_code)
+
+    warm_ms, _ = _polled(base, heavy)
+    idle_s = max(MIN_BASELINE_S, REQUESTS * warm_ms / 1000 / 2)
+    _, before = _polled(base, lambda: time.sleep(idle_s))
+    requests_ms, during = [], []
+    for _ in range(REQUESTS):
+        took_ms, polls = _polled(base, heavy)
+        requests_ms.append(took_ms)
+        during += polls
+    _, after = _polled(base, lambda: time.sleep(idle_s))
+    return {"warmup_ms": warm_ms, "requests_ms": requests_ms, "during_ms": during, "baseline_ms": before + after}
+
+
+def _summary(name: str, url: str, measured: dict) -> dict:
+    from bench.report import percentile
+
+    during, baseline = measured["during_ms"], measured["baseline_ms"]
+    return {"endpoint": name, "url": url, "request_median_ms": statistics.median(measured["requests_ms"]),
+            "request_max_ms": max(measured["requests_ms"]), "requests_ms": measured["requests_ms"],
+            "warmup_ms": measured["warmup_ms"], "healthz_polls_during": len(during),
+            "healthz_p99_ms": percentile(during, 99), "healthz_max_ms": max(during),
+            "baseline_polls": len(baseline), "baseline_p99_ms": percentile(baseline, 99),
+            "baseline_max_ms": max(baseline)}
+
+
+def run() -> list[dict]:
+    if django_already_set_up():  # another benchmark set Django up in this process
+        return rerun_in_child("bench.sync_views", [f"sync_{name}" for name in ENDPOINTS])
+    data_dir = tempfile.mkdtemp(prefix="bench-sync-views-")
+    os.environ.update(WORKBENCH_DATA_DIR=data_dir, DJANGO_SETTINGS_MODULE="workbench.settings")
+    for key in ("DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL"):  # the embedded default
+        os.environ.pop(key, None)
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+    from django.db import connection
+
+    from bench.report import publish, result
+    from workbench.embedded import EmbeddedRedis
+
+    redis, server, summaries = EmbeddedRedis(data_dir), None, []
+    try:
+        redis.start()
+        call_command("migrate", verbosity=0)
+        started = time.perf_counter()
+        urls = _seed()
+        print(f"sync_views: fixtures in {time.perf_counter() - started:.1f} s", flush=True)
+        assert list(urls) == ENDPOINTS
+        connection.close()  # the server is the only one on the database now
+        server, base = _start_server(data_dir)
+        session = _login(base)
+        for name, url in urls.items():
+            summaries.append(_summary(name, url, _measure(base, session, url)))
+            s = summaries[-1]
+            print(f"  {name}: request median {s['request_median_ms']:.0f} ms, healthz p99 {s['healthz_p99_ms']:.0f} ms",
+                  flush=True)
+    finally:
+        if server is not None:
+            _stop_server(server)
+        redis.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+    print(f"\n{'endpoint':<30} {'request ms':>15} {'healthz during':>16} {'healthz idle':>14} {'ratio':>7}")
+    print(f"{'':<30} {'median / max':>15} {'p99 / max':>16} {'p99 / max':>14} {'p99':>7}")
+    for s in summaries:
+        print(f"{s['endpoint']:<30} {s['request_median_ms']:>7.0f} / {s['request_max_ms']:<5.0f} "
+              f"{s['healthz_p99_ms']:>8.0f} / {s['healthz_max_ms']:<5.0f} {s['baseline_p99_ms']:>6.1f} / "
+              f"{s['baseline_max_ms']:<5.1f} {s['healthz_p99_ms'] / s['baseline_p99_ms']:>7.1f}")
+    print()
+    fixtures = {"rows_per_version": ROWS, "models": MODELS, "votes": VOTES, "items": ITEMS, "annotators": ANNOTATORS,
+                "server": "uvicorn_argv(workers=1), SQLite + embedded Redis", "poll_interval_ms": POLL_S * 1000}
+    return publish([
+        result(name=f"sync_{s['endpoint']}", metric=f"p99 /healthz latency while GET {s['endpoint']} is in flight",
+               unit="ms", value=s["healthz_p99_ms"], baseline_what="p99 /healthz latency, nothing else in flight "
+               "(before and after, same run)", baseline_value=s["baseline_p99_ms"],
+               target=f"healthz p99 <= {TARGET_HEALTHZ_P99_MS:g} ms", passed=s["healthz_p99_ms"] <= TARGET_HEALTHZ_P99_MS,
+               extra={**s, "request_target_ms": TARGET_REQUEST_MS,
+                      "request_within_target": s["request_max_ms"] <= TARGET_REQUEST_MS, "fixtures": fixtures})
+        for s in summaries])
+
+
+ENDPOINTS = ["dataset_diff_page", "comparison_leaderboard_api", "comparison_leaderboard_page",
+             "project_leaderboard_api", "campaign_detail_page", "campaign_quality_api"]
+
+
+if __name__ == "__main__":
+    run()
