@@ -29,6 +29,9 @@ import threading
 import time
 import uuid
 
+from django.contrib.auth import get_user_model
+from django.urls import reverse
+
 from bench.import_jsonl import ROOT, django_already_set_up, rerun_in_child
 
 ROWS = 100_000  # per dataset version
@@ -36,19 +39,21 @@ MODELS, PROMPTS, VOTERS, VOTES = 8, 100, 18, 50_000  # 18 voters x 100 prompts x
 ITEMS, ANNOTATORS = 5_000, 3
 REQUESTS = 5
 POLL_S = 0.010
-MIN_BASELINE_S = 1.0  # each A window at least this long, so its p99 is more than a handful of polls
+# Each idle (A) window at least 1 s (more than a handful of polls), at most 10 s (a slow page
+# would otherwise double the run for no better p99: 10 s is ~700 polls).
+MIN_BASELINE_S, MAX_BASELINE_S = 1.0, 10.0
 TARGET_HEALTHZ_P99_MS = 100.0
 TARGET_REQUEST_MS = 500.0
 PASSWORD = "bench-password-1"
 LABELS = ("positive", "negative", "neutral")
+ENDPOINTS = ["dataset_diff_page", "comparison_leaderboard_api", "comparison_leaderboard_page",
+             "project_leaderboard_api", "campaign_detail_page", "campaign_quality_api"]
 SPLITS = ("train", "validation", "test")
 
 
 # --- fixtures ------------------------------------------------------------------------------------
 
 def _seed_diff(project, owner) -> dict[str, str]:
-    from django.urls import reverse
-
     from apps.datasets.models import Dataset
     from apps.datasets.writer import write_version
 
@@ -74,9 +79,6 @@ def _seed_diff(project, owner) -> dict[str, str]:
 
 
 def _seed_comparison(project, owner) -> dict[str, str]:
-    from django.contrib.auth import get_user_model
-    from django.urls import reverse
-
     from apps.comparison.models import Pair, Vote
     from tests.comparison.factories import make_comparison
 
@@ -95,13 +97,9 @@ def _seed_comparison(project, owner) -> dict[str, str]:
                                            first_on_left=rng.random() < 0.5) for v, p, a, b in triples],
                                      batch_size=5000)
     votes = []
-    for n, pair in enumerate(pairs):
-        draw = rng.random()
-        if draw < 0.1:
-            choice, winner, loser = "tie", None, None
-        elif draw < 0.15:
-            choice, winner, loser = "both_bad", None, None
-        else:  # the later contestant wins more often: a spread of ratings
+    for n, pair in enumerate(pairs):  # 10% ties, 5% both bad; the later model wins more often
+        choice, winner, loser = rng.choices(("tie", "both_bad", "win"), (10, 5, 85))[0], None, None
+        if choice == "win":
             later = rng.random() < 0.5 + 0.05 * (pair.second.position - pair.first.position)
             winner, loser = (pair.second, pair.first) if later else (pair.first, pair.second)
             choice = "a" if (winner == pair.first) == pair.first_on_left else "b"
@@ -116,9 +114,6 @@ def _seed_comparison(project, owner) -> dict[str, str]:
 
 
 def _seed_campaign(project, owner) -> dict[str, str]:
-    from django.contrib.auth import get_user_model
-    from django.urls import reverse
-
     from apps.annotation.models import Annotation, Item
     from apps.annotation.services import campaign_create, schema_create
     from apps.datasets.models import Dataset
@@ -151,18 +146,11 @@ def _seed_campaign(project, owner) -> dict[str, str]:
 
 
 def _seed() -> dict[str, str]:
-    from django.contrib.auth import get_user_model
-
     from apps.projects.services import project_create
 
     owner = get_user_model().objects.create_user("bench-owner", password=PASSWORD)
     project = project_create(user=owner, name="Bench sync views")
-    urls = {}
-    for seed in (_seed_diff, _seed_comparison, _seed_campaign):
-        started = time.perf_counter()
-        urls.update(seed(project, owner))
-        print(f"  {seed.__name__[6:]}: seeded in {time.perf_counter() - started:.1f} s", flush=True)
-    return urls
+    return {**_seed_diff(project, owner), **_seed_comparison(project, owner), **_seed_campaign(project, owner)}
 
 
 # --- the server ----------------------------------------------------------------------------------
@@ -175,7 +163,8 @@ def _start_server(data_dir: str) -> tuple[subprocess.Popen, str]:
 
     port = free_port()
     env = {**os.environ, "WORKBENCH_DATA_DIR": data_dir}
-    # Its own session (process group): stopped as a whole, whatever it started.
+    # One process, as `manage.py up` serves the embedded default (WEB_WORKERS); in its own session
+    # (process group), so that it is stopped as a whole.
     process = subprocess.Popen([sys.executable, *uvicorn_argv(host="127.0.0.1", port=port, workers=1)],
                                cwd=ROOT, env=env, stdin=subprocess.DEVNULL, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
@@ -194,16 +183,16 @@ def _start_server(data_dir: str) -> tuple[subprocess.Popen, str]:
 
 
 def _stop_server(process: subprocess.Popen) -> None:
-    for sig, wait_s in ((signal.SIGTERM, 15), (signal.SIGKILL, 5)):
+    """SIGTERM to its process group, SIGKILL if it is still there after 15 s."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(process.pid, sig)
+            process.wait(15)
+            return
         except ProcessLookupError:
             return
-        try:
-            process.wait(wait_s)
-            return
         except subprocess.TimeoutExpired:
-            continue
+            pass
 
 
 def _login(base: str):
@@ -251,32 +240,27 @@ def _polled(base: str, work) -> tuple[float, list[float]]:
 
 
 def _measure(base: str, session, url: str) -> dict:
+    from bench.report import percentile
+
     def heavy() -> None:
         response = session.get(base + url, timeout=120)
         assert response.status_code == 200, (url, response.status_code)
 
-    warm_ms, _ = _polled(base, heavy)
-    idle_s = max(MIN_BASELINE_S, REQUESTS * warm_ms / 1000 / 2)
-    _, before = _polled(base, lambda: time.sleep(idle_s))
-    requests_ms, during = [], []
+    load = os.getloadavg()[0]
+    warm_ms, _ = _polled(base, heavy)  # templates, imports, SQLite's page cache
+    # A then B then A: the two idle windows together last as long as the 5 requests should.
+    idle_s = min(max(MIN_BASELINE_S, REQUESTS * warm_ms / 1000 / 2), MAX_BASELINE_S)
+    _, idle = _polled(base, lambda: time.sleep(idle_s))
+    took, during = [], []
     for _ in range(REQUESTS):
-        took_ms, polls = _polled(base, heavy)
-        requests_ms.append(took_ms)
+        ms, polls = _polled(base, heavy)
+        took.append(ms)
         during += polls
-    _, after = _polled(base, lambda: time.sleep(idle_s))
-    return {"warmup_ms": warm_ms, "requests_ms": requests_ms, "during_ms": during, "baseline_ms": before + after}
-
-
-def _summary(name: str, url: str, measured: dict) -> dict:
-    from bench.report import percentile
-
-    during, baseline = measured["during_ms"], measured["baseline_ms"]
-    return {"endpoint": name, "url": url, "request_median_ms": statistics.median(measured["requests_ms"]),
-            "request_max_ms": max(measured["requests_ms"]), "requests_ms": measured["requests_ms"],
-            "warmup_ms": measured["warmup_ms"], "healthz_polls_during": len(during),
-            "healthz_p99_ms": percentile(during, 99), "healthz_max_ms": max(during),
-            "baseline_polls": len(baseline), "baseline_p99_ms": percentile(baseline, 99),
-            "baseline_max_ms": max(baseline)}
+    idle += _polled(base, lambda: time.sleep(idle_s))[1]
+    return {"url": url, "request_median_ms": statistics.median(took), "request_max_ms": max(took),
+            "requests_ms": took, "warmup_ms": warm_ms, "healthz_polls_during": len(during),
+            "healthz_p99_ms": percentile(during, 99), "healthz_max_ms": max(during), "baseline_polls": len(idle),
+            "baseline_p99_ms": percentile(idle, 99), "baseline_max_ms": max(idle), "load_average_1m": load}
 
 
 def run() -> list[dict]:
@@ -307,10 +291,8 @@ def run() -> list[dict]:
         server, base = _start_server(data_dir)
         session = _login(base)
         for name, url in urls.items():
-            summaries.append(_summary(name, url, _measure(base, session, url)))
-            s = summaries[-1]
-            print(f"  {name}: request median {s['request_median_ms']:.0f} ms, healthz p99 {s['healthz_p99_ms']:.0f} ms",
-                  flush=True)
+            summaries.append({"endpoint": name, **_measure(base, session, url)})
+            print(f"  {name}: measured", flush=True)
     finally:
         if server is not None:
             _stop_server(server)
@@ -334,10 +316,6 @@ def run() -> list[dict]:
                extra={**s, "request_target_ms": TARGET_REQUEST_MS,
                       "request_within_target": s["request_max_ms"] <= TARGET_REQUEST_MS, "fixtures": fixtures})
         for s in summaries])
-
-
-ENDPOINTS = ["dataset_diff_page", "comparison_leaderboard_api", "comparison_leaderboard_page",
-             "project_leaderboard_api", "campaign_detail_page", "campaign_quality_api"]
 
 
 if __name__ == "__main__":

@@ -2,8 +2,13 @@
 disagreements queue, and the resolved answer of each example (used by the exporter)."""
 
 
+import hashlib
+import json
 import statistics
 from collections import defaultdict
+
+from django.core.cache import cache
+from django.db.models import Count, Max
 
 from apps.annotation import agreement
 from apps.annotation.field_types import field_type
@@ -39,11 +44,34 @@ def field_units(fields: list[dict], grouped) -> dict[str, dict]:
     return units
 
 
+# Long enough for a day's dashboards to share; a change of any answer or gold makes a new key.
+QUALITY_CACHE_S = 24 * 3600
+
+
 def campaign_quality(campaign: Campaign) -> dict:
+    """Agreement per field and the annotator table. A pass over every answer, so it is kept in
+    the shared cache under what it is computed from (the answers' count, newest change and
+    highest id, the form, the gold answers): every open dashboard, reload and API call shares
+    one computation until an answer changes, at the cost of one aggregate query."""
+    gold = {pk: values for pk, values in Item.objects.filter(campaign=campaign, is_gold=True)
+            .order_by("pk").values_list("pk", "gold_values")}
+    stamp = Annotation.objects.filter(item__campaign=campaign).aggregate(
+        count=Count("pk"), newest=Max("updated_at"), top=Max("pk"))
+    # The campaign's creation time and the form's fields too: SQLite hands a deleted campaign's id out again.
+    source = json.dumps([str(campaign.created_at), campaign.schema.fields, stamp["count"], str(stamp["newest"]),
+                         stamp["top"], gold], sort_keys=True, default=str)
+    key = f"campaign-quality:{campaign.pk}:{hashlib.sha256(source.encode()).hexdigest()}"
+    numbers = cache.get(key)
+    if numbers is None:
+        numbers = _campaign_quality(campaign, gold)
+        cache.set(key, numbers, QUALITY_CACHE_S)
+    return numbers
+
+
+def _campaign_quality(campaign: Campaign, gold: dict) -> dict:
     fields = campaign.schema.fields
     grouped = answers_by_item(campaign)
     units = field_units(fields, grouped)
-    gold = {item.pk: item.gold_values for item in Item.objects.filter(campaign=campaign, is_gold=True)}
     per_field = []
     consensus_rates: dict = defaultdict(list)
     gold_scores: dict = defaultdict(lambda: {"correct": 0, "items": 0})

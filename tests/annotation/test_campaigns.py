@@ -602,3 +602,39 @@ def test_labels_past_the_single_keys_get_two_key_chords_and_a_form_too_big_to_ke
     index = len(LABEL_KEYS)
     assert refused.value.field == f"fields[{index // 16}].labels[{index % 16}]"
     assert f"at most {index} labels in all" in str(refused.value)
+
+
+def test_quality_is_computed_once_until_an_answer_or_the_gold_changes(
+        client, scientist, annotator, second_annotator, project, review_version):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from apps.annotation import quality
+    from apps.annotation.services import set_gold
+
+    client.force_login(scientist)
+    campaign = make_campaign(client, project, review_version, overlap=2, sample=1, seed=1)
+    for person, sentiment in ((annotator, "positive"), (second_annotator, "negative")):
+        client.force_login(person)
+        item = next_item(client, campaign).json()
+        assert submit(client, campaign, item["id"], answer(sentiment=sentiment)).status_code == 201
+    row = Campaign.objects.select_related("schema").get(pk=campaign["id"])
+    first = quality.campaign_quality(row)
+    assert first["fields"][0]["disagreements"] == 1
+    with CaptureQueriesContext(connection) as queries:  # a second dashboard: no pass over the answers
+        assert quality.campaign_quality(row) == first
+    assert len(queries) == 2 and not any("annotation_annotation\".\"values\"" in q["sql"] for q in queries)
+
+    client.force_login(second_annotator)
+    mine = Annotation.objects.get(annotator=second_annotator)
+    edited = client.patch(f"/api/annotations/{mine.pk}/",
+                          {"values": answer(sentiment="positive"), "revision": mine.revision},
+                          content_type="application/json")
+    assert edited.status_code == 200, edited.content
+    assert quality.campaign_quality(row)["fields"][0]["disagreements"] == 0  # the edit is counted at once
+
+    assert {p["gold_items"] for p in first["annotators"]} == {0}
+    set_gold(user=scientist, item=Item.objects.get(pk=mine.item_id), values=answer(sentiment="negative"))
+    anna = next(p for p in quality.campaign_quality(row)["annotators"] if p["annotator"] == annotator.username)
+    # Three fields scored on the gold example; her sentiment is the one wrong.
+    assert anna["gold_items"] == 3 and anna["gold_accuracy"] == pytest.approx(2 / 3)
