@@ -3,13 +3,15 @@ while one is in flight.
 
 Fixtures on the embedded default (SQLite + embedded Redis, a fresh data folder): a dataset with
 two ready versions of 100,000 rows (1% of rows changed, 1% moved to another split); a comparison
-of 8 models with 50,000 votes; a campaign of 5,000 items x 3 annotators on one single_label field.
+of 8 models with 50,000 votes; a campaign of 5,000 items x 3 annotators on one single_label field,
+whose two endpoints are measured twice: with one answer changed before each request (its cached
+quality numbers are recomputed, as while annotators work) and with nothing changed (cached).
 The server is uvicorn as `manage.py up` runs it (`workbench.server.uvicorn_argv`, one process, the
 embedded default's WEB_WORKERS), logged in through the login form as the project's owner.
 
 Per endpoint: one warm-up request, then /healthz polled every 10 ms with no heavy request (A),
-during each of 5 heavy requests one after another (B), and again with none (A): ABBA, the two A
-windows together as long as the B ones. Target: /healthz p99 during a heavy request <= 100 ms
+during each of 5 heavy requests one after another (B), and again with none (A): idle before and
+after, the two A windows together as long as the B ones (1-10 s each). Target: /healthz p99 during a heavy request <= 100 ms
 (no request may block the others); each request's own time (<= 500 ms) is reported.
 """
 
@@ -31,6 +33,7 @@ import uuid
 
 from django.contrib.auth import get_user_model
 from django.urls import reverse
+from django.utils import timezone
 
 from bench.import_jsonl import ROOT, django_already_set_up, rerun_in_child
 
@@ -47,7 +50,8 @@ TARGET_REQUEST_MS = 500.0
 PASSWORD = "bench-password-1"
 LABELS = ("positive", "negative", "neutral")
 ENDPOINTS = ["dataset_diff_page", "comparison_leaderboard_api", "comparison_leaderboard_page",
-             "project_leaderboard_api", "campaign_detail_page", "campaign_quality_api"]
+             "project_leaderboard_api", "campaign_detail_page", "campaign_quality_api",
+             "campaign_detail_page_cached", "campaign_quality_api_cached"]
 SPLITS = ("train", "validation", "test")
 
 
@@ -113,7 +117,7 @@ def _seed_comparison(project, owner) -> dict[str, str]:
             "project_leaderboard_api": reverse("api-project-leaderboard", kwargs={"project_id": project.pk})}
 
 
-def _seed_campaign(project, owner) -> dict[str, str]:
+def _seed_campaign(project, owner) -> dict:
     from apps.annotation.models import Annotation, Item
     from apps.annotation.services import campaign_create, schema_create
     from apps.datasets.models import Dataset
@@ -140,12 +144,20 @@ def _seed_campaign(project, owner) -> dict[str, str]:
                     time_spent_ms=rng.randint(2_000, 20_000))
          for item in campaign.items.order_by("position") for person in annotators], batch_size=5000)
     Item.objects.filter(campaign=campaign).update(completed=ANNOTATORS)
-    return {"campaign_detail_page": reverse("annotation:detail", kwargs={"project_id": project.pk,
-                                                                        "campaign_id": campaign.pk}),
-            "campaign_quality_api": reverse("api-campaign-quality", kwargs={"campaign_id": campaign.pk})}
+    touched = Annotation.objects.filter(item__campaign=campaign).order_by("pk")[:1].get()
+
+    def answer_changed() -> None:
+        """As after any submit or edit: the quality numbers' cache key changes, the next read computes."""
+        Annotation.objects.filter(pk=touched.pk).update(updated_at=timezone.now())
+
+    detail = reverse("annotation:detail", kwargs={"project_id": project.pk, "campaign_id": campaign.pk})
+    api = reverse("api-campaign-quality", kwargs={"campaign_id": campaign.pk})
+    # Quality is kept in the shared cache until an answer changes: both sides are measured.
+    return {"campaign_detail_page": (detail, answer_changed), "campaign_quality_api": (api, answer_changed),
+            "campaign_detail_page_cached": detail, "campaign_quality_api_cached": api}
 
 
-def _seed() -> dict[str, str]:
+def _seed() -> dict:  # name: url, or (url, what to do before each request)
     from apps.projects.services import project_create
 
     owner = get_user_model().objects.create_user("bench-owner", password=PASSWORD)
@@ -168,16 +180,14 @@ def _start_server(data_dir: str) -> tuple[subprocess.Popen, str]:
     process = subprocess.Popen([sys.executable, *uvicorn_argv(host="127.0.0.1", port=port, workers=1)],
                                cwd=ROOT, env=env, stdin=subprocess.DEVNULL, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+    for _ in range(300):  # 60 s
         if process.poll() is not None:
             raise RuntimeError(f"the server exited with {process.returncode}")
         try:
             if requests.get(f"{base}/healthz", timeout=2).status_code == 200:
                 return process, base
         except requests.RequestException:
-            pass
-        time.sleep(0.2)
+            time.sleep(0.2)
     _stop_server(process)
     raise RuntimeError("the server did not answer /healthz within 60 s")
 
@@ -239,7 +249,8 @@ def _polled(base: str, work) -> tuple[float, list[float]]:
     return (ended - started) * 1000, [ms for at, ms in samples if started <= at <= ended]
 
 
-def _measure(base: str, session, url: str) -> dict:
+def _measure(base: str, session, url: str, before=None) -> dict:
+    """`before()`, when given, runs ahead of each request, outside its window."""
     from bench.report import percentile
 
     def heavy() -> None:
@@ -247,19 +258,24 @@ def _measure(base: str, session, url: str) -> dict:
         assert response.status_code == 200, (url, response.status_code)
 
     load = os.getloadavg()[0]
+    if before:
+        before()
     warm_ms, _ = _polled(base, heavy)  # templates, imports, SQLite's page cache
-    # A then B then A: the two idle windows together last as long as the 5 requests should.
+    # Idle, heavy, idle: the two idle windows together last as long as the 5 requests should.
     idle_s = min(max(MIN_BASELINE_S, REQUESTS * warm_ms / 1000 / 2), MAX_BASELINE_S)
     _, idle = _polled(base, lambda: time.sleep(idle_s))
     took, during = [], []
     for _ in range(REQUESTS):
+        if before:
+            before()
         ms, polls = _polled(base, heavy)
         took.append(ms)
         during += polls
     idle += _polled(base, lambda: time.sleep(idle_s))[1]
-    return {"url": url, "request_median_ms": statistics.median(took), "request_max_ms": max(took),
-            "requests_ms": took, "warmup_ms": warm_ms, "healthz_polls_during": len(during),
-            "healthz_p99_ms": percentile(during, 99), "healthz_max_ms": max(during), "baseline_polls": len(idle),
+    return {"url": url, "before_each": before.__name__ if before else None,
+            "request_median_ms": statistics.median(took), "request_max_ms": max(took), "requests_ms": took,
+            "warmup_ms": warm_ms, "healthz_polls_during": len(during), "healthz_p99_ms": percentile(during, 99),
+            "healthz_max_ms": max(during), "baseline_polls": len(idle),
             "baseline_p99_ms": percentile(idle, 99), "baseline_max_ms": max(idle), "load_average_1m": load}
 
 
@@ -287,11 +303,12 @@ def run() -> list[dict]:
         urls = _seed()
         print(f"sync_views: fixtures in {time.perf_counter() - started:.1f} s", flush=True)
         assert list(urls) == ENDPOINTS
-        connection.close()  # the server is the only one on the database now
+        connection.close()  # reopened only to change an answer, between requests
         server, base = _start_server(data_dir)
         session = _login(base)
-        for name, url in urls.items():
-            summaries.append({"endpoint": name, **_measure(base, session, url)})
+        for name, spec in urls.items():
+            url, before = spec if isinstance(spec, tuple) else (spec, None)
+            summaries.append({"endpoint": name, **_measure(base, session, url, before)})
             print(f"  {name}: measured", flush=True)
     finally:
         if server is not None:
@@ -308,11 +325,12 @@ def run() -> list[dict]:
     print()
     fixtures = {"rows_per_version": ROWS, "models": MODELS, "votes": VOTES, "items": ITEMS, "annotators": ANNOTATORS,
                 "server": "uvicorn_argv(workers=1), SQLite + embedded Redis", "poll_interval_ms": POLL_S * 1000}
+    target = TARGET_HEALTHZ_P99_MS
     return publish([
         result(name=f"sync_{s['endpoint']}", metric=f"p99 /healthz latency while GET {s['endpoint']} is in flight",
                unit="ms", value=s["healthz_p99_ms"], baseline_what="p99 /healthz latency, nothing else in flight "
                "(before and after, same run)", baseline_value=s["baseline_p99_ms"],
-               target=f"healthz p99 <= {TARGET_HEALTHZ_P99_MS:g} ms", passed=s["healthz_p99_ms"] <= TARGET_HEALTHZ_P99_MS,
+               target=f"healthz p99 <= {target:g} ms", passed=s["healthz_p99_ms"] <= target,
                extra={**s, "request_target_ms": TARGET_REQUEST_MS,
                       "request_within_target": s["request_max_ms"] <= TARGET_REQUEST_MS, "fixtures": fixtures})
         for s in summaries])
