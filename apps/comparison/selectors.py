@@ -1,5 +1,7 @@
 """Reads about comparisons: the grid, per-model summaries, leaderboards."""
 
+from django.db.models import Count
+
 from apps.comparison.models import Comparison, Contestant, Output, Vote
 from apps.core.rendering import render_markdown
 from apps.projects.models import Project
@@ -66,36 +68,39 @@ def model_summaries(comparison: Comparison) -> list[dict]:
 
 
 def comparison_leaderboard(comparison: Comparison) -> dict:
-    votes = comparison.votes.values_list("pair__first__model_id", "pair__second__model_id", "winner__model_id",
-                                         "choice")
     models = [c.model for c in contestants(comparison)]
-    return _leaderboard(models, votes)
+    return _leaderboard(models, _vote_kinds(comparison.votes.all()))
 
 
 def project_leaderboard(project: Project) -> dict:
     """Every vote of every comparison of the project, by model: a model met in several
     comparisons is one line."""
-    votes = Vote.objects.filter(comparison__project=project).values_list(
-        "pair__first__model_id", "pair__second__model_id", "winner__model_id", "choice")
-    votes = list(votes)
-    ids = sorted({v[0] for v in votes} | {v[1] for v in votes})
+    kinds = _vote_kinds(Vote.objects.filter(comparison__project=project))
+    ids = sorted({k[0] for k in kinds} | {k[1] for k in kinds})
     models = list(RegisteredModel.all_objects.filter(pk__in=ids).order_by("name", "id"))
-    return _leaderboard(models, votes)
+    return _leaderboard(models, kinds)
 
 
-def _leaderboard(models: list[RegisteredModel], votes) -> dict:
+def _vote_kinds(votes) -> list[tuple]:
+    """(first model, second model, winner model, choice, votes) for each kind of vote: the
+    database counts them, so the leaderboard's cost follows the models, not the votes."""
+    return list(votes.order_by().values_list("pair__first__model_id", "pair__second__model_id", "winner__model_id",
+                                             "choice").annotate(votes=Count("pk")))
+
+
+def _leaderboard(models: list[RegisteredModel], kinds: list[tuple]) -> dict:
     from workers.comparison import Outcome, leaderboard
 
     index = {m.pk: i for i, m in enumerate(models)}
     outcomes = []
-    for first, second, winner, choice in votes:
+    for first, second, winner, choice, count in kinds:
         if first not in index or second not in index:
             continue
         if choice in ("a", "b"):
             result = "a" if winner == first else "b"
         else:
             result = choice
-        outcomes.append(Outcome(index[first], index[second], result))
+        outcomes.append(Outcome(index[first], index[second], result, count))
     board = leaderboard(len(models), outcomes, rounds=BOOTSTRAP_ROUNDS, seed=BOOTSTRAP_SEED)
     return {
         "total_votes": board.total_votes,

@@ -119,3 +119,11 @@ def test_a_leaderboard_without_votes_has_no_ratings():
     board = leaderboard(2, [], rounds=10)
     assert [s.rating for s in board.standings] == [None, None]
     assert [s.win_rate for s in board.standings] == [None, None]
+
+
+def test_counted_outcomes_are_the_same_leaderboard_as_one_outcome_a_vote():
+    one_by_one = [Outcome(0, 1, "a")] * 5 + [Outcome(0, 1, "b")] * 2 + [Outcome(1, 2, "tie")] * 3 + [
+        Outcome(2, 0, "both_bad")] * 4
+    counted = [Outcome(0, 1, "a", 5), Outcome(0, 1, "b", 2), Outcome(1, 2, "tie", 3), Outcome(2, 0, "both_bad", 4)]
+    assert leaderboard(3, counted, rounds=50, seed=2) == leaderboard(3, one_by_one, rounds=50, seed=2)
+    assert leaderboard(3, counted, rounds=50, seed=2).total_votes == 14

@@ -2,7 +2,8 @@
 strengths (Hunter's MM algorithm) and seeded bootstrap confidence intervals.
 
 Plain Python and numpy (imported when used), no Django. A vote is an `Outcome(a, b, result)` between models named
-by index; `result` is "a" (a won), "b" (b won), "tie" or "both_bad".
+by index; `result` is "a" (a won), "b" (b won), "tie" or "both_bad"; `count` votes alike (the
+database groups them, so a leaderboard costs the kinds of vote, not the votes).
 
 How ties count: a tie is half a win for each side (the usual Bradley–Terry treatment of
 ties, as in Chatbot Arena). "Both bad" says the two are equally bad, which is a tie as far as
@@ -35,6 +36,7 @@ class Outcome:
     a: int
     b: int
     result: str
+    count: int = 1  # this many votes with this pair and result
 
 
 def win_counts(n: int, outcomes: Sequence[Outcome]) -> list[list[float]]:
@@ -44,12 +46,12 @@ def win_counts(n: int, outcomes: Sequence[Outcome]) -> list[list[float]]:
         if o.a == o.b:
             continue
         if o.result == "a":
-            wins[o.a][o.b] += 1
+            wins[o.a][o.b] += o.count
         elif o.result == "b":
-            wins[o.b][o.a] += 1
+            wins[o.b][o.a] += o.count
         elif o.result in ("tie", "both_bad"):
-            wins[o.a][o.b] += 0.5
-            wins[o.b][o.a] += 0.5
+            wins[o.a][o.b] += 0.5 * o.count
+            wins[o.b][o.a] += 0.5 * o.count
         else:
             raise ValueError(f"unknown vote result {o.result!r}")
     return wins
@@ -124,7 +126,7 @@ def bootstrap_ratings(n: int, outcomes: Sequence[Outcome], *, rounds: int = 200,
     for o in outcomes:
         if o.a != o.b:
             key = (o.a, o.b, {"a": 1.0, "b": 0.0}.get(o.result, 0.5))  # a's share of the win
-            kinds[key] = kinds.get(key, 0) + 1
+            kinds[key] = kinds.get(key, 0) + o.count
     a = np.array([k[0] for k in kinds], dtype=int)
     b = np.array([k[1] for k in kinds], dtype=int)
     credit = np.array([k[2] for k in kinds])
@@ -185,23 +187,23 @@ def leaderboard(n: int, outcomes: Sequence[Outcome], *, rounds: int = 200, seed:
     for o in outcomes:
         if o.a == o.b:
             continue
-        games[o.a][o.b] += 1
-        games[o.b][o.a] += 1
+        games[o.a][o.b] += o.count
+        games[o.b][o.a] += o.count
         first, second = standings[o.a], standings[o.b]
-        first.votes += 1
-        second.votes += 1
+        first.votes += o.count
+        second.votes += o.count
         if o.result == "a":
-            first.wins += 1
-            second.losses += 1
+            first.wins += o.count
+            second.losses += o.count
         elif o.result == "b":
-            second.wins += 1
-            first.losses += 1
+            second.wins += o.count
+            first.losses += o.count
         elif o.result == "tie":
-            first.ties += 1
-            second.ties += 1
+            first.ties += o.count
+            second.ties += o.count
         else:
-            first.both_bad += 1
-            second.both_bad += 1
+            first.both_bad += o.count
+            second.both_bad += o.count
     for s in standings:
         if s.votes:
             s.win_rate = (s.wins + (s.ties + s.both_bad) / 2) / s.votes
@@ -211,4 +213,4 @@ def leaderboard(n: int, outcomes: Sequence[Outcome], *, rounds: int = 200, seed:
     ordered = sorted(standings, key=lambda s: (s.rating is None, -(s.rating or 0.0), s.index))
     for rank, s in enumerate(ordered, start=1):
         s.rank = rank
-    return Leaderboard(standings=ordered, win_matrix=matrix, games=games, total_votes=len(outcomes))
+    return Leaderboard(standings=ordered, win_matrix=matrix, games=games, total_votes=sum(o.count for o in outcomes))
