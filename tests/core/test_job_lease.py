@@ -73,7 +73,9 @@ KINDS = {
 
 @pytest.fixture(params=sorted(KINDS))
 def kind(request, settings):
-    settings.TRAINING_HEARTBEAT_S, settings.TRAINING_HEARTBEAT_STALE_S, settings.TRAINING_MAX_RUNS = 0.1, 1.0, 3
+    # A heartbeat every 0.1 s against a 2 s stale limit: a loaded CI machine (2 cores, the suite's
+    # own workers) can pause the heartbeat thread for a second without the worker seeming dead.
+    settings.TRAINING_HEARTBEAT_S, settings.TRAINING_HEARTBEAT_STALE_S, settings.TRAINING_MAX_RUNS = 0.1, 2.0, 3
     return KINDS[request.param]
 
 
@@ -96,10 +98,8 @@ def test_a_job_whose_worker_died_is_taken_over_once_its_heartbeat_is_stale(kind,
     model, make = kind
     job = make(project, owner, "queued")
     claim(model, job.pk, worker="a@host")  # and then a@host dies: no heartbeat
-    started = time.monotonic()
-    taken = claim(model, job.pk, worker="b@host")
+    taken = claim(model, job.pk, worker="b@host")  # waits out the stale limit (the test's timeout bounds it)
     assert (taken.state, taken.runs, taken.worker) == ("running", 2, "b@host")
-    assert time.monotonic() - started < 10
 
 
 def test_a_job_lost_too_often_fails_with_the_reason_instead_of_looping(kind, project, owner):
