@@ -57,9 +57,7 @@ class CampaignProgressConsumer(PolicyConsumer):
 
     async def _send_progress(self) -> None:
         self.counted_at = time.monotonic()
-        # Read-only, and for a reviewer a pass over every answer when the cache misses: on a thread
-        # of its own, not the one every socket's database calls share.
-        message = await database_sync_to_async(self._message, thread_sensitive=False)()
+        message = await database_sync_to_async(self._message)()
         await self.send_json(message)
 
     def _message(self) -> dict:

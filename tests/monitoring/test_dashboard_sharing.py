@@ -1,6 +1,6 @@
 """Open dashboards share the broker: one inspection of the workers serves every live dashboard
-of a web process, and it runs off the thread that every socket's database calls share (no
-worker answers here, so the real ping waits its full second)."""
+of a web process, and it runs off the thread that every socket's database calls share (the real ping
+waits its full second for late answers, whoever answers)."""
 
 import asyncio
 
@@ -27,7 +27,8 @@ def test_two_open_dashboards_share_one_inspection_of_the_workers(staff, site_adm
         first = await connected(staff_headers)
         second = await connected(admin_headers)
         one, other = await next_snapshot(first), await next_snapshot(second)
-        assert one["tiles"]["workers_online"] == 0 == other["tiles"]["workers_online"]
+        # (the suite's own Celery workers may answer too: only sameness is asserted)
+        assert one["tiles"]["workers_online"] == other["tiles"]["workers_online"] is not None
         assert one["tiles"]["workers_asked_at"] == other["tiles"]["workers_asked_at"]
         await first.disconnect()
         await second.disconnect()
@@ -50,7 +51,7 @@ def test_other_sockets_reach_the_database_while_a_dashboard_waits_on_the_broker(
         inspected_before = await database_sync_to_async(lambda: broker._latest is not None)()
         assert not inspected_before
         snapshot = await next_snapshot(socket)
-        assert snapshot["tiles"]["workers_online"] == 0 and broker._latest is not None
+        assert snapshot["tiles"]["workers_online"] is not None and broker._latest is not None
         await socket.disconnect()
 
     run(scenario)
