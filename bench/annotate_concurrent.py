@@ -61,9 +61,7 @@ start migrates for about a minute, in parallel with our seeding), 4 without.
 
 import os
 import shutil
-import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -71,13 +69,13 @@ import uuid
 
 from bench.import_jsonl import (
     PG_URL,
-    ROOT,
     admin_execute,
     clear_redis,
     django_already_set_up,
     rerun_in_child,
     tear_down,
 )
+from bench.server import free_port, start_web, stop_web
 
 SMALL_ITEMS = 10_000
 LARGE_ITEMS = int(os.environ.get("BENCH_ANNOTATE_ROWS", "1000000"))
@@ -200,55 +198,20 @@ def _seed_small() -> dict:
 
 # --- the server ----------------------------------------------------------------------------------
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _start_server(database: str, data_dir: str) -> tuple[subprocess.Popen, str]:
-    import requests
-
-    port = _free_port()
     env = {**os.environ, "DATABASE_URL": f"{PG_URL}/{database}", "REDIS_URL": REDIS_URL,
            "WORKBENCH_DATA_DIR": data_dir, "TOKEN_RATE_LIMIT": "1000000/min", "USER_RATE_LIMIT": "1000000/min",
            "DB_POOL": "1"}  # the server as deployed
     if _web_workers() > 1:  # as manage.py up runs them: request metrics shared through files
         env["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="prometheus-", dir=data_dir)
     env.pop("DJANGO_SETTINGS_MODULE", None)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "workbench.asgi:application", "--host", "127.0.0.1", "--port", str(port),
-         "--lifespan", "off", "--ws", "websockets-sansio", "--no-server-header", "--log-level", "warning",
-         "--workers", str(_web_workers())],
-        cwd=ROOT, env=env, stdin=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"the server for {database} exited with {process.returncode}")
-        try:
-            if requests.get(f"{url}/healthz", timeout=2).status_code == 200:
-                return process, url
-        except requests.RequestException:
-            pass
-        time.sleep(0.2)
-    process.terminate()
-    raise RuntimeError(f"the server for {database} did not answer /healthz within 60 s")
+    return start_web(env, workers=_web_workers())
 
 
 def _web_workers() -> int:
     from django.conf import settings
 
     return WEB_WORKERS or settings.WEB_WORKERS
-
-
-def _stop_server(process: subprocess.Popen) -> None:
-    process.terminate()
-    try:
-        process.wait(10)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(5)
 
 
 # --- the load ------------------------------------------------------------------------------------
@@ -448,7 +411,7 @@ def _label_studio() -> str | None:
 def _launch_label_studio(executable: str, data_dir: str) -> tuple[subprocess.Popen, str, float, str]:
     """`label-studio start` (its own server, as its docs start it) on a fresh PostgreSQL database."""
     admin_execute(f'DROP DATABASE IF EXISTS "{LS_DB}" WITH (FORCE)', f'CREATE DATABASE "{LS_DB}"')
-    port = _free_port()
+    port = free_port()
     credentials, _, host_port = PG_URL.split("//", 1)[1].rpartition("@")
     user, _, password = (credentials or "postgres").partition(":")
     host, _, pg_port = host_port.partition(":")
@@ -621,7 +584,7 @@ def run() -> list[dict]:
         _drive(paced, PHASE_S, record=True, think_s=THINK_S)
         print(f"  paced (think {THINK_S:g} s) large: {paced.annotations} annotations", flush=True)
         for server in servers:
-            _stop_server(server)
+            stop_web(server)
         servers.clear()
         sides["large"].submitted_items += paced.submitted_items  # both phases' answers are in that database
         checks = {"small": _check(SMALL_DB, seeded["small_campaign"], sides["small"]),
@@ -633,7 +596,7 @@ def run() -> list[dict]:
         connection.close()
     finally:
         for server in servers:
-            _stop_server(server)
+            stop_web(server)
         if label_studio is not None:
             _stop_label_studio(label_studio[0])
         tear_down(LARGE_DB, SMALL_DB, LS_DB, data_dir=data_dir, clear=lambda: clear_redis(REDIS_URL))

@@ -25,13 +25,13 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 
 from bench.import_jsonl import PG_URL, ROOT, admin_execute, django_already_set_up, rerun_in_child, tear_down
+from bench.server import start_web, stop_web
 
 REDIS_URL = os.environ.get("BENCH_LIVE_REDIS_URL", "redis://127.0.0.1:6379/5")
 DATABASE = "bench_live_latency"
@@ -68,33 +68,10 @@ def child_env(database: str, data_dir: str) -> dict:
     return env
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def start_server(database: str, data_dir: str) -> tuple[subprocess.Popen, str]:
-    """uvicorn as `manage.py up` starts it; returns (process, "127.0.0.1:port") once /healthz is 200."""
-    import requests
-
-    port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "workbench.asgi:application", "--host", "127.0.0.1", "--port", str(port),
-         "--lifespan", "off", "--ws", "websockets-sansio", "--no-server-header", "--log-level", "warning"],
-        cwd=ROOT, env=child_env(database, data_dir), stdin=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"the server exited with {process.returncode}")
-        try:
-            if requests.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200:
-                return process, f"127.0.0.1:{port}"
-        except requests.RequestException:
-            pass
-        time.sleep(0.2)
-    stop_process(process)
-    raise RuntimeError("the server did not answer /healthz within 60 s")
+    """uvicorn as `manage.py up` starts it (one process); returns (process, "127.0.0.1:port") once /healthz is 200."""
+    process, base = start_web(child_env(database, data_dir))
+    return process, base.removeprefix("http://")
 
 
 def stop_process(process: subprocess.Popen) -> None:
@@ -297,7 +274,7 @@ def run() -> list[dict]:
             publisher.stdin.close()
             stop_process(publisher)
         if server is not None:
-            stop_process(server)
+            stop_web(server)
         tear_down(DATABASE, data_dir=data_dir, clear=clear_redis)
 
     many, one = measured["many_ms"], measured["one_ms"]

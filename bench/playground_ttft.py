@@ -106,7 +106,8 @@ def run() -> list[dict]:
     names = ["playground_ttft_p50", "playground_ttft_p99"]
     if django_already_set_up():
         return rerun_in_child("bench.playground_ttft", names)
-    from bench.live_latency import ORIGIN, clear_redis, setup_django, start_server, stop_process
+    from bench.live_latency import ORIGIN, clear_redis, setup_django, start_server
+    from bench.server import stop_web
 
     data_dir = tempfile.mkdtemp(prefix="bench-ttft-")
     server = worker = None
@@ -159,7 +160,7 @@ def run() -> list[dict]:
     finally:
         for process in (worker, server):
             if process is not None:
-                stop_process(process)
+                stop_web(process)  # each in its own process group
         tear_down(DATABASE, data_dir=data_dir, clear=clear_redis)
 
     stack_ms = [r["ttft_s"] * 1000 for r in measured["stack"]]

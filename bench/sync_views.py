@@ -22,10 +22,8 @@ import os
 import random
 import re
 import shutil
-import signal
 import statistics
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -35,7 +33,8 @@ from django.contrib.auth import get_user_model
 from django.urls import reverse
 from django.utils import timezone
 
-from bench.import_jsonl import ROOT, django_already_set_up, rerun_in_child
+from bench.import_jsonl import django_already_set_up, rerun_in_child
+from bench.server import start_web, stop_web
 
 ROWS = 100_000  # per dataset version
 MODELS, PROMPTS, VOTERS, VOTES = 8, 100, 18, 50_000  # 18 voters x 100 prompts x 28 model pairs >= 50,000
@@ -168,41 +167,8 @@ def _seed() -> dict:  # name: url, or (url, what to do before each request)
 # --- the server ----------------------------------------------------------------------------------
 
 def _start_server(data_dir: str) -> tuple[subprocess.Popen, str]:
-    import requests
-
-    from bench.live_latency import free_port
-    from workbench.server import uvicorn_argv
-
-    port = free_port()
-    env = {**os.environ, "WORKBENCH_DATA_DIR": data_dir}
-    # One process, as `manage.py up` serves the embedded default (WEB_WORKERS); in its own session
-    # (process group), so that it is stopped as a whole.
-    process = subprocess.Popen([sys.executable, *uvicorn_argv(host="127.0.0.1", port=port, workers=1)],
-                               cwd=ROOT, env=env, stdin=subprocess.DEVNULL, start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
-    for _ in range(300):  # 60 s
-        if process.poll() is not None:
-            raise RuntimeError(f"the server exited with {process.returncode}")
-        try:
-            if requests.get(f"{base}/healthz", timeout=2).status_code == 200:
-                return process, base
-        except requests.RequestException:
-            time.sleep(0.2)
-    _stop_server(process)
-    raise RuntimeError("the server did not answer /healthz within 60 s")
-
-
-def _stop_server(process: subprocess.Popen) -> None:
-    """SIGTERM to its process group, SIGKILL if it is still there after 15 s."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(process.pid, sig)
-            process.wait(15)
-            return
-        except ProcessLookupError:
-            return
-        except subprocess.TimeoutExpired:
-            pass
+    # One process, as `manage.py up` serves the embedded default (WEB_WORKERS).
+    return start_web({**os.environ, "WORKBENCH_DATA_DIR": data_dir}, workers=1)
 
 
 def _login(base: str):
@@ -312,7 +278,7 @@ def run() -> list[dict]:
             print(f"  {name}: measured", flush=True)
     finally:
         if server is not None:
-            _stop_server(server)
+            stop_web(server)
         redis.stop()
         shutil.rmtree(data_dir, ignore_errors=True)
 
