@@ -3,9 +3,10 @@ while one is in flight.
 
 Fixtures on the embedded default (SQLite + embedded Redis, a fresh data folder): a dataset with
 two ready versions of 100,000 rows (1% of rows changed, 1% moved to another split); a comparison
-of 8 models with 50,000 votes; a campaign of 5,000 items x 3 annotators on one single_label field,
-whose two endpoints are measured twice: with one answer changed before each request (its cached
-quality numbers are recomputed, as while annotators work) and with nothing changed (cached).
+of 8 models with 50,000 votes; a campaign of 5,000 items x 3 annotators on one single_label field.
+The leaderboards and the campaign's numbers are memoized on their inputs, so their endpoints are
+measured twice: with one vote or answer changed before each request (recomputed, as while people
+vote or annotate) and with nothing changed (`_cached`).
 The server is uvicorn as `manage.py up` runs it (`workbench.server.uvicorn_argv`, one process, the
 embedded default's WEB_WORKERS), logged in through the login form as the project's owner.
 
@@ -49,7 +50,8 @@ TARGET_REQUEST_MS = 500.0
 PASSWORD = "bench-password-1"
 LABELS = ("positive", "negative", "neutral")
 ENDPOINTS = ["dataset_diff_page", "comparison_leaderboard_api", "comparison_leaderboard_page",
-             "project_leaderboard_api", "campaign_detail_page", "campaign_quality_api",
+             "project_leaderboard_api", "comparison_leaderboard_api_cached", "comparison_leaderboard_page_cached",
+             "project_leaderboard_api_cached", "campaign_detail_page", "campaign_quality_api",
              "campaign_detail_page_cached", "campaign_quality_api_cached"]
 SPLITS = ("train", "validation", "test")
 
@@ -109,11 +111,20 @@ def _seed_comparison(project, owner) -> dict[str, str]:
         votes.append(Vote(pair=pair, comparison=comparison, voter_id=pair.voter_id, choice=choice, winner=winner,
                           loser=loser, client_id=f"bench-{n}"))
     Vote.objects.bulk_create(votes, batch_size=5000)
-    return {"comparison_leaderboard_api": reverse("api-comparison-leaderboard",
+    ties = iter(Vote.objects.filter(comparison=comparison, choice="tie").order_by("pk").values_list("pk", flat=True))
+
+    def vote_changed() -> None:
+        """As after a vote: one more tie becomes both-bad, a count never seen before, so the next read refits."""
+        Vote.objects.filter(pk=next(ties)).update(choice="both_bad")
+
+    urls = {"comparison_leaderboard_api": reverse("api-comparison-leaderboard",
                                                   kwargs={"comparison_id": comparison.pk}),
             "comparison_leaderboard_page": reverse("comparison:leaderboard",
                                                    kwargs={"project_id": project.pk, "comparison_id": comparison.pk}),
             "project_leaderboard_api": reverse("api-project-leaderboard", kwargs={"project_id": project.pk})}
+    # The board is memoized on the votes: both sides are measured, as for the campaign below.
+    return {**{name: (url, vote_changed) for name, url in urls.items()},
+            **{f"{name}_cached": url for name, url in urls.items()}}
 
 
 def _seed_campaign(project, owner) -> dict:

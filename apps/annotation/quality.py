@@ -2,19 +2,17 @@
 disagreements queue, and the resolved answer of each example (used by the exporter)."""
 
 
-import hashlib
-import json
 import statistics
 from collections import defaultdict
 from datetime import datetime
 from typing import NamedTuple
 
-from django.core.cache import cache
 from django.db.models import Count, Max
 
 from apps.annotation import agreement
 from apps.annotation.field_types import field_type
 from apps.annotation.models import Annotation, Campaign, Item
+from apps.core.memo import memoized
 
 
 def hashable(value):
@@ -66,28 +64,18 @@ def field_units(fields: list[dict], grouped: dict[int, list[Answer]]) -> dict[st
     return units
 
 
-# Long enough for a day's dashboards to share; a change of any answer or gold makes a new key.
-QUALITY_CACHE_S = 24 * 3600
-
-
 def campaign_quality(campaign: Campaign) -> dict:
-    """Agreement per field and the annotator table. A pass over every answer, so it is kept in
-    the shared cache under what it is computed from (the answers' count, newest change and
-    highest id, the form, the gold answers): every open dashboard, reload and API call shares
-    one computation until an answer changes, at the cost of one aggregate query."""
+    """Agreement per field and the annotator table. A pass over every answer, so it is memoized
+    on what it is computed from (the answers' count, newest change and highest id, the form, the
+    gold answers): every open dashboard, reload and API call shares one computation until an
+    answer changes, at the cost of one aggregate query."""
     gold = {pk: values for pk, values in Item.objects.filter(campaign=campaign, is_gold=True)
             .order_by("pk").values_list("pk", "gold_values")}
     stamp = Annotation.objects.filter(item__campaign=campaign).aggregate(
         count=Count("pk"), newest=Max("updated_at"), top=Max("pk"))
-    # The campaign's creation time and the form's fields too: SQLite hands a deleted campaign's id out again.
-    source = json.dumps([str(campaign.created_at), campaign.schema.fields, stamp["count"], str(stamp["newest"]),
-                         stamp["top"], gold], sort_keys=True, default=str)
-    key = f"campaign-quality:{campaign.pk}:{hashlib.sha256(source.encode()).hexdigest()}"
-    numbers = cache.get(key)
-    if numbers is None:
-        numbers = _campaign_quality(campaign, gold)
-        cache.set(key, numbers, QUALITY_CACHE_S)
-    return numbers
+    # The campaign's creation time too: SQLite hands a deleted campaign's id out again.
+    inputs = [campaign.pk, campaign.created_at, campaign.schema.fields, stamp, gold]
+    return memoized("campaign-quality", inputs, lambda: _campaign_quality(campaign, gold))
 
 
 def _campaign_quality(campaign: Campaign, gold: dict) -> dict:

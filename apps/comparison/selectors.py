@@ -1,8 +1,11 @@
 """Reads about comparisons: the grid, per-model summaries, leaderboards."""
 
+from dataclasses import astuple
+
 from django.db.models import Count
 
 from apps.comparison.models import Comparison, Contestant, Output, Vote
+from apps.core.memo import memoized
 from apps.core.rendering import render_markdown
 from apps.projects.models import Project
 from apps.registry.models import RegisteredModel
@@ -101,7 +104,9 @@ def _leaderboard(models: list[RegisteredModel], kinds: list[tuple]) -> dict:
         else:
             result = choice
         outcomes.append(Outcome(index[first], index[second], result, count))
-    board = leaderboard(len(models), outcomes, rounds=BOOTSTRAP_ROUNDS, seed=BOOTSTRAP_SEED)
+    # Memoized on exactly its inputs: the board moves with the next vote, and only then is refitted.
+    board = memoized("leaderboard", [len(models), [astuple(o) for o in outcomes], BOOTSTRAP_ROUNDS, BOOTSTRAP_SEED],
+                     lambda: leaderboard(len(models), outcomes, rounds=BOOTSTRAP_ROUNDS, seed=BOOTSTRAP_SEED))
     return {
         "total_votes": board.total_votes,
         "models": [{"id": m.pk, "name": m.name, "kind": m.kind} for m in models],
