@@ -6,7 +6,7 @@ import math
 import pytest
 
 from workers.comparison import Outcome, bootstrap_ratings, bradley_terry, leaderboard, win_counts
-from workers.comparison.ratings import rating
+from workers.comparison.ratings import bradley_terry_many, rating
 
 
 def test_bradley_terry_reproduces_the_worked_example_of_the_wikipedia_article():
@@ -55,6 +55,20 @@ def test_a_model_that_never_won_needs_the_prior_to_have_a_finite_rating():
 
 def test_a_model_without_games_keeps_the_neutral_strength():
     assert bradley_terry([[0, 2, 0], [1, 0, 0], [0, 0, 0]])[2] == 1.0
+
+
+def test_a_stack_of_win_matrices_is_fitted_as_each_would_be_alone():
+    # The bootstrap fits its rounds as one stack: each matrix must come out as its own fit,
+    # the degenerate ones too (a model that never played, one that never won, nothing played).
+    stack = [[[0, 2, 0, 1], [3, 0, 5, 0], [0, 3, 0, 1], [4, 0, 3, 0]],
+             [[0, 5, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0]],
+             [[0, 1, 2, 0], [1, 0, 0, 0], [7, 0, 0, 0], [0, 0, 0, 0]],
+             [[0] * 4 for _ in range(4)]]
+    for prior in (0.0, 0.5):
+        together = bradley_terry_many(stack, prior_ties=prior, tolerance=1e-12)
+        for wins, fitted in zip(stack, together, strict=True):
+            assert list(fitted) == pytest.approx(bradley_terry(wins, prior_ties=prior, tolerance=1e-12),
+                                                 rel=1e-6, abs=1e-6)
 
 
 def test_the_leaderboard_ranks_by_rating_with_win_rates_matrix_and_counts():
