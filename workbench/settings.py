@@ -241,6 +241,11 @@ INFERENCE_MAX_BATCH_SIZE = env_int("INFERENCE_MAX_BATCH_SIZE", 32)
 INFERENCE_MAX_WAIT_MS = env_float("INFERENCE_MAX_WAIT_MS", 20.0)
 INFERENCE_TIMEOUT_S = env_float("INFERENCE_TIMEOUT_S", 300.0)
 
+# A campaign's agreement numbers are computed by the web process up to this many answers (~30 ms
+# of Python); past it a `default` worker computes them, since a longer hold of the GIL stalls
+# every other request of the process (bench/sync_views.py).
+QUALITY_INLINE_MAX_ANSWERS = env_int("QUALITY_INLINE_MAX_ANSWERS", 2000)
+
 # Workers with `-B` (the embedded default) look for jobs whose worker vanished this often.
 CELERY_BEAT_SCHEDULE = {
     "jobs-reap-stale": {"task": "core.reap_stale", "schedule": 60.0, "options": {"queue": "default", "expires": 60}},

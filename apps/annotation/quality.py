@@ -7,12 +7,13 @@ from collections import defaultdict
 from datetime import datetime
 from typing import NamedTuple
 
+from django.conf import settings
 from django.db.models import Count, Max
 
-from apps.annotation import agreement
+from apps.annotation import agreement, events
 from apps.annotation.field_types import field_type
 from apps.annotation.models import Annotation, Campaign, Item
-from apps.core.memo import memoized
+from apps.core.memo import memoized, memoized_by_worker
 
 
 def hashable(value):
@@ -64,18 +65,50 @@ def field_units(fields: list[dict], grouped: dict[int, list[Answer]]) -> dict[st
     return units
 
 
+QUALITY_KIND = "campaign-quality"
+
+
 def campaign_quality(campaign: Campaign) -> dict:
-    """Agreement per field and the annotator table. A pass over every answer, so it is memoized
-    on what it is computed from (the answers' count, newest change and highest id, the form, the
-    gold answers): every open dashboard, reload and API call shares one computation until an
-    answer changes, at the cost of one aggregate query."""
+    """Agreement per field and the annotator table, with `answers` (how many they are computed
+    over now) and `computing`. A pass over every answer, so it is memoized on what it is computed
+    from (the answers' count, newest change and highest id, the form, the gold answers): every
+    open dashboard, reload and API call shares one computation until an answer changes, at the
+    cost of one aggregate query. Past QUALITY_INLINE_MAX_ANSWERS a worker computes it
+    (`annotation.quality`); meanwhile the campaign's last numbers are shown, `computing` true
+    (or empty tables when it has none yet), and its dashboards are told when the new ones are ready."""
+    gold, inputs, answers = _quality_inputs(campaign)
+    if answers <= settings.QUALITY_INLINE_MAX_ANSWERS:
+        numbers = memoized(QUALITY_KIND, inputs, lambda: _campaign_quality(campaign, gold),
+                           subject=_subject(campaign))
+        return {**numbers, "answers": answers, "computing": False}
+    latest = memoized_by_worker(QUALITY_KIND, _subject(campaign), inputs, task="annotation.quality",
+                                args=[campaign.pk])
+    return {**(latest.value or {"fields": [], "annotators": []}), "answers": answers, "computing": not latest.fresh}
+
+
+def compute_campaign_quality(campaign_id: int) -> None:
+    """The worker's side of `campaign_quality`: compute and keep the campaign's numbers for its
+    answers as they are now, then have its open dashboards count again (and read them)."""
+    campaign = Campaign.objects.select_related("schema").filter(pk=campaign_id).first()
+    if campaign is None:
+        return
+    gold, inputs, _ = _quality_inputs(campaign)
+    memoized(QUALITY_KIND, inputs, lambda: _campaign_quality(campaign, gold), subject=_subject(campaign))
+    events.campaign_changed(campaign.pk)
+
+
+def _quality_inputs(campaign: Campaign) -> tuple[dict, list, int]:
+    """(gold answers by item, everything the numbers are computed from, how many answers)."""
     gold = {pk: values for pk, values in Item.objects.filter(campaign=campaign, is_gold=True)
             .order_by("pk").values_list("pk", "gold_values")}
     stamp = Annotation.objects.filter(item__campaign=campaign).aggregate(
         count=Count("pk"), newest=Max("updated_at"), top=Max("pk"))
-    # The campaign's creation time too: SQLite hands a deleted campaign's id out again.
-    inputs = [campaign.pk, campaign.created_at, campaign.schema.fields, stamp, gold]
-    return memoized("campaign-quality", inputs, lambda: _campaign_quality(campaign, gold))
+    return gold, [campaign.pk, campaign.created_at, campaign.schema.fields, stamp, gold], stamp["count"]
+
+
+def _subject(campaign: Campaign) -> str:
+    # The creation time too: SQLite hands a deleted campaign's id out again.
+    return f"{campaign.pk}@{campaign.created_at.isoformat()}"
 
 
 def _campaign_quality(campaign: Campaign, gold: dict) -> dict:

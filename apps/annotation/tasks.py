@@ -1,4 +1,4 @@
-"""Celery tasks of annotation: exports and model suggestions."""
+"""Celery tasks of annotation: exports, model suggestions, and a large campaign's agreement numbers."""
 
 from celery import shared_task
 
@@ -15,3 +15,10 @@ def suggest_task(self, campaign_id: int) -> None:
     from apps.annotation.suggestions import run_suggestions
 
     run_suggestions(campaign_id, worker=self.request.hostname or "")
+
+
+@shared_task(name="annotation.quality")
+def campaign_quality_task(campaign_id: int) -> None:
+    from apps.annotation.quality import compute_campaign_quality
+
+    compute_campaign_quality(campaign_id)

@@ -284,6 +284,34 @@ def test_a_manager_watches_agreement_and_the_annotator_table_move_as_annotators_
     expect(page.get_by_test_id("agreement-chart")).to_contain_text("Agreement per field")
 
 
+def test_past_the_inline_limit_a_worker_computes_the_agreement_and_the_dashboard_follows(
+        settings, celery_worker, page, client, scientist, annotator, second_annotator, project, review_version):
+    settings.QUALITY_INLINE_MAX_ANSWERS = 2  # a large campaign, as far as the web process is concerned
+    client.force_login(scientist)
+    campaign = make_campaign(client, project, review_version, schema=make_schema(client, project, KEYBOARD_FIELDS),
+                             overlap=2, sample=2, seed=4)
+    browser_login(page, "sofia")
+    page.goto(f"/projects/{project.pk}/campaigns/{campaign['id']}/")
+    people = page.get_by_test_id("annotators")
+    expect(people).to_contain_text("No annotations yet.")
+    expect(page.get_by_test_id("campaign-progress").locator("[data-field=live]")).to_be_visible()
+    for user, labels in ((annotator, ["positive", "positive"]), (second_annotator, ["positive", "negative"])):
+        client.force_login(user)
+        for label in labels:
+            item = next_item(client, campaign).json()
+            assert submit(client, campaign, item["id"], {"sentiment": label, "better": "A"}).status_code == 201
+    expect(page.get_by_test_id("campaign-progress")).to_contain_text("4 / 4 annotations")
+    # 4 answers: past the limit, so the worker computed these; the page was told, no reload.
+    # The same hand-checked values as the test above: Fleiss' kappa -0.333, alpha 0, consensus 0.75.
+    sentiment = page.get_by_test_id("agreement").locator("tr", has_text="sentiment")
+    expect(sentiment.locator("td")).to_have_text(["sentiment", "nominal", "2", "-0.333", "0.000", "1"], timeout=30_000)
+    for name in ("anna", "ben"):
+        expect(people.locator("tr", has_text=name).locator("td").nth(4)).to_have_text("0.75")
+    expect(page.get_by_test_id("quality-computing")).to_have_count(0)
+    page.reload()
+    expect(sentiment.locator("td")).to_have_text(["sentiment", "nominal", "2", "-0.333", "0.000", "1"])
+
+
 def test_the_annotators_campaign_count_moves_as_everyone_answers(page, client, scientist, annotator,
                                                                   second_annotator, project, review_version):
     client.force_login(scientist)
