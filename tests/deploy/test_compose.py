@@ -9,8 +9,13 @@ import jsonschema
 import pytest
 import yaml
 
-from tests.deploy.entry_points import (DEPLOY, check_celery_command, known_variables, production_uvicorn_command,
-                                       worker_ping_names)
+from tests.deploy.entry_points import (
+    DEPLOY,
+    check_celery_command,
+    known_variables,
+    production_uvicorn_command,
+    worker_ping_names,
+)
 from workbench.celery import app as celery_app
 
 pytestmark = pytest.mark.timeout(60)
