@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-TASK_NAMES = {"annotation.export", "annotation.suggest", "comparison.run", "core.reap_stale", "datasets.derive",
+TASK_NAMES = {"annotation.export", "annotation.quality", "annotation.suggest", "comparison.run", "core.reap_stale", "datasets.derive",
               "datasets.export", "datasets.import", "datasets.index_search", "monitoring.evaluate_alerts",
               "registry.convert", "registry.inspect", "registry.merge", "serving.generate", "training.calibrate",
               "training.run"}
@@ -39,3 +39,39 @@ def test_every_task_is_in_its_apps_tasks_module_under_its_queued_name_and_no_web
     assert all(module == f"apps.{name.split('.')[0]}.tasks" for name, module in tasks.items()), tasks
     assert torch_loaded == "False"
     assert not (REPO / "workers" / "tasks.py").exists()
+
+
+# What one app may import of another: its models, services, selectors and events, and these
+# shared modules, each for a reason. Anything else (views, API, forms, serializers, runners,
+# importers...) is the app's own business; a new reach into it fails here.
+PUBLIC_MODULES = {"models", "services", "selectors", "events"}
+SHARED_MODULES = {
+    # The one policy layer and what every app builds on it: audit, sockets, the manager-only mixin.
+    "apps.projects.policy", "apps.projects.permissions", "apps.projects.audit", "apps.projects.sockets",
+    "apps.projects.serializers",
+    # The API's bearer tokens and throttles (DRF plug-ins), and the project's token page (accounts'
+    # view, mounted under the project's URLs).
+    "apps.accounts.authentication", "apps.accounts.throttling", "apps.accounts.views",
+    # The one way a version is written: annotation exports and comparison results become versions.
+    "apps.datasets.writer",
+    # The inference worker's model cache and batcher: comparisons and suggestions share it.
+    "apps.serving.runner",
+}
+
+
+def test_apps_reach_each_other_only_through_models_services_selectors_events_and_the_shared_modules():
+    import grimp
+
+    graph = grimp.build_graph("apps", include_external_packages=False)
+    reaches = set()
+    for importer in graph.modules:
+        own = importer.split(".")[1:2]
+        for imported in graph.find_modules_directly_imported_by(importer):
+            parts = imported.split(".")
+            if len(parts) < 3 or parts[1:2] == own or parts[1] == "core":  # apps.core is the bottom layer
+                continue
+            module = ".".join(parts[:3])
+            if parts[2] not in PUBLIC_MODULES and module not in SHARED_MODULES:
+                reaches.add(f"{importer} -> {imported}")
+    assert len(graph.modules) > 100
+    assert sorted(reaches) == []
