@@ -111,15 +111,25 @@ window.Workbench = (function () {
   // server renders it now: what a finished job changed shows in place, without a full reload that
   // would reset everything else on the page. Resolves to the new element (or null).
   function refreshElement(element, selector) {
+    return refreshElements([selector]).then(function (fresh) { return fresh[0]; });
+  }
+
+  // The same for several parts of the page with one request: each element matching a selector is
+  // replaced by its counterpart as the server renders the page now (left as it is when the new
+  // page has none). Resolves to the new elements, null for those not replaced.
+  function refreshElements(selectors) {
     return fetch(location.href, { credentials: "same-origin", headers: { "Accept": "text/html" } })
       .then(function (response) { return response.ok ? response.text() : null; })
       .then(function (html) {
-        if (html === null) return null;
-        var fresh = new DOMParser().parseFromString(html, "text/html").querySelector(selector);
-        if (!fresh) return null;
-        var adopted = document.importNode(fresh, true);
-        element.replaceWith(adopted);
-        return adopted;
+        var page = html === null ? null : new DOMParser().parseFromString(html, "text/html");
+        return selectors.map(function (selector) {
+          var current = document.querySelector(selector);
+          var fresh = page && page.querySelector(selector);
+          if (!current || !fresh) return null;
+          var adopted = document.importNode(fresh, true);
+          current.replaceWith(adopted);
+          return adopted;
+        });
       });
   }
 
@@ -130,5 +140,6 @@ window.Workbench = (function () {
     return key.length === 2 ? one(key[0]) + " then " + one(key[1]) : one(key);
   }
 
-  return { apiFetch: apiFetch, uuid: uuid, wordDiff: wordDiff, refreshElement: refreshElement, keyName: keyName };
+  return { apiFetch: apiFetch, uuid: uuid, wordDiff: wordDiff, refreshElement: refreshElement,
+           refreshElements: refreshElements, keyName: keyName };
 })();

@@ -1,6 +1,6 @@
 // Live progress of the jobs on a dataset version (splits, edits, PII scans, redactions): each
 // listens on its own socket. A job that makes a version ends with a link to it here (the page was
-// opened to follow it); a report (a PII scan) reloads the page, which shows it.
+// opened to follow it); a report (a PII scan) is fetched as the server renders it and shown in place.
 (function () {
   "use strict";
   var ENDED = ["succeeded", "failed", "cancelled"];
@@ -19,7 +19,10 @@
         bar.value = progress.state === "succeeded" ? bar.max : progress.rows_done;
         if (ENDED.indexOf(progress.state) < 0) return true;
         box.dataset.state = progress.state;
-        if (!box.dataset.makesVersion) { location.reload(); return false; }
+        if (!box.dataset.makesVersion) {  // a scan: its report is rendered by the server, shown in place
+          Workbench.refreshElements(["[data-testid=pii]"]);
+          return false;
+        }
         var result = field("result");
         result.replaceChildren();
         if (progress.state === "succeeded" && progress.version) {

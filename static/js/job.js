@@ -66,8 +66,11 @@
     }
     field("error").textContent = job.error || "";
     if (ended.indexOf(job.state) >= 0 && ended.indexOf(initialState) < 0) {
-      // The outcome (adapter, metrics, traceback) is rendered by the server: show it.
-      setTimeout(function () { location.reload(); }, 500);
+      // The outcome (adapter, metrics, traceback, the actions that now apply) is rendered by the
+      // server: those parts are replaced in place, the charts and the log stay as they are.
+      initialState = job.state;
+      Workbench.refreshElements(["[data-testid=job-actions]", "[data-testid=job-outcome]",
+                                 "[data-testid=samples-card]", "[data-testid=run-info]"]);
     }
   }
 

@@ -52,6 +52,7 @@ def test_scientist_launches_a_job_from_the_form_and_sees_it_succeed(page, scient
     page.get_by_role("button", name="Launch").click()
     job = page.get_by_test_id("job")
     expect(job.get_by_role("heading")).to_contain_text("First <b>run</b>")  # shown as text, not markup
+    page.evaluate("window.notReloaded = true")  # gone if the page reloads
     expect(page.get_by_test_id("job-state")).to_have_text("succeeded", timeout=120_000)
     expect(page.get_by_test_id("adapter")).to_contain_text("First <b>run</b> (job")
     expect(page.get_by_test_id("samples")).to_contain_text("what is the capital of france ?")
@@ -62,6 +63,9 @@ def test_scientist_launches_a_job_from_the_form_and_sees_it_succeed(page, scient
     adapter = TrainingJob.objects.get().adapter_id
     expect(page.get_by_role("link", name="try it in the playground")).to_have_attribute(
         "href", f"/projects/{project.pk}/playground/?model={adapter}")
+    # The outcome was put in place when the job ended (or drawn with the page if it ended first).
+    assert page.evaluate("window.notReloaded") is True
+    expect(page.get_by_test_id("job-actions").get_by_role("button", name="Cancel")).to_have_count(0)
 
 
 def test_a_viewer_sees_jobs_but_cannot_launch(page, viewer, project):
