@@ -392,6 +392,10 @@ SPECTACULAR_SETTINGS = {
                             "JobState": "apps.core.jobs.JobState"},
 }
 
+# Sessions are read from the shared cache (written through to the database, read from it when the
+# cache lost them): one query fewer on every page and socket of a logged-in person.
+SESSION_ENGINE = "django.contrib.sessions.backends.cached_db"
+
 # --- Security headers -------------------------------------------------------------------
 SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = True  # pages pass the token to JS through a <meta> tag
