@@ -218,10 +218,8 @@ def die_with_the_test_run() -> None:
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
-def _start_worker(*, queues: str, pool: str, concurrency: int, name: str):
-    import subprocess
-    import sys
-
+def child_process_env() -> dict[str, str]:
+    """The environment for a process the test starts (a worker, a server) to use the test database."""
     from django.db import connection
 
     db = connection.settings_dict
@@ -231,6 +229,14 @@ def _start_worker(*, queues: str, pool: str, concurrency: int, name: str):
     else:
         env["DATABASE_URL"] = (f"postgres://{db['USER']}:{db['PASSWORD'] or ''}@{db['HOST'] or '127.0.0.1'}:"
                                f"{db['PORT'] or 5432}/{db['NAME']}")
+    return env
+
+
+def _start_worker(*, queues: str, pool: str, concurrency: int, name: str):
+    import subprocess
+    import sys
+
+    env = child_process_env()
     # Jobs whose worker is killed are taken over within seconds, not the production minute and a half.
     env.setdefault("TRAINING_HEARTBEAT_S", "0.5")
     env.setdefault("TRAINING_HEARTBEAT_STALE_S", "3")

@@ -12,6 +12,10 @@ UVICORN_OPTIONS: dict = {
     "ws": "websockets-sansio",
     "proxy_headers": False,
     "server_header": False,
+    # On SIGTERM uvicorn stops accepting, closes open sockets with 1012 (the pages reconnect to
+    # another replica) and lets requests in flight finish, but waits for them without end unless
+    # bounded: a long streamed answer would outlast a pod's grace period (30 s) and be killed.
+    "timeout_graceful_shutdown": 20,
 }
 
 
@@ -19,4 +23,6 @@ def uvicorn_argv(*, host: str, port: int, workers: int, log_level: str = "warnin
     """`python -m uvicorn ...` arguments with UVICORN_OPTIONS spelled as flags."""
     return ["-m", "uvicorn", "workbench.asgi:application", "--host", host, "--port", str(port),
             "--lifespan", UVICORN_OPTIONS["lifespan"], "--ws", UVICORN_OPTIONS["ws"],
-            "--no-proxy-headers", "--no-server-header", "--log-level", log_level, "--workers", str(workers)]
+            "--no-proxy-headers", "--no-server-header",
+            "--timeout-graceful-shutdown", str(UVICORN_OPTIONS["timeout_graceful_shutdown"]),
+            "--log-level", log_level, "--workers", str(workers)]
