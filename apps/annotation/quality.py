@@ -9,6 +9,7 @@ from typing import NamedTuple
 
 from django.conf import settings
 from django.db.models import Count, Max
+from django.db.models.fields.json import KeyTextTransform
 
 from apps.annotation import agreement, events
 from apps.annotation.field_types import field_type
@@ -178,12 +179,18 @@ MIN_PACE_SPAN_S = 60
 
 
 def disagreement_item_ids(campaign: Campaign) -> list[int]:
-    """Examples whose annotators disagree on any agreement field and that nobody adjudicated yet."""
-    units = field_units(campaign.schema.fields, answer_rows(campaign))
-    adjudicated = set(Item.objects.filter(campaign=campaign, adjudicated_values__isnull=False)
-                      .values_list("pk", flat=True))
-    items = {item for field in units.values() for item in agreement.disagreements(field)}
-    return sorted(items - adjudicated)
+    """Examples whose annotators disagree on any agreement field and that nobody adjudicated yet:
+    more than one distinct answer to a field, counted by the database (answers are normalised
+    when stored, a label set in the form's order), so the review filter of a large campaign holds
+    no Python loop over its answers."""
+    answers = Annotation.objects.filter(item__campaign=campaign, skipped=False, item__adjudicated_values__isnull=True)
+    items: set[int] = set()
+    for field in campaign.schema.fields:
+        if field_type(field).agreement_level:
+            items.update(answers.values("item_id")
+                         .annotate(answers=Count(KeyTextTransform(field["name"], "values"), distinct=True))
+                         .filter(answers__gt=1).values_list("item_id", flat=True))
+    return sorted(items)
 
 
 def resolve(fields: list[dict], item: Item, annotations: list[Annotation], mode: str) -> tuple[dict | None, float]:
