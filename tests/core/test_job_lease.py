@@ -12,9 +12,9 @@ from django.utils import timezone
 from apps.annotation.models import AnnotationExport, Campaign, LabelSchema, SuggestionRun
 from apps.comparison.models import Comparison
 from apps.core.jobs import Heartbeat, claim, leased_kinds, reap, reap_stale
-from apps.datasets.models import Dataset, DeriveJob, ExportJob, ImportJob
+from apps.datasets.models import Dataset, DeriveJob, ExportJob, ImportJob, SearchIndexJob
 from apps.serving.models import Generation
-from apps.training.models import TrainingJob
+from apps.training.models import SpeedMeasurement, TrainingJob
 from tests.comparison.factories import make_comparison
 from tests.training.fixtures import make_job, make_version
 
@@ -35,6 +35,11 @@ def new_derive(project, owner, state):
 def new_export(project, owner, state):
     return ExportJob.objects.create(version=make_version(project, owner, name=f"QA {time.monotonic_ns()}"),
                                     format="jsonl", created_by=owner, state=state)
+
+
+def new_search_index_build(project, owner, state):
+    return SearchIndexJob.objects.create(version=make_version(project, owner, name=f"QA {time.monotonic_ns()}"),
+                                         state=state)
 
 
 def new_campaign(project, owner):
@@ -58,6 +63,14 @@ def new_generation(project, owner, state):
                                      source="api", prompt="Hello", state=state)
 
 
+def new_calibration(project, owner, state):
+    from tests.comparison.factories import placeholder_model
+
+    # Its states keep their older stored values ("pending", "done"): the suite names them by member.
+    return SpeedMeasurement.objects.create(kind="calibration", state=SpeedMeasurement.State[state.upper()],
+                                           base_model=placeholder_model(project), method="sft")
+
+
 KINDS = {
     "training": (TrainingJob, lambda project, owner, state: make_job(project, owner, state=state)),
     "comparison": (Comparison, lambda project, owner, state: make_comparison(project, owner, state=state,
@@ -68,6 +81,8 @@ KINDS = {
     "annotation export": (AnnotationExport, new_annotation_export),
     "suggestion run": (SuggestionRun, new_suggestion_run),
     "generation": (Generation, new_generation),
+    "calibration": (SpeedMeasurement, new_calibration),
+    "search index build": (SearchIndexJob, new_search_index_build),
 }
 
 
@@ -117,7 +132,7 @@ def test_an_ended_job_or_a_missing_one_is_never_run_again(kind, project, owner):
     assert claim(model, done.pk, worker="a@host") is None
     assert claim(model, 10**9, worker="a@host") is None
     done.refresh_from_db()
-    assert done.state == "succeeded" and done.runs == 0
+    assert done.state == model.State.SUCCEEDED and done.runs == 0
 
 
 def test_the_reaper_resends_only_what_went_silent(kind, project, owner):
