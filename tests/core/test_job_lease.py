@@ -1,7 +1,8 @@
 """The one lease every long job kind runs under (apps.core.jobs): one parametrized suite for each
 kind that uses it. Two workers handed the same message: one runs. A worker that died is taken
 over once its heartbeat is stale; one lost too often fails; the reaper re-sends what went silent;
-an ended job's message does nothing."""
+an ended job's message does nothing. A run (JobRun) writes its progress and its end only while
+the row is its own, and a kind that can be cancelled stops at its next progress."""
 
 import threading
 import time
@@ -11,7 +12,7 @@ from django.utils import timezone
 
 from apps.annotation.models import AnnotationExport, Campaign, LabelSchema, SuggestionRun
 from apps.comparison.models import Comparison
-from apps.core.jobs import Heartbeat, claim, leased_kinds, reap, reap_stale
+from apps.core.jobs import Heartbeat, JobCancelled, JobRun, claim, leased_kinds, reap, reap_stale
 from apps.datasets.models import Dataset, DeriveJob, ExportJob, ImportJob, SearchIndexJob
 from apps.serving.models import Generation
 from apps.training.models import SpeedMeasurement, TrainingJob
@@ -84,6 +85,19 @@ KINDS = {
     "calibration": (SpeedMeasurement, new_calibration),
     "search index build": (SearchIndexJob, new_search_index_build),
 }
+
+
+def ask_to_cancel(model, pk):
+    model.objects.filter(pk=pk).update(cancel_requested=True)
+
+
+def stop_suggestions(model, pk):
+    model.objects.filter(pk=pk).update(state="cancelled", finished_at=timezone.now())
+
+
+# How each kind that can be cancelled is asked to stop, as its service asks.
+CANCELS = {"training": ask_to_cancel, "comparison": ask_to_cancel, "import": ask_to_cancel, "derive": ask_to_cancel,
+           "suggestion run": stop_suggestions}
 
 
 @pytest.fixture(params=sorted(KINDS))
@@ -162,3 +176,45 @@ def test_every_leased_kind_is_in_this_suite_and_the_one_reaper_resends_each_to_i
 
     app.loader.import_default_modules()
     assert {model.TASK for model in silent} <= set(app.tasks)  # each names a task that exists
+
+
+def test_a_run_writes_its_progress_and_end_only_while_the_job_is_its_own(kind, project, owner):
+    model, make = kind
+    job = make(project, owner, "queued")
+    published = []
+    run = JobRun.claim(model, job.pk, worker="a@host", every_s=0,
+                       publish=lambda job, **details: published.append((job.state, details)))
+    with run:
+        run.progress(3, 5, rows_per_s=2.0)
+    assert published == [("running", {"rows_per_s": 2.0})]
+    model.objects.filter(pk=job.pk).update(runs=2)  # another worker took it over
+    assert run.finish() is False
+    job.refresh_from_db()
+    assert job.state == "running" and job.finished_at is None
+    model.objects.filter(pk=job.pk).update(runs=1)
+    assert run.fail("The file is broken.") is True
+    job.refresh_from_db()
+    assert (job.state, job.error) == ("failed", "The file is broken.") and job.finished_at is not None
+    assert published[-1] == ("failed", {})
+    if model.DONE_FIELD:
+        assert getattr(job, model.DONE_FIELD) == 3
+    if model.TOTAL_FIELD:
+        assert getattr(job, model.TOTAL_FIELD) == 5
+
+
+@pytest.mark.parametrize("name", sorted(CANCELS))
+def test_a_run_asked_to_stop_stops_at_its_next_progress_and_ends_cancelled(name, project, owner):
+    model, make = KINDS[name]
+    job = make(project, owner, "queued")
+    run = JobRun.claim(model, job.pk, worker="a@host", every_s=0)
+    with run:
+        run.progress(1, 10)
+        assert not run.cancelled()
+        CANCELS[name](model, job.pk)
+        with pytest.raises(JobCancelled):
+            run.progress(2, 10)
+        run.cancel()
+    job.refresh_from_db()
+    assert job.state == "cancelled" and job.finished_at is not None
+    if model.DONE_FIELD:
+        assert getattr(job, model.DONE_FIELD) == 2  # the progress made is kept
