@@ -195,6 +195,7 @@ class ExportJob(LeasedJob):
     State = ImportJob.State
     ENDED = ImportJob.ENDED
     TASK, QUEUE = "datasets.export", "default"
+    DONE_FIELD = "rows_done"
 
     version = models.ForeignKey(DatasetVersion, on_delete=models.CASCADE, related_name="exports")
     format = models.CharField(max_length=16, choices=export_formats.choices())  # workers.ingest.export_formats
