@@ -21,7 +21,7 @@ from django.core.cache import cache
 from django.db import connection, transaction
 from django.utils import timezone
 
-from apps.core.jobs import Heartbeat, claim, enqueue
+from apps.core.jobs import JobRun, enqueue
 from apps.datasets.models import DatasetVersion, SearchIndexJob
 from apps.datasets.tasks import index_search_task
 
@@ -125,19 +125,17 @@ def run_build(version_id: int, *, worker: str = "") -> None:
     if DatasetVersion.objects.filter(pk=version_id, search_indexed_at__isnull=True).exists():
         # A message sent before builds were job rows names a version that has none yet.
         SearchIndexJob.objects.get_or_create(version_id=version_id)
-    if claim(SearchIndexJob, version_id, worker=worker, what="search index build") is None:
+    run = JobRun.claim(SearchIndexJob, version_id, worker=worker, what="search index build")
+    if run is None:
         return  # built already, gone, or building under a live worker
-    job = SearchIndexJob.objects.get(pk=version_id)
-    with Heartbeat(job):
+    with run:
         try:
             build(version_id)
         except Exception as exc:  # the version stays usable; its searches scan and queue the build again
             logger.exception("search index of version %s not built", version_id)
-            job.state, job.error = SearchIndexJob.State.FAILED, f"{type(exc).__name__}: {exc}"[:2000]
+            run.fail(f"{type(exc).__name__}: {exc}"[:2000])
         else:
-            job.state = SearchIndexJob.State.SUCCEEDED
-    job.finished_at = timezone.now()
-    job.save(update_fields=["state", "error", "finished_at"])
+            run.finish()
 
 
 def on_version_deleted(sender, instance: DatasetVersion, **kwargs) -> None:

@@ -18,7 +18,7 @@ from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast, Coalesce, Length
 from django.utils import timezone
 
-from apps.core.jobs import Heartbeat, claim, enqueue
+from apps.core.jobs import JobRun, enqueue
 from apps.registry.models import RegisteredModel
 from apps.training.models import SpeedMeasurement, TrainingJob
 from workers.training.methods import get_method
@@ -64,11 +64,11 @@ def rows_chars(rows, method: str, fmt: str) -> int:
     return rows.aggregate(chars=Sum(expression))["chars"] or 0
 
 
-def record_job_speed(job: TrainingJob, *, rows: list[dict], setup_s: float | None, eval_seconds: list[float],
-                     kind: str = SpeedMeasurement.Kind.JOB, steps: list[dict] | None = None,
-                     measurement: SpeedMeasurement | None = None) -> SpeedMeasurement | None:
-    """In a worker, after a run: its measured speed. `steps` are the run's step points (calibration: the
-    first, a warm-up, is left out); a finished job uses its totals."""
+def speed_fields(job: TrainingJob, *, rows: list[dict], setup_s: float | None, eval_seconds: list[float],
+                 steps: list[dict] | None = None) -> dict | None:
+    """In a worker, after a run: its measured speed as SpeedMeasurement fields, or None when no step was
+    timed. `steps` are the run's step points (calibration: the first, a warm-up, is left out); a finished
+    job uses its totals."""
     from workers.training.estimate import measured_speed
 
     info = job.info or {}
@@ -87,16 +87,22 @@ def record_job_speed(job: TrainingJob, *, rows: list[dict], setup_s: float | Non
     if speed is None:
         return None
     chars, tokens_per_epoch = text_chars(rows, job.method), info.get("tokens_per_epoch")
-    fields = {"kind": kind, "state": SpeedMeasurement.State.SUCCEEDED, "base_model_id": job.base_model_id,
-              "method": job.method, "parameters": parameters, "device": info.get("device", ""),
-              "worker": job.worker or "", "flops_per_s": speed.flops_per_s, "seconds_per_step": seconds / step_count,
-              "seconds_per_eval": sum(eval_seconds) / len(eval_seconds) if eval_seconds else None,
-              "setup_s": setup_s, "chars_per_token": chars / tokens_per_epoch if chars and tokens_per_epoch else None,
-              "finished_at": timezone.now()}
-    if measurement is not None:
-        SpeedMeasurement.objects.filter(pk=measurement.pk).update(**fields)
-        return measurement
-    return SpeedMeasurement.objects.create(job=job if job.pk else None, **fields)
+    return {"base_model_id": job.base_model_id, "method": job.method, "parameters": parameters,
+            "device": info.get("device", ""), "worker": job.worker or "", "flops_per_s": speed.flops_per_s,
+            "seconds_per_step": seconds / step_count,
+            "seconds_per_eval": sum(eval_seconds) / len(eval_seconds) if eval_seconds else None,
+            "setup_s": setup_s, "chars_per_token": chars / tokens_per_epoch if chars and tokens_per_epoch else None}
+
+
+def record_job_speed(job: TrainingJob, *, rows: list[dict], setup_s: float | None,
+                     eval_seconds: list[float]) -> SpeedMeasurement | None:
+    """In a worker, after a job finished: its measured speed, kept for the next estimates."""
+    fields = speed_fields(job, rows=rows, setup_s=setup_s, eval_seconds=eval_seconds)
+    if fields is None:
+        return None
+    return SpeedMeasurement.objects.create(job=job, kind=SpeedMeasurement.Kind.JOB,
+                                           state=SpeedMeasurement.State.SUCCEEDED, finished_at=timezone.now(),
+                                           **fields)
 
 
 def best_measurement(model: RegisteredModel, method: str) -> SpeedMeasurement | None:
@@ -188,29 +194,31 @@ def run_calibration(measurement_id: int, *, worker: str) -> None:
     """In a worker: a few real optimizer steps and one evaluation of the requested config on its
     model and rows, timed, then thrown away. Claimed under the lease (apps.core.jobs.claim): a
     redelivered message for a calibration done or running under a live worker does nothing."""
-    measurement = claim(SpeedMeasurement, measurement_id, worker=worker, what="calibration")
-    if measurement is None:
+    run = JobRun.claim(SpeedMeasurement, measurement_id, worker=worker, what="calibration")
+    if run is None:
         return
-    with Heartbeat(measurement):
+    with run:
         try:
-            error = _calibrate_on_worker(measurement, worker=worker)
-        except Exception as exc:
-            logger.exception("calibration %s failed", measurement.pk)
-            error = f"{type(exc).__name__}: {exc}"
-    if error:  # the estimate says it could not measure; a later one tries again
-        SpeedMeasurement.objects.filter(pk=measurement.pk).update(
-            state=SpeedMeasurement.State.FAILED, error=error[:2000], finished_at=timezone.now())
+            measured = _calibrate_on_worker(run.job, worker=worker)
+        except Exception as exc:  # the estimate says it could not measure; a later one tries again
+            logger.exception("calibration %s failed", measurement_id)
+            run.fail(f"{type(exc).__name__}: {exc}"[:2000])
+        else:
+            if measured is None:
+                run.fail("no step was timed")
+            else:
+                run.finish(**measured)
 
 
-def _calibrate_on_worker(measurement: SpeedMeasurement, *, worker: str) -> str:
-    """Run and record the calibration; the reason it failed, or "" once recorded."""
+def _calibrate_on_worker(measurement: SpeedMeasurement, *, worker: str) -> dict | None:
+    """Run the calibration: its measured speed's fields, or None when no step was timed."""
     from apps.datasets.models import DatasetVersion
     from apps.training.runner import MAX_EVAL_ROWS as RUNNER_EVAL_ROWS
     from apps.training.runner import version_rows
     from workers.training import TrainCallbacks, TrainCancelled, TrainConfig, train
 
     if measurement.base_model is None:
-        return "its model was deleted"
+        raise ValueError("its model was deleted")
     request = measurement.request
     # One evaluation at the start (the base model's: the same work as any later one), then steps.
     config = TrainConfig.from_dict({**request["config"], "max_steps": CALIBRATION_MAX_STEPS, "eval_every": None,
@@ -246,7 +254,5 @@ def _calibrate_on_worker(measurement: SpeedMeasurement, *, worker: str) -> str:
     except TrainCancelled:
         pass  # enough steps timed
     probe = TrainingJob(base_model=measurement.base_model, method=method, info=timing.info, worker=worker)
-    recorded = record_job_speed(probe, rows=rows, setup_s=timing.setup_s, eval_seconds=timing.evals,
-                                kind=SpeedMeasurement.Kind.CALIBRATION,
-                                steps=timing.steps[CALIBRATION_WARMUP_STEPS - 1:], measurement=measurement)
-    return "" if recorded is not None else "no step was timed"
+    return speed_fields(probe, rows=rows, setup_s=timing.setup_s, eval_seconds=timing.evals,
+                        steps=timing.steps[CALIBRATION_WARMUP_STEPS - 1:])
