@@ -165,6 +165,7 @@ class DeriveJob(LeasedJob):
     State = ImportJob.State
     ENDED = ImportJob.ENDED
     TASK, QUEUE = "datasets.derive", "default"
+    DONE_FIELD = "rows_done"
 
     parent = models.ForeignKey(DatasetVersion, on_delete=models.CASCADE, related_name="derive_jobs")
     kind = models.CharField(max_length=16, choices=Kind.choices)
