@@ -8,6 +8,7 @@ import threading
 import time
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 
 from apps.annotation.models import AnnotationExport, Campaign, LabelSchema, SuggestionRun
@@ -108,6 +109,13 @@ def kind(request, settings):
     return KINDS[request.param]
 
 
+def claim_and_close(results, model, pk, worker):
+    try:
+        results.append(claim(model, pk, worker=worker))
+    finally:  # a thread's pooled PostgreSQL connection goes back to the pool only when closed
+        connection.close()
+
+
 def test_two_workers_given_the_same_message_one_runs_while_the_other_is_alive(kind, project, owner):
     model, make = kind
     job = make(project, owner, "queued")
@@ -115,7 +123,7 @@ def test_two_workers_given_the_same_message_one_runs_while_the_other_is_alive(ki
     assert (first.state, first.runs, first.worker) == ("running", 1, "a@host")
     results = []
     with Heartbeat(first):  # the first worker is alive: its heartbeat stays fresh
-        second = threading.Thread(target=lambda: results.append(claim(model, job.pk, worker="b@host")))
+        second = threading.Thread(target=claim_and_close, args=(results, model, job.pk, "b@host"))
         second.start()
         second.join(30)
     assert results == [None]  # the duplicate waited past the stale limit, saw a live worker, and left
