@@ -18,13 +18,12 @@ import traceback
 
 from django.db import transaction
 from django.http import StreamingHttpResponse
-from django.utils import timezone
 
 from apps.annotation.field_types import candidate_keys, field_type, row_value
 from apps.annotation.models import Annotation, AnnotationExport, Campaign, Item
 from apps.annotation.quality import answers_by_item, resolve
 from apps.annotation.services import row_dict
-from apps.core.jobs import Heartbeat, claim
+from apps.core.jobs import JobRun
 from apps.datasets.models import Dataset
 from apps.datasets.writer import write_version
 from workers.ingest.export_formats import EXPORT_FORMATS
@@ -35,13 +34,14 @@ KINDS = ("resolved", "preferences")
 
 
 def run_export(export_id: int, *, worker: str = "") -> None:
-    if claim(AnnotationExport, export_id, worker=worker, what="export") is None:
+    run = JobRun.claim(AnnotationExport, export_id, worker=worker, what="export")
+    if run is None:
         return  # already done (a redelivered message), gone, or run by a live worker
-    with Heartbeat(AnnotationExport.objects.get(pk=export_id)):
-        _run(export_id)
+    with run:
+        _run(run, export_id)
 
 
-def _run(export_id: int) -> None:
+def _run(run: JobRun, export_id: int) -> None:
     export = AnnotationExport.objects.select_related("campaign__schema", "campaign__dataset_version__dataset",
                                                      "dataset", "created_by").get(pk=export_id)
     try:
@@ -60,15 +60,12 @@ def _run(export_id: int) -> None:
                 message=export.message or f"Annotations of “{export.campaign.name}” ({export.kind}, {export.mode})",
                 source={"annotation_export": export.pk, "campaign": export.campaign_id, "kind": export.kind,
                         "mode": export.mode, "min_agreement": export.min_agreement})
-        export.version, export.dataset, export.rows = version, dataset, kept
-        export.state = AnnotationExport.State.SUCCEEDED
     except Exception as exc:  # the person sees why; write_version left nothing half-written
         logger.exception("annotation export %s failed", export_id)
-        export.state = AnnotationExport.State.FAILED
-        export.error = str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}\n\n" \
-                                                                      f"{traceback.format_exc()}"
-    export.finished_at = timezone.now()
-    export.save()
+        run.fail(str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}\n\n"
+                                                                f"{traceback.format_exc()}")
+    else:
+        run.finish(version=version, dataset=dataset, rows=kept)
 
 
 def _records(export: AnnotationExport) -> tuple[list[dict], dict, int]:

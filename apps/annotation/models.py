@@ -218,6 +218,7 @@ class SuggestionRun(LeasedJob):
     State = JobState
     ENDED = ENDED_STATES
     TASK, QUEUE = "annotation.suggest", "inference"
+    DONE_FIELD, TOTAL_FIELD = "items_done", "items_total"
 
     campaign = models.OneToOneField(Campaign, primary_key=True, on_delete=models.CASCADE,
                                     related_name="suggestion_run")
@@ -230,3 +231,9 @@ class SuggestionRun(LeasedJob):
 
     class Meta:
         default_permissions = ()
+
+    @classmethod
+    def cancel_asked(cls, pk: int) -> bool:
+        """Stopped by a manager (services.suggestions_stop ends the run itself) or by closing the campaign."""
+        return (not cls.objects.filter(pk=pk, state=cls.State.RUNNING).exists()
+                or Campaign.objects.filter(pk=pk, state=Campaign.State.CLOSED).exists())

@@ -13,12 +13,11 @@ that have no suggestion yet.
 import logging
 
 from django.conf import settings
-from django.utils import timezone
 
 from apps.annotation import events
 from apps.annotation.field_types import field_type
 from apps.annotation.models import Campaign, Item, SuggestionRun
-from apps.core.jobs import Heartbeat, claim
+from apps.core.jobs import JobCancelled, JobRun
 from apps.serving.runner import batcher, model_paths
 
 logger = logging.getLogger(__name__)
@@ -35,14 +34,15 @@ def _messages(row, question: str | None = None) -> list[dict]:
 
 
 def run_suggestions(campaign_id: int, *, worker: str = "") -> None:
-    run = claim(SuggestionRun, campaign_id, worker=worker, what="suggestion run")
+    run = JobRun.claim(SuggestionRun, campaign_id, worker=worker, what="suggestion run", every_s=0,
+                       publish=lambda job, **details: events.campaign_changed(campaign_id))  # open dashboards show it
     if run is None:
         return  # ended, stopped, gone, or running under a live worker (a redelivered message)
-    with Heartbeat(run):
-        _suggest(campaign_id)
+    with run:
+        _suggest(run, campaign_id)
 
 
-def _suggest(campaign_id: int) -> None:
+def _suggest(run: JobRun, campaign_id: int) -> None:
     from workers.inference import SamplingParams
 
     campaign = Campaign.objects.select_related("suggestion_model__base_model", "schema").get(pk=campaign_id)
@@ -58,16 +58,9 @@ def _suggest(campaign_id: int) -> None:
     done = Item.objects.filter(campaign=campaign, suggestion__isnull=False).count()
     total = done + items.count()
     try:
-        while True:
-            # Stopped by a manager (services.suggestions_stop: the run is no longer RUNNING) or by
-            # closing the campaign.
-            if (not SuggestionRun.objects.filter(pk=campaign_id, state=SuggestionRun.State.RUNNING).exists()
-                    or Campaign.objects.filter(pk=campaign_id, state=Campaign.State.CLOSED).exists()):
-                _state(campaign_id, SuggestionRun.State.CANCELLED, done, total)
-                return
-            chunk = list(items[:CHUNK])
-            if not chunk:
-                break
+        # Before each chunk: stopped by a manager or by closing the campaign (SuggestionRun.cancel_asked)?
+        run.progress(done, total)
+        while chunk := list(items[:CHUNK]):
             futures = []
             for item in chunk:
                 jobs = {}
@@ -91,20 +84,11 @@ def _suggest(campaign_id: int) -> None:
                 Item.objects.filter(pk=item.pk).update(
                     suggestion={"model": campaign.suggestion_model_id, "values": values})
                 done += 1
-            _state(campaign_id, SuggestionRun.State.RUNNING, done, total)
+            run.progress(done, total)
+    except JobCancelled:
+        run.cancel()
     except Exception as exc:  # a model that cannot load: the campaign page says why
         logger.exception("suggestions for campaign %s failed", campaign_id)
-        _state(campaign_id, SuggestionRun.State.FAILED, done, total, error=f"{type(exc).__name__}: {exc}"[:2000])
-        return
-    _state(campaign_id, SuggestionRun.State.SUCCEEDED, done, total)
-
-
-def _state(campaign_id: int, state: str, done: int, total: int, error: str = "") -> None:
-    """Progress while RUNNING, then the end; a stop asked meanwhile (the run already CANCELLED)
-    stands, with the progress made."""
-    ended = {} if state == SuggestionRun.State.RUNNING else {"finished_at": timezone.now()}
-    SuggestionRun.objects.filter(pk=campaign_id, state=SuggestionRun.State.RUNNING).update(
-        state=state, items_done=done, items_total=total, error=error, **ended)
-    if state == SuggestionRun.State.CANCELLED:
-        SuggestionRun.objects.filter(pk=campaign_id).update(items_done=done, items_total=total)
-    events.campaign_changed(campaign_id)  # open dashboards show it
+        run.fail(f"{type(exc).__name__}: {exc}"[:2000])
+    else:
+        run.finish()

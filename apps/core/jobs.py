@@ -58,6 +58,9 @@ class LeasedJob(models.Model):
 
     TASK: ClassVar[str] = ""
     QUEUE: ClassVar[str] = "default"
+    # The row's fields that a JobRun's progress(done, total) writes; "" where the kind keeps none.
+    DONE_FIELD: ClassVar[str] = ""
+    TOTAL_FIELD: ClassVar[str] = ""
 
     runs = models.PositiveIntegerField(default=0)  # claims by a worker: 2+ means it was taken over after a loss
     worker = models.CharField(max_length=200, blank=True)
@@ -66,6 +69,14 @@ class LeasedJob(models.Model):
 
     class Meta:
         abstract = True
+
+    @classmethod
+    def cancel_asked(cls, pk: int) -> bool:
+        """Whether the job asks its worker to stop: its `cancel_requested` flag, where the kind has one
+        (a kind stopped another way says so by overriding this)."""
+        if not any(field.name == "cancel_requested" for field in cls._meta.concrete_fields):
+            return False
+        return cls.objects.filter(pk=pk, cancel_requested=True).exists()
 
 
 def _stale_before():
@@ -134,6 +145,130 @@ class Heartbeat:
             logger.exception("heartbeat of %s %s stopped", self.model._meta.model_name, self.pk)
         finally:
             connection.close()
+
+
+class JobCancelled(Exception):
+    """Raised by JobRun.progress once the job asks to be stopped (LeasedJob.cancel_asked)."""
+
+
+PROGRESS_EVERY_S = 0.5  # a run writes and publishes its progress, and reads the cancel flag, at most this often
+
+
+class JobRun:
+    """One worker's run of a claimed job: what every kind shares from the claim to the end. The
+    heartbeat while it runs; the progress and cancel callbacks handed to the engine (bound methods,
+    plain callables: the engine knows no Django); and the end (state, finished_at, the kind's fields)
+    written once and published.
+
+        run = JobRun.claim(ExportJob, job_id, worker=worker, what="export", publish=events.progress)
+        if run is None:
+            return  # not this worker's to run
+        with run:  # the heartbeat
+            try:
+                result = engine(..., progress=run.progress)  # or should_stop=run.cancelled
+            except JobCancelled:
+                run.cancel()
+            except Exception as exc:
+                run.fail(f"{type(exc).__name__}: {exc}")
+            else:
+                run.finish(path=result.path)
+
+    Progress and the end are written only while the row is still this run's (RUNNING, with this
+    run's count of claims): a run taken over by another worker, or stopped by a person (a state
+    written by the service), never overwrites what came after it; a stop keeps the progress made.
+    `publish(job, **details)` sends the kind's live event: after each progress write (with the
+    details given to progress) and after the end is committed.
+    """
+
+    def __init__(self, job: LeasedJob, *, publish: Callable[..., None] | None = None,
+                 every_s: float = PROGRESS_EVERY_S) -> None:
+        self.job, self.model = job, type(job)
+        self._publish = publish or (lambda job, **details: None)
+        self._every_s = every_s
+        self._written_at: float | None = None
+        self._checked_at: float | None = None
+        self._cancelled = False
+        self._heartbeat = Heartbeat(job)
+
+    @classmethod
+    def claim(cls, model: type[LeasedJob], pk: int, *, worker: str, what: str = "job",
+              on_given_up: Callable[[LeasedJob], None] | None = None, publish: Callable[..., None] | None = None,
+              every_s: float = PROGRESS_EVERY_S, **claimed_fields) -> "JobRun | None":
+        """`claim` the job; a run of it, or None when it is not this worker's to run."""
+        job = claim(model, pk, worker=worker, what=what, on_given_up=on_given_up, **claimed_fields)
+        return None if job is None else cls(job, publish=publish, every_s=every_s)
+
+    def __enter__(self) -> "JobRun":
+        self._heartbeat.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._heartbeat.__exit__(*exc)
+
+    def _this_run(self):
+        return self.model.objects.filter(pk=self.job.pk, runs=self.job.runs)
+
+    def _progress_fields(self) -> dict:
+        return {name: getattr(self.job, name) for name in (self.model.DONE_FIELD, self.model.TOTAL_FIELD) if name}
+
+    def cancelled(self) -> bool:
+        """Whether the job asks to be stopped, read at most every `every_s` (the first ask reads at
+        once): for an engine that polls (`should_stop`, `is_cancelled`), from any of its threads."""
+        now = time.monotonic()
+        if not self._cancelled and (self._checked_at is None or now - self._checked_at >= self._every_s):
+            self._checked_at = now
+            try:
+                self._cancelled = self.model.cancel_asked(self.job.pk)
+            except Exception:  # on an engine's own thread: drop a broken connection, the next ask opens one
+                connection.close()
+                raise
+        return self._cancelled
+
+    def progress(self, done: int, total: int | None = None, **details) -> None:
+        """The progress callback handed to the engine: `done` (and `total`) kept in the kind's
+        DONE_FIELD and TOTAL_FIELD, written and published at most every `every_s`; raises JobCancelled
+        once the job asks to be stopped."""
+        if self.model.DONE_FIELD:
+            setattr(self.job, self.model.DONE_FIELD, done)
+        if total is not None and self.model.TOTAL_FIELD:
+            setattr(self.job, self.model.TOTAL_FIELD, total)
+        now = time.monotonic()
+        if self._written_at is not None and now - self._written_at < self._every_s:
+            return
+        self._written_at = now
+        if progress := self._progress_fields():
+            self._this_run().filter(state=self.model.State.RUNNING).update(**progress)
+        if self.cancelled():
+            raise JobCancelled()
+        self._publish(self.job, **details)
+
+    def finish(self, **fields) -> bool:
+        """The job succeeded: its state, finished_at, the last progress and `fields` written."""
+        return self._end(self.model.State.SUCCEEDED, fields)
+
+    def fail(self, error: str, **fields) -> bool:
+        return self._end(self.model.State.FAILED, {"error": error, **fields})
+
+    def cancel(self, **fields) -> bool:
+        return self._end(self.model.State.CANCELLED, fields)
+
+    def _end(self, state: str, fields: dict) -> bool:
+        """Write the end while the row is still this run's, then publish it once committed. False
+        when it was not: taken over, deleted, or stopped by a person (the progress made is kept)."""
+        fields = {**self._progress_fields(), **fields, "state": state, "finished_at": timezone.now()}
+        written = self._this_run().filter(state=self.model.State.RUNNING).update(**fields)
+        if written:
+            for name, value in fields.items():
+                setattr(self.job, name, value)
+        else:
+            if progress := self._progress_fields():
+                self._this_run().update(**progress)
+            current = self.model.objects.filter(pk=self.job.pk).first()
+            if current is None:
+                return False
+            self.job.state, self.job.finished_at = current.state, current.finished_at
+        transaction.on_commit(lambda: self._publish(self.job))
+        return bool(written)
 
 
 def leased_kinds() -> list[type[LeasedJob]]:

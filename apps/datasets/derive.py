@@ -13,10 +13,9 @@ import time
 import traceback
 
 from django.db import connection, transaction
-from django.utils import timezone
 
 from apps.core.chunks import in_chunks
-from apps.core.jobs import Heartbeat, claim
+from apps.core.jobs import JobCancelled, JobRun
 from apps.datasets import events, search_index
 from apps.datasets.bulk import insert_rows, row_tuple, stored_tallies
 from apps.datasets.importer import BATCH_ROWS, discard_version, next_version_number
@@ -37,22 +36,21 @@ FROM datasets_datasetrow WHERE version_id = %s ORDER BY position
 """
 
 
-class DeriveCancelled(Exception):
-    pass
-
-
 def run_derive(job_id: int, *, worker: str = "") -> None:
-    """Claim the job (apps.core.jobs.claim: a message redelivered while a live worker runs it does
+    """Claim the job (apps.core.jobs: a message redelivered while a live worker runs it does
     nothing; ended ones neither), then derive under a heartbeat."""
-    if claim(DeriveJob, job_id, worker=worker, what="job", on_given_up=lambda lost: discard_version(lost.version)) is None:
+    run = JobRun.claim(DeriveJob, job_id, worker=worker, what="job",
+                       on_given_up=lambda lost: discard_version(lost.version),
+                       publish=lambda job, **details: events.derive_progress(job),
+                       every_s=0)  # every batch is reported, to the last one
+    if run is None:
         return
-    job = DeriveJob.objects.select_related("parent__dataset", "version").get(pk=job_id)
-    with Heartbeat(job):
-        _derive(job)
+    with run:
+        _derive(run)
 
 
-def _derive(job: DeriveJob) -> None:
-    job_id = job.pk
+def _derive(run: JobRun) -> None:
+    job = run.job
     if job.runs > 1:
         discard_version(job.version)  # its worker died mid-way: start again
     version = None
@@ -64,16 +62,16 @@ def _derive(job: DeriveJob) -> None:
     try:
         {DeriveJob.Kind.SPLIT: _split, DeriveJob.Kind.REDACT: _redact, DeriveJob.Kind.PII_SCAN: _scan,
          DeriveJob.Kind.EDIT: _edit, DeriveJob.Kind.TOKEN_STATS: _token_stats, DeriveJob.Kind.PURGE: _purge}[job.kind](
-            job, version)
-    except DeriveCancelled:
-        _end(job, version, DeriveJob.State.CANCELLED)
+            job, version, run.progress)
+    except JobCancelled:
+        discard_version(version)
+        run.cancel(version=None)
     except Exception as exc:  # keep the traceback; never leave a half version
-        logger.exception("derive job %s failed", job_id)
-        _end(job, version, DeriveJob.State.FAILED, f"{type(exc).__name__}: {exc}\n\n{traceback.format_exc()}")
+        logger.exception("derive job %s failed", job.pk)
+        discard_version(version)
+        run.fail(f"{type(exc).__name__}: {exc}\n\n{traceback.format_exc()}", version=None)
     else:
-        job.state, job.finished_at = DeriveJob.State.SUCCEEDED, timezone.now()
-        job.save(update_fields=["state", "finished_at", "rows_done", "result"])
-        events.derive_progress(job)
+        run.finish(result=job.result)
 
 
 def _new_version(job: DeriveJob) -> DatasetVersion:
@@ -86,27 +84,12 @@ def _new_version(job: DeriveJob) -> DatasetVersion:
             source={"derived_from": parent.number, "kind": job.kind, "params": job.params})
 
 
-def _end(job: DeriveJob, version: DatasetVersion | None, state: str, error: str = "") -> None:
-    discard_version(version)
-    job.version, job.state, job.error, job.finished_at = None, state, error, timezone.now()
-    job.save(update_fields=["version", "state", "error", "finished_at"])
-    events.derive_progress(job)
-
-
-def _progress(job: DeriveJob, done: int) -> None:
-    job.rows_done = done
-    DeriveJob.objects.filter(pk=job.pk).update(rows_done=done)
-    events.derive_progress(job)
-    if DeriveJob.objects.filter(pk=job.pk, cancel_requested=True).exists():
-        raise DeriveCancelled()
-
-
 def _parent_rows(job: DeriveJob):
     # Piece by piece, not .iterator(): the job writes between pieces (see apps.core.chunks).
     return in_chunks(DatasetRow.objects.filter(version=job.parent), key="position", size=BATCH_ROWS)
 
 
-def _split(job: DeriveJob, version: DatasetVersion) -> None:
+def _split(job: DeriveJob, version: DatasetVersion, progress) -> None:
     params = job.params
     parent_rows = DatasetRow.objects.filter(version=job.parent).values_list("position", "label", "row_hash")
     assignment = assign_splits(parent_rows.iterator(chunk_size=5000), params["ratios"], seed=params["seed"],
@@ -122,7 +105,7 @@ def _split(job: DeriveJob, version: DatasetVersion) -> None:
             chunk = positions[start:start + UPDATE_BATCH]
             DatasetRow.objects.filter(version=version, position__in=chunk).update(split=name)
             done += len(chunk)
-            _progress(job, done)
+            progress(done)
     counts = {name: len(positions) for name, positions in by_split.items()}
     version.content_hash = _stored_hash(version)  # the split assignment is part of the version's identity
     version.schema = {**version.schema, "splits": {"ratios": params["ratios"], "seed": params["seed"],
@@ -155,7 +138,7 @@ def _texts(row: DatasetRow):
             yield f"metadata.{key}", value
 
 
-def _scan(job: DeriveJob, version: None) -> None:
+def _scan(job: DeriveJob, version: None, progress) -> None:
     from workers.pii import ScanSummary
 
     summary = ScanSummary()
@@ -165,14 +148,14 @@ def _scan(job: DeriveJob, version: None) -> None:
         for column, text in _texts(row):
             summary.add(row.position, column, text)
         done += 1
-        if time.monotonic() - last > 0.5:
+        if time.monotonic() - last > 0.5:  # per row: reported twice a second
             last = time.monotonic()
-            _progress(job, done)
+            progress(done)
     job.rows_done = done
     job.result = summary.as_dict()
 
 
-def _redact(job: DeriveJob, version: DatasetVersion) -> None:
+def _redact(job: DeriveJob, version: DatasetVersion, progress) -> None:
     from workers.pii import redact_text
 
     def redacted(row: DatasetRow) -> dict:
@@ -187,10 +170,10 @@ def _redact(job: DeriveJob, version: DatasetVersion) -> None:
                                for key, value in (row.metadata or {}).items()}
         return content
 
-    job.result = {"rows_changed": _rewrite(job, version, redacted)}
+    job.result = {"rows_changed": _rewrite(job, version, progress, redacted)}
 
 
-def _edit(job: DeriveJob, version: DatasetVersion) -> None:
+def _edit(job: DeriveJob, version: DatasetVersion, progress) -> None:
     """The parent's rows, renumbered without the dropped ones, the edited ones changed."""
     edits, drops = job.params.get("edits", {}), set(job.params.get("drops", []))
 
@@ -201,11 +184,11 @@ def _edit(job: DeriveJob, version: DatasetVersion) -> None:
                 "label": row.label, "reference": row.reference, "metadata": row.metadata or {},
                 **edits.get(str(row.position), {})}
 
-    _rewrite(job, version, edited)
+    _rewrite(job, version, progress, edited)
     job.result = {"rows_edited": len(edits), "rows_dropped": len(drops)}
 
 
-def _rewrite(job: DeriveJob, version: DatasetVersion, transform) -> int:
+def _rewrite(job: DeriveJob, version: DatasetVersion, progress, transform) -> int:
     """Write the parent's rows in order, each as `transform(row)` returns it (None drops it),
     renumbered from 0, hashed and counted as an import does; the version is READY at the end.
     Returns how many rows changed."""
@@ -225,7 +208,7 @@ def _rewrite(job: DeriveJob, version: DatasetVersion, transform) -> int:
         if len(batch) >= BATCH_ROWS:
             insert_rows(batch)
             batch.clear()
-            _progress(job, done)
+            progress(done)
     insert_rows(batch)
     job.rows_done = done
     version.row_count = position
@@ -237,7 +220,7 @@ def _rewrite(job: DeriveJob, version: DatasetVersion, transform) -> int:
     return changed
 
 
-def _token_stats(job: DeriveJob, version: None) -> None:
+def _token_stats(job: DeriveJob, version: None, progress) -> None:
     """Token-length histograms of the parent's rows with a registered model's tokenizer (chat rows:
     the turns before the last assistant turn are the prompt, that turn the response)."""
     from pathlib import Path
@@ -264,9 +247,9 @@ def _token_stats(job: DeriveJob, version: None) -> None:
             response = str(turns[last_answer].get("content") or "") if last_answer is not None else response
         lengths.add(count(prompt), count(response))
         done += 1
-        if time.monotonic() - last > 0.5:
+        if time.monotonic() - last > 0.5:  # per row: reported twice a second
             last = time.monotonic()
-            _progress(job, done)
+            progress(done)
     job.rows_done = done
     job.result = {**lengths.as_dict(), "model": model.pk, "model_name": model.name}
 
@@ -274,7 +257,7 @@ def _token_stats(job: DeriveJob, version: None) -> None:
 PURGE_BATCH = 10_000
 
 
-def _purge(job: DeriveJob, version: None) -> None:
+def _purge(job: DeriveJob, version: None, progress) -> None:
     """Delete the purged parent's rows and exports, unless something pinned it after it was marked
     (a launch racing the purge): then it is READY again and the job fails saying what pins it."""
     import shutil
@@ -305,6 +288,6 @@ def _purge(job: DeriveJob, version: None) -> None:
             done += cursor.rowcount
         job.rows_done = done
         DeriveJob.objects.filter(pk=job.pk).update(rows_done=done)
-        events.derive_progress(job)  # never cancelled: half a purge would be neither version
+        events.derive_progress(job)  # not run.progress: never cancelled, half a purge would be neither version
     job.rows_done = done
     job.result = {"rows_deleted": done}

@@ -5,7 +5,7 @@ from django.db import connection
 from django.http import StreamingHttpResponse
 
 from apps.core.chunks import in_chunks
-from apps.core.jobs import Heartbeat, claim
+from apps.core.jobs import JobRun
 from apps.datasets.bulk import MAX_METADATA_KEYS
 from apps.datasets.models import DatasetRow, DatasetVersion
 from workers.ingest.export_formats import EXPORT_FORMATS
@@ -58,34 +58,27 @@ def run_export_job(job_id: int, *, worker: str = "") -> None:
     from pathlib import Path
 
     from django.conf import settings
-    from django.utils import timezone
 
     from apps.datasets.models import ExportJob
 
-    if claim(ExportJob, job_id, worker=worker, what="export") is None:
+    run = JobRun.claim(ExportJob, job_id, worker=worker, what="export")
+    if run is None:
         return  # ended, gone, or written by a live worker (apps.core.jobs.claim)
     job = ExportJob.objects.select_related("version__dataset").get(pk=job_id)
-    heartbeat = Heartbeat(job).__enter__()
     folder = Path(settings.ARTIFACT_ROOT) / "exports" / str(job.pk)
     folder.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=".export-", dir=folder))
-
-    def progress(done: int) -> None:
-        ExportJob.objects.filter(pk=job_id).update(rows_done=done)
-
     records = (_row(row) for row in _rows(job.version))
-    try:
-        target = work / job.filename
-        EXPORT_FORMATS[job.format].write(records, target, progress, metadata_keys=metadata_keys(job.version))
-        final = folder / job.filename
-        target.rename(final)
-        job.path, job.size_bytes, job.state = str(final), final.stat().st_size, ExportJob.State.SUCCEEDED
-        job.rows_done = job.version.row_count
-    except Exception as exc:
-        logging.getLogger(__name__).exception("export %s failed", job_id)
-        job.state, job.error = ExportJob.State.FAILED, f"{type(exc).__name__}: {exc}"[:2000]
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-        heartbeat.__exit__(None, None, None)
-    job.finished_at = timezone.now()
-    job.save()
+    with run:
+        try:
+            target = work / job.filename
+            EXPORT_FORMATS[job.format].write(records, target, run.progress, metadata_keys=metadata_keys(job.version))
+            final = folder / job.filename
+            target.rename(final)
+        except Exception as exc:
+            logging.getLogger(__name__).exception("export %s failed", job_id)
+            run.fail(f"{type(exc).__name__}: {exc}"[:2000])
+        else:
+            run.finish(path=str(final), size_bytes=final.stat().st_size, rows_done=job.version.row_count)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)

@@ -165,6 +165,7 @@ class DeriveJob(LeasedJob):
     State = ImportJob.State
     ENDED = ImportJob.ENDED
     TASK, QUEUE = "datasets.derive", "default"
+    DONE_FIELD = "rows_done"
 
     parent = models.ForeignKey(DatasetVersion, on_delete=models.CASCADE, related_name="derive_jobs")
     kind = models.CharField(max_length=16, choices=Kind.choices)
@@ -195,6 +196,7 @@ class ExportJob(LeasedJob):
     State = ImportJob.State
     ENDED = ImportJob.ENDED
     TASK, QUEUE = "datasets.export", "default"
+    DONE_FIELD = "rows_done"
 
     version = models.ForeignKey(DatasetVersion, on_delete=models.CASCADE, related_name="exports")
     format = models.CharField(max_length=16, choices=export_formats.choices())  # workers.ingest.export_formats
@@ -223,3 +225,29 @@ class ExportJob(LeasedJob):
     def filename(self) -> str:
         name = "".join(c if c.isalnum() or c in "-_" else "_" for c in self.version.dataset.name)[:80]
         return f"{name}-v{self.version.number}.{export_formats.EXPORT_FORMATS[self.format].extension}"
+
+
+class SearchIndexJob(LeasedJob):
+    """A worker's build of one large version's full-text search index (PostgreSQL:
+    apps.datasets.search_index), under the jobs lease (apps.core.jobs). Its id is its version's: the
+    task's one argument was the version id before builds were rows and stays so (messages queued
+    then stay valid), and a version has one build; asking again for a dropped index queues it again."""
+
+    class State(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        SUCCEEDED = "succeeded"
+        FAILED = "failed"
+
+    ENDED = (State.SUCCEEDED, State.FAILED)
+    TASK, QUEUE = "datasets.index_search", "default"
+
+    version = models.OneToOneField(DatasetVersion, primary_key=True, on_delete=models.CASCADE,
+                                   related_name="search_index_job")
+    state = models.CharField(max_length=16, choices=State.choices, default=State.QUEUED)
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        default_permissions = ()

@@ -9,16 +9,20 @@ made as a plain table from the version's rows in one statement, indexed, then at
 one transaction (a worker dying half-way leaves nothing). A search reads only its own version's
 partition, and a purge drops it whole. Until it is attached a search scans the version's rows:
 the same results, slower, and stopped by a statement timeout with a clear message; the first
-such search queues the build, which also covers versions made before this existed and builds
-lost with their worker. SQLite keeps its FTS5 table current through triggers: always indexed.
+such search queues the build, which also covers versions made before this existed. A worker's
+build is a SearchIndexJob under the jobs lease (apps.core.jobs): one worker builds it, and the
+reaper re-sends a build whose worker was lost. SQLite keeps its FTS5 table current through
+triggers: always indexed.
 """
 
 import logging
 
+from django.core.cache import cache
 from django.db import connection, transaction
 from django.utils import timezone
 
-from apps.datasets.models import DatasetVersion
+from apps.core.jobs import JobRun, enqueue
+from apps.datasets.models import DatasetVersion, SearchIndexJob
 from apps.datasets.tasks import index_search_task
 
 logger = logging.getLogger(__name__)
@@ -96,11 +100,42 @@ def after_ready(version: DatasetVersion) -> None:
 
 
 def queue(version_id: int) -> None:
-    """Ask a worker to build the index, at most once per QUEUED_TTL_S per version."""
-    from django.core.cache import cache
+    """Ask a worker to build the index, at most once per QUEUED_TTL_S per version (every search of
+    an unindexed version asks); a build running under a live worker is left to it."""
+    version_id = int(version_id)
+    if not applies() or not cache.add(QUEUED_KEY.format(version_id), 1, timeout=QUEUED_TTL_S):
+        return
+    job, created = SearchIndexJob.objects.get_or_create(version_id=version_id)
+    if not created:
+        if job.state == SearchIndexJob.State.RUNNING:
+            return  # the lease sees it through: the reaper re-sends it if its worker is lost
+        SearchIndexJob.objects.filter(pk=version_id).update(state=SearchIndexJob.State.QUEUED, error="",
+                                                            finished_at=None)
+    transaction.on_commit(lambda: enqueue(
+        index_search_task, version_id, queue=SearchIndexJob.QUEUE,
+        on_failure=lambda reason: SearchIndexJob.objects.filter(pk=version_id).update(
+            state=SearchIndexJob.State.FAILED, error=reason, finished_at=timezone.now())))
 
-    if cache.add(QUEUED_KEY.format(int(version_id)), 1, timeout=QUEUED_TTL_S):
-        transaction.on_commit(lambda: index_search_task.delay(int(version_id)))
+
+def run_build(version_id: int, *, worker: str = "") -> None:
+    """What a worker runs for a SearchIndexJob: claim it, then build under a heartbeat."""
+    version_id = int(version_id)
+    if not applies():
+        return
+    if DatasetVersion.objects.filter(pk=version_id, search_indexed_at__isnull=True).exists():
+        # A message sent before builds were job rows names a version that has none yet.
+        SearchIndexJob.objects.get_or_create(version_id=version_id)
+    run = JobRun.claim(SearchIndexJob, version_id, worker=worker, what="search index build")
+    if run is None:
+        return  # built already, gone, or building under a live worker
+    with run:
+        try:
+            build(version_id)
+        except Exception as exc:  # the version stays usable; its searches scan and queue the build again
+            logger.exception("search index of version %s not built", version_id)
+            run.fail(f"{type(exc).__name__}: {exc}"[:2000])
+        else:
+            run.finish()
 
 
 def on_version_deleted(sender, instance: DatasetVersion, **kwargs) -> None:

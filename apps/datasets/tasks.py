@@ -10,11 +10,12 @@ def import_dataset_task(self, job_id: int) -> None:
     run_import(job_id, worker=self.request.hostname or "")
 
 
-@shared_task(name="datasets.index_search")
-def index_search_task(version_id: int) -> None:
-    from apps.datasets.search_index import build
+@shared_task(name="datasets.index_search", bind=True)
+def index_search_task(self, version_id: int) -> None:
+    """A SearchIndexJob, whose id is its version's."""
+    from apps.datasets.search_index import run_build
 
-    build(version_id)
+    run_build(version_id, worker=self.request.hostname or "")
 
 
 @shared_task(name="datasets.derive", bind=True)

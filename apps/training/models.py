@@ -96,22 +96,30 @@ class MetricPoint(models.Model):
         constraints = [models.UniqueConstraint(fields=["job", "kind", "step"], name="unique_metric_point")]
 
 
-class SpeedMeasurement(models.Model):
+class SpeedMeasurement(LeasedJob):
     """How fast this installation's training workers ran: recorded by every finished job and by a short
     calibration run when nothing is known yet. Estimates divide a job's work by it
-    (workers.training.estimate)."""
+    (workers.training.estimate). A calibration is a job under the lease (apps.core.jobs): claimed by one
+    `gpu` worker, kept alive by its heartbeat, re-sent by the reaper when that worker vanishes; a job's
+    own record is written ended."""
+
+    TASK, QUEUE = "training.calibrate", "gpu"
 
     class Kind(models.TextChoices):
         JOB = "job"
         CALIBRATION = "calibration"
 
     class State(models.TextChoices):
-        PENDING = "pending"  # a calibration queued, not yet run
-        DONE = "done"
+        # The stored values predate the lease and are kept: "pending" is queued, "done" succeeded.
+        QUEUED = "pending"  # a calibration queued, not yet run
+        RUNNING = "running"
+        SUCCEEDED = "done"
         FAILED = "failed"
 
+    ENDED = (State.SUCCEEDED, State.FAILED)
+
     kind = models.CharField(max_length=16, choices=Kind.choices)
-    state = models.CharField(max_length=16, choices=State.choices, default=State.DONE)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.SUCCEEDED)
     base_model = models.ForeignKey("registry.RegisteredModel", null=True, on_delete=models.SET_NULL,
                                    related_name="speed_measurements")
     job = models.OneToOneField(TrainingJob, null=True, blank=True, on_delete=models.SET_NULL,
@@ -119,7 +127,6 @@ class SpeedMeasurement(models.Model):
     method = models.CharField(max_length=16)
     parameters = models.BigIntegerField(default=0)  # of the base model
     device = models.CharField(max_length=32, blank=True)
-    worker = models.CharField(max_length=200, blank=True)
     flops_per_s = models.FloatField(null=True, blank=True)  # of the optimizer steps
     seconds_per_step = models.FloatField(null=True, blank=True)
     seconds_per_eval = models.FloatField(null=True, blank=True)
@@ -129,6 +136,7 @@ class SpeedMeasurement(models.Model):
     request = models.JSONField(default=dict, blank=True)
     error = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]

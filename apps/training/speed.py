@@ -6,21 +6,24 @@ job's own config, model and rows) instead of guessing, and says so; the web requ
 """
 
 import json
+import logging
 import tempfile
 import time
 from datetime import timedelta
 from pathlib import Path
 
 from django.db import transaction
-from django.db.models import Sum, TextField
+from django.db.models import Q, Sum, TextField
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast, Coalesce, Length
 from django.utils import timezone
 
-from apps.core.jobs import enqueue
+from apps.core.jobs import JobRun, enqueue
 from apps.registry.models import RegisteredModel
 from apps.training.models import SpeedMeasurement, TrainingJob
 from workers.training.methods import get_method
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_CHARS_PER_TOKEN = 4.0  # English text through a BPE tokenizer, until a run on this model measures it
 CALIBRATION_WARMUP_STEPS = 3   # the first steps warm up (allocations, lazy kernels): not timed
@@ -61,11 +64,11 @@ def rows_chars(rows, method: str, fmt: str) -> int:
     return rows.aggregate(chars=Sum(expression))["chars"] or 0
 
 
-def record_job_speed(job: TrainingJob, *, rows: list[dict], setup_s: float | None, eval_seconds: list[float],
-                     kind: str = SpeedMeasurement.Kind.JOB, steps: list[dict] | None = None,
-                     measurement: SpeedMeasurement | None = None) -> SpeedMeasurement | None:
-    """In a worker, after a run: its measured speed. `steps` are the run's step points (calibration: the
-    first, a warm-up, is left out); a finished job uses its totals."""
+def speed_fields(job: TrainingJob, *, rows: list[dict], setup_s: float | None, eval_seconds: list[float],
+                 steps: list[dict] | None = None) -> dict | None:
+    """In a worker, after a run: its measured speed as SpeedMeasurement fields, or None when no step was
+    timed. `steps` are the run's step points (calibration: the first, a warm-up, is left out); a finished
+    job uses its totals."""
     from workers.training.estimate import measured_speed
 
     info = job.info or {}
@@ -84,21 +87,28 @@ def record_job_speed(job: TrainingJob, *, rows: list[dict], setup_s: float | Non
     if speed is None:
         return None
     chars, tokens_per_epoch = text_chars(rows, job.method), info.get("tokens_per_epoch")
-    fields = {"kind": kind, "state": SpeedMeasurement.State.DONE, "base_model_id": job.base_model_id,
-              "method": job.method, "parameters": parameters, "device": info.get("device", ""),
-              "worker": job.worker or "", "flops_per_s": speed.flops_per_s, "seconds_per_step": seconds / step_count,
-              "seconds_per_eval": sum(eval_seconds) / len(eval_seconds) if eval_seconds else None,
-              "setup_s": setup_s, "chars_per_token": chars / tokens_per_epoch if chars and tokens_per_epoch else None}
-    if measurement is not None:
-        SpeedMeasurement.objects.filter(pk=measurement.pk).update(**fields)
-        return measurement
-    return SpeedMeasurement.objects.create(job=job if job.pk else None, **fields)
+    return {"base_model_id": job.base_model_id, "method": job.method, "parameters": parameters,
+            "device": info.get("device", ""), "worker": job.worker or "", "flops_per_s": speed.flops_per_s,
+            "seconds_per_step": seconds / step_count,
+            "seconds_per_eval": sum(eval_seconds) / len(eval_seconds) if eval_seconds else None,
+            "setup_s": setup_s, "chars_per_token": chars / tokens_per_epoch if chars and tokens_per_epoch else None}
+
+
+def record_job_speed(job: TrainingJob, *, rows: list[dict], setup_s: float | None,
+                     eval_seconds: list[float]) -> SpeedMeasurement | None:
+    """In a worker, after a job finished: its measured speed, kept for the next estimates."""
+    fields = speed_fields(job, rows=rows, setup_s=setup_s, eval_seconds=eval_seconds)
+    if fields is None:
+        return None
+    return SpeedMeasurement.objects.create(job=job, kind=SpeedMeasurement.Kind.JOB,
+                                           state=SpeedMeasurement.State.SUCCEEDED, finished_at=timezone.now(),
+                                           **fields)
 
 
 def best_measurement(model: RegisteredModel, method: str) -> SpeedMeasurement | None:
     """The most telling measurement: the same model and method, else the same model, else any (the
     newest of each); the model and method it was on are scaled for through the FLOPs."""
-    done = SpeedMeasurement.objects.filter(state=SpeedMeasurement.State.DONE, flops_per_s__isnull=False)
+    done = SpeedMeasurement.objects.filter(state=SpeedMeasurement.State.SUCCEEDED, flops_per_s__isnull=False)
     for candidates in (done.filter(base_model=model, method=method), done.filter(base_model=model), done):
         found = candidates.order_by("-created_at", "-id").first()
         if found is not None:
@@ -154,19 +164,22 @@ def _calibrate(model: RegisteredModel, version, train_split: str, eval_split: st
     """Queue one calibration run for this model and method unless one is already on its way."""
     from apps.training.tasks import calibrate_task
 
+    # A running one is the lease's to see through (the reaper re-sends it if its worker is lost); a queued
+    # one whose message never arrived is queued again after a while.
     recent = timezone.now() - CALIBRATION_PENDING_FOR
-    if SpeedMeasurement.objects.filter(base_model=model, method=train_config.method,
-                                       state=SpeedMeasurement.State.PENDING, created_at__gte=recent).exists():
+    on_its_way = (Q(state=SpeedMeasurement.State.QUEUED, created_at__gte=recent)
+                  | Q(state=SpeedMeasurement.State.RUNNING))
+    if SpeedMeasurement.objects.filter(on_its_way, base_model=model, method=train_config.method).exists():
         return True
     measurement = SpeedMeasurement.objects.create(
-        kind=SpeedMeasurement.Kind.CALIBRATION, state=SpeedMeasurement.State.PENDING, base_model=model,
+        kind=SpeedMeasurement.Kind.CALIBRATION, state=SpeedMeasurement.State.QUEUED, base_model=model,
         method=train_config.method, parameters=(model.info or {}).get("parameters") or 0,
         request={"dataset_version": version.pk, "train_split": train_split, "eval_split": eval_split,
                  "config": train_config.as_dict()})
     transaction.on_commit(lambda: enqueue(
         calibrate_task, measurement.pk, queue="gpu",
         on_failure=lambda reason: SpeedMeasurement.objects.filter(pk=measurement.pk).update(
-            state=SpeedMeasurement.State.FAILED, error=reason)))
+            state=SpeedMeasurement.State.FAILED, error=reason, finished_at=timezone.now())))
     return True
 
 
@@ -179,15 +192,33 @@ def preload_engine() -> None:
 
 def run_calibration(measurement_id: int, *, worker: str) -> None:
     """In a worker: a few real optimizer steps and one evaluation of the requested config on its
-    model and rows, timed, then thrown away."""
+    model and rows, timed, then thrown away. Claimed under the lease (apps.core.jobs.claim): a
+    redelivered message for a calibration done or running under a live worker does nothing."""
+    run = JobRun.claim(SpeedMeasurement, measurement_id, worker=worker, what="calibration")
+    if run is None:
+        return
+    with run:
+        try:
+            measured = _calibrate_on_worker(run.job, worker=worker)
+        except Exception as exc:  # the estimate says it could not measure; a later one tries again
+            logger.exception("calibration %s failed", measurement_id)
+            run.fail(f"{type(exc).__name__}: {exc}"[:2000])
+        else:
+            if measured is None:
+                run.fail("no step was timed")
+            else:
+                run.finish(**measured)
+
+
+def _calibrate_on_worker(measurement: SpeedMeasurement, *, worker: str) -> dict | None:
+    """Run the calibration: its measured speed's fields, or None when no step was timed."""
     from apps.datasets.models import DatasetVersion
     from apps.training.runner import MAX_EVAL_ROWS as RUNNER_EVAL_ROWS
     from apps.training.runner import version_rows
     from workers.training import TrainCallbacks, TrainCancelled, TrainConfig, train
 
-    measurement = SpeedMeasurement.objects.filter(pk=measurement_id, state=SpeedMeasurement.State.PENDING).first()
-    if measurement is None or measurement.base_model is None:
-        return  # done already (a redelivered message) or its model is gone
+    if measurement.base_model is None:
+        raise ValueError("its model was deleted")
     request = measurement.request
     # One evaluation at the start (the base model's: the same work as any later one), then steps.
     config = TrainConfig.from_dict({**request["config"], "max_steps": CALIBRATION_MAX_STEPS, "eval_every": None,
@@ -222,16 +253,6 @@ def run_calibration(measurement_id: int, *, worker: str) -> None:
                   train_rows=rows, eval_rows=eval_rows, callbacks=timing)
     except TrainCancelled:
         pass  # enough steps timed
-    except Exception as exc:  # the estimate says it could not measure; a later one tries again
-        SpeedMeasurement.objects.filter(pk=measurement.pk).update(state=SpeedMeasurement.State.FAILED,
-                                                                  error=f"{type(exc).__name__}: {exc}"[:2000])
-        return
     probe = TrainingJob(base_model=measurement.base_model, method=method, info=timing.info, worker=worker)
-    recorded = record_job_speed(probe, rows=rows, setup_s=timing.setup_s, eval_seconds=timing.evals,
-                                kind=SpeedMeasurement.Kind.CALIBRATION,
-                                steps=timing.steps[CALIBRATION_WARMUP_STEPS - 1:], measurement=measurement)
-    if recorded is None:
-        SpeedMeasurement.objects.filter(pk=measurement.pk).update(state=SpeedMeasurement.State.FAILED,
-                                                                  error="no step was timed")
-
-
+    return speed_fields(probe, rows=rows, setup_s=timing.setup_s, eval_seconds=timing.evals,
+                        steps=timing.steps[CALIBRATION_WARMUP_STEPS - 1:])

@@ -475,7 +475,8 @@ def test_a_form_that_starts_from_suggestions_needs_a_model_and_nothing_is_made_w
 
 def test_a_manager_stops_the_model_suggestions_and_the_worker_honours_it(client, scientist, annotator, project,
                                                                          review_version):
-    from apps.annotation.suggestions import _state, run_suggestions
+    from apps.annotation.suggestions import run_suggestions
+    from apps.core.jobs import JobCancelled, JobRun
 
     client.force_login(scientist)
     campaign = make_campaign(client, project, review_version)
@@ -490,7 +491,8 @@ def test_a_manager_stops_the_model_suggestions_and_the_worker_honours_it(client,
     run_suggestions(campaign["id"])  # the queued job, reaching a worker after the stop: it does nothing
     assert Campaign.objects.get(pk=campaign["id"]).suggestion_state == "cancelled"
     assert not Item.objects.filter(campaign_id=campaign["id"], suggestion__isnull=False).exists()
-    _state(campaign["id"], "running", 3, 10)  # a running job's progress does not undo the stop
+    with pytest.raises(JobCancelled):  # a running job's progress does not undo the stop: it ends there
+        JobRun(SuggestionRun.objects.get(pk=campaign["id"]), every_s=0).progress(3, 10)
     assert Campaign.objects.get(pk=campaign["id"]).suggestion_state == "cancelled"
     assert AuditEvent.objects.filter(action="campaign.suggestions_stop").count() == 1
     client.force_login(annotator)

@@ -1,20 +1,22 @@
 """The one lease every long job kind runs under (apps.core.jobs): one parametrized suite for each
 kind that uses it. Two workers handed the same message: one runs. A worker that died is taken
 over once its heartbeat is stale; one lost too often fails; the reaper re-sends what went silent;
-an ended job's message does nothing."""
+an ended job's message does nothing. A run (JobRun) writes its progress and its end only while
+the row is its own, and a kind that can be cancelled stops at its next progress."""
 
 import threading
 import time
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 
 from apps.annotation.models import AnnotationExport, Campaign, LabelSchema, SuggestionRun
 from apps.comparison.models import Comparison
-from apps.core.jobs import Heartbeat, claim, leased_kinds, reap, reap_stale
-from apps.datasets.models import Dataset, DeriveJob, ExportJob, ImportJob
+from apps.core.jobs import Heartbeat, JobCancelled, JobRun, claim, leased_kinds, reap, reap_stale
+from apps.datasets.models import Dataset, DeriveJob, ExportJob, ImportJob, SearchIndexJob
 from apps.serving.models import Generation
-from apps.training.models import TrainingJob
+from apps.training.models import SpeedMeasurement, TrainingJob
 from tests.comparison.factories import make_comparison
 from tests.training.fixtures import make_job, make_version
 
@@ -35,6 +37,11 @@ def new_derive(project, owner, state):
 def new_export(project, owner, state):
     return ExportJob.objects.create(version=make_version(project, owner, name=f"QA {time.monotonic_ns()}"),
                                     format="jsonl", created_by=owner, state=state)
+
+
+def new_search_index_build(project, owner, state):
+    return SearchIndexJob.objects.create(version=make_version(project, owner, name=f"QA {time.monotonic_ns()}"),
+                                         state=state)
 
 
 def new_campaign(project, owner):
@@ -58,6 +65,14 @@ def new_generation(project, owner, state):
                                      source="api", prompt="Hello", state=state)
 
 
+def new_calibration(project, owner, state):
+    from tests.comparison.factories import placeholder_model
+
+    # Its states keep their older stored values ("pending", "done"): the suite names them by member.
+    return SpeedMeasurement.objects.create(kind="calibration", state=SpeedMeasurement.State[state.upper()],
+                                           base_model=placeholder_model(project), method="sft")
+
+
 KINDS = {
     "training": (TrainingJob, lambda project, owner, state: make_job(project, owner, state=state)),
     "comparison": (Comparison, lambda project, owner, state: make_comparison(project, owner, state=state,
@@ -68,7 +83,22 @@ KINDS = {
     "annotation export": (AnnotationExport, new_annotation_export),
     "suggestion run": (SuggestionRun, new_suggestion_run),
     "generation": (Generation, new_generation),
+    "calibration": (SpeedMeasurement, new_calibration),
+    "search index build": (SearchIndexJob, new_search_index_build),
 }
+
+
+def ask_to_cancel(model, pk):
+    model.objects.filter(pk=pk).update(cancel_requested=True)
+
+
+def stop_suggestions(model, pk):
+    model.objects.filter(pk=pk).update(state="cancelled", finished_at=timezone.now())
+
+
+# How each kind that can be cancelled is asked to stop, as its service asks.
+CANCELS = {"training": ask_to_cancel, "comparison": ask_to_cancel, "import": ask_to_cancel, "derive": ask_to_cancel,
+           "suggestion run": stop_suggestions}
 
 
 @pytest.fixture(params=sorted(KINDS))
@@ -79,6 +109,13 @@ def kind(request, settings):
     return KINDS[request.param]
 
 
+def claim_and_close(results, model, pk, worker):
+    try:
+        results.append(claim(model, pk, worker=worker))
+    finally:  # a thread's pooled PostgreSQL connection goes back to the pool only when closed
+        connection.close()
+
+
 def test_two_workers_given_the_same_message_one_runs_while_the_other_is_alive(kind, project, owner):
     model, make = kind
     job = make(project, owner, "queued")
@@ -86,7 +123,7 @@ def test_two_workers_given_the_same_message_one_runs_while_the_other_is_alive(ki
     assert (first.state, first.runs, first.worker) == ("running", 1, "a@host")
     results = []
     with Heartbeat(first):  # the first worker is alive: its heartbeat stays fresh
-        second = threading.Thread(target=lambda: results.append(claim(model, job.pk, worker="b@host")))
+        second = threading.Thread(target=claim_and_close, args=(results, model, job.pk, "b@host"))
         second.start()
         second.join(30)
     assert results == [None]  # the duplicate waited past the stale limit, saw a live worker, and left
@@ -117,7 +154,7 @@ def test_an_ended_job_or_a_missing_one_is_never_run_again(kind, project, owner):
     assert claim(model, done.pk, worker="a@host") is None
     assert claim(model, 10**9, worker="a@host") is None
     done.refresh_from_db()
-    assert done.state == "succeeded" and done.runs == 0
+    assert done.state == model.State.SUCCEEDED and done.runs == 0
 
 
 def test_the_reaper_resends_only_what_went_silent(kind, project, owner):
@@ -147,3 +184,45 @@ def test_every_leased_kind_is_in_this_suite_and_the_one_reaper_resends_each_to_i
 
     app.loader.import_default_modules()
     assert {model.TASK for model in silent} <= set(app.tasks)  # each names a task that exists
+
+
+def test_a_run_writes_its_progress_and_end_only_while_the_job_is_its_own(kind, project, owner):
+    model, make = kind
+    job = make(project, owner, "queued")
+    published = []
+    run = JobRun.claim(model, job.pk, worker="a@host", every_s=0,
+                       publish=lambda job, **details: published.append((job.state, details)))
+    with run:
+        run.progress(3, 5, rows_per_s=2.0)
+    assert published == [("running", {"rows_per_s": 2.0})]
+    model.objects.filter(pk=job.pk).update(runs=2)  # another worker took it over
+    assert run.finish() is False
+    job.refresh_from_db()
+    assert job.state == "running" and job.finished_at is None
+    model.objects.filter(pk=job.pk).update(runs=1)
+    assert run.fail("The file is broken.") is True
+    job.refresh_from_db()
+    assert (job.state, job.error) == ("failed", "The file is broken.") and job.finished_at is not None
+    assert published[-1] == ("failed", {})
+    if model.DONE_FIELD:
+        assert getattr(job, model.DONE_FIELD) == 3
+    if model.TOTAL_FIELD:
+        assert getattr(job, model.TOTAL_FIELD) == 5
+
+
+@pytest.mark.parametrize("name", sorted(CANCELS))
+def test_a_run_asked_to_stop_stops_at_its_next_progress_and_ends_cancelled(name, project, owner):
+    model, make = KINDS[name]
+    job = make(project, owner, "queued")
+    run = JobRun.claim(model, job.pk, worker="a@host", every_s=0)
+    with run:
+        run.progress(1, 10)
+        assert not run.cancelled()
+        CANCELS[name](model, job.pk)
+        with pytest.raises(JobCancelled):
+            run.progress(2, 10)
+        run.cancel()
+    job.refresh_from_db()
+    assert job.state == "cancelled" and job.finished_at is not None
+    if model.DONE_FIELD:
+        assert getattr(job, model.DONE_FIELD) == 2  # the progress made is kept

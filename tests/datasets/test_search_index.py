@@ -6,7 +6,7 @@ import pytest
 from django.db import connection
 
 from apps.datasets import search_index, selectors, services
-from apps.datasets.models import Dataset, DatasetVersion, DeriveJob
+from apps.datasets.models import Dataset, DatasetVersion, DeriveJob, SearchIndexJob
 from apps.datasets.writer import write_version
 from tests.conftest import wait_for
 
@@ -86,6 +86,8 @@ def test_a_large_version_is_indexed_by_a_worker_and_searches_scan_until_then(pro
     version.refresh_from_db()
     assert partition_exists(version.pk)
     assert found(version, "llama") == [f"r{i}" for i in range(0, 500, 7)]
+    build = SearchIndexJob.objects.get(pk=version.pk)  # the worker's build ran under the jobs lease, once
+    assert (build.state, build.runs) == ("succeeded", 1) and build.worker and build.finished_at is not None
 
 
 @pytest.mark.slow
