@@ -10,7 +10,9 @@ from typing import ClassVar
 from celery import current_app
 from django.apps import apps as django_apps
 from django.conf import settings
+from django.core.cache import cache
 from django.db import connection, models, transaction
+from django.db.models import F
 from django.utils import timezone
 
 logger = logging.getLogger(__name__)
@@ -269,6 +271,44 @@ class JobRun:
             self.job.state, self.job.finished_at = current.state, current.finished_at
         transaction.on_commit(lambda: self._publish(self.job))
         return bool(written)
+
+
+# --- hand-back: a worker that is told to stop (SIGTERM: a rolling update, a scale-down, a
+# container stop) returns its long jobs to the queue at the next step instead of holding the stop
+# up for hours or being killed mid-step. Celery tells only its main process (worker_shutting_down);
+# the task runs in a pool process, so the word is passed through the shared cache.
+
+STOPPING_KEEP_S = 24 * 3600
+
+
+def _stopping_key(worker: str) -> str:
+    return f"worker-stopping:{worker}"
+
+
+def mark_worker_stopping(worker: str) -> None:
+    cache.set(_stopping_key(worker), 1, STOPPING_KEEP_S)
+
+
+def clear_worker_stopping(worker: str) -> None:
+    cache.delete(_stopping_key(worker))
+
+
+def worker_stopping(worker: str) -> bool:
+    """Whether the worker named `worker` (its Celery hostname) was told to stop."""
+    return bool(worker) and cache.get(_stopping_key(worker)) is not None
+
+
+def hand_back(job: LeasedJob) -> bool:
+    """Return a job this run holds to the queue, its progress kept, and send its message again, so
+    another worker (or this one, restarted) resumes it. Not a lost worker: the claim that takes it
+    next is not counted toward JOB_MAX_RUNS. False when the row was no longer this run's."""
+    model = type(job)
+    written = model.objects.filter(pk=job.pk, runs=job.runs, state=model.State.RUNNING).update(
+        state=model.State.QUEUED, worker="", heartbeat_at=None, runs=F("runs") - 1)
+    if written:
+        job.state, job.worker, job.heartbeat_at, job.runs = model.State.QUEUED, "", None, job.runs - 1
+        transaction.on_commit(lambda: _send(model, job.pk))
+    return bool(written)
 
 
 def leased_kinds() -> list[type[LeasedJob]]:

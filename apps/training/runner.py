@@ -18,7 +18,7 @@ from django.conf import settings
 from django.db import close_old_connections, transaction
 from django.utils import timezone
 
-from apps.core.jobs import Heartbeat, claim
+from apps.core.jobs import Heartbeat, claim, hand_back, worker_stopping
 from apps.training import events
 from apps.training.models import MetricPoint, TrainingJob
 from workers.training import ConfigError, TrainCallbacks, TrainCancelled, TrainConfig, TrainingDataError, train
@@ -82,6 +82,11 @@ def _train(job: TrainingJob) -> None:
         timing = {"rows": train_rows, "setup_s": callbacks.setup_s, "eval_seconds": callbacks.eval_seconds}
     except TrainCancelled as exc:
         close_old_connections()
+        if callbacks.handing_back:
+            callbacks.log(f"handed back at step {exc.step}: its worker is stopping; another resumes it")
+            hand_back(job)
+            transaction.on_commit(lambda: events.job_state(job))
+            return
         callbacks.log(f"cancelled at step {exc.step}")
         _end(job, TrainingJob.State.CANCELLED)
         return
@@ -127,6 +132,7 @@ class JobCallbacks(TrainCallbacks):
 
     def __init__(self, job: TrainingJob) -> None:
         self.job = job
+        self.handing_back = False
         self._lines: list[str] = job.log_tail.splitlines()[-LOG_TAIL_LINES:]
         # Timings for the speed this run records (apps.training.speed): loading until the first step, evals.
         self._created = time.perf_counter()
@@ -161,7 +167,12 @@ class JobCallbacks(TrainCallbacks):
         events.job_state(self.job)  # open pages show the new checkpoint
 
     def should_stop(self) -> bool:
-        return TrainingJob.objects.filter(pk=self.job.pk, cancel_requested=True).exists()
+        """A person cancelled the job, or its worker is stopping (then the job is handed back:
+        the engine's stop checkpoints either way)."""
+        if TrainingJob.objects.filter(pk=self.job.pk, cancel_requested=True).exists():
+            return True
+        self.handing_back = worker_stopping(self.job.worker)
+        return self.handing_back
 
     def log(self, message: str) -> None:
         line = f"{timezone.now():%H:%M:%S} {message}"
