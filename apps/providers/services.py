@@ -333,7 +333,9 @@ def _provider_error(provider: Provider, exc: Exception, key: str = "") -> Domain
         if 300 <= status < 400:
             message = f"{provider.name} answered with a redirect ({status}), which is not followed."
         else:
-            message = f"{provider.name} answered {status}: {exc.message}"
+            body = exc.body if isinstance(exc.body, dict) else {}
+            detail = body.get("message") if isinstance(body.get("message"), str) else exc.message
+            message = f"{provider.name} answered {status}: {detail}"
     elif isinstance(exc, openai.APITimeoutError):
         message = f"{provider.name} did not answer within {provider.timeout_s:g} s."
     elif isinstance(exc, openai.APIConnectionError):

@@ -22,3 +22,51 @@ def provider(site_admin, loopback_allowed, project):
 
 
 __all__ = ["AllowedNetwork"]
+
+
+class ScriptedHttp:
+    """A plain HTTP server on loopback answering every request with one scripted response, and
+    recording what it was sent: for the transport rules (redirects, pinning, errors), not a model."""
+
+    def __init__(self):
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        outer = self
+        self.requests: list[dict] = []
+        self.status, self.headers, self.body = 200, {}, b"{}"
+
+        class Handler(BaseHTTPRequestHandler):
+            def _answer(self):
+                outer.requests.append({"method": self.command, "path": self.path, "host": self.headers.get("Host"),
+                                       "authorization": self.headers.get("Authorization")})
+                self.send_response(outer.status)
+                for name, value in {"Content-Type": "application/json", **outer.headers}.items():
+                    self.send_header(name, value)
+                self.send_header("Content-Length", str(len(outer.body)))
+                self.end_headers()
+                self.wfile.write(outer.body)
+
+            do_GET = do_POST = _answer
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def script(self, status: int, body: bytes = b"{}", headers: dict | None = None) -> None:
+        self.status, self.body, self.headers = status, body, headers or {}
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def scripted_http():
+    server = ScriptedHttp()
+    yield server
+    server.stop()
