@@ -237,6 +237,16 @@ ANNOTATION_FIELDS = [{"name": "verdict", "type": "single_label", "required": Tru
                                  {"value": "bad", "hotkey": "2", "description": ""}]}]
 
 
+def _arrange_provider(world: World) -> dict:
+    """A provider (nothing listens at its address: no row reaches it) with one model, enabled for world.project."""
+    from apps.providers.models import Provider, ProviderEnablement, ProviderModel
+
+    provider = Provider.objects.create(name="Outside", base_url="https://93.184.216.34/v1", max_retries=0)
+    ProviderModel.objects.create(provider=provider, name="gpt-test")
+    ProviderEnablement.objects.create(provider=provider, project=world.project)
+    return {}
+
+
 def _answer(world: World) -> dict:
     import uuid
 
@@ -469,6 +479,14 @@ ENDPOINTS = [
              arrange=_arrange_annotation),
     Endpoint("annotation-review", "POST", "/api/annotations/<int:annotation_id>/review/", "annotation.review",
              lambda w: {"decision": "accept"}, 200, arrange=_arrange_annotation),
+    # outside model providers enabled for the project. A permitted chat reaches the message check
+    # (an empty list is a 400): tests/providers covers real calls; the refusals are what this row checks.
+    Endpoint("provider-models-list", "GET", f"{P}/provider-models/", "model.view", _no_body, 200,
+             arrange=_arrange_provider),
+    Endpoint("provider-usage", "GET", f"{P}/provider-usage/", "model.view", _no_body, 200),
+    Endpoint("provider-chat", "POST", f"{P}/provider-chat/", "provider.use",
+             lambda w: {"provider_model": "Outside/gpt-test", "messages": []}, 400, arrange=_arrange_provider,
+             audit_writes=0),
     # project API tokens (a token never creates a token)
     Endpoint("project-tokens-list", "GET", f"{P}/tokens/", "token.manage", _no_body, 200),
     Endpoint("project-token-create", "POST", f"{P}/tokens/", "token.manage",

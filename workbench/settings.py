@@ -93,6 +93,7 @@ INSTALLED_APPS = [
     "apps.comparison",
     "apps.monitoring",
     "apps.annotation",
+    "apps.providers",
 ]
 
 MIDDLEWARE = [
@@ -312,6 +313,28 @@ DATA_ROOTS = [Path(p).resolve() for p in env_list("DATA_ROOTS", [str(DATA_DIR / 
 # only when a deployment turns MODEL_HUB_DOWNLOADS on (safetensors and config files only).
 HF_HUB_CACHE = Path(env_str("HF_HUB_CACHE", str(Path.home() / ".cache" / "huggingface" / "hub"))).resolve()
 MODEL_HUB_DOWNLOADS = env_bool("MODEL_HUB_DOWNLOADS", False)
+
+# --- Outside model providers -------------------------------------------------------------
+# Fernet keys (comma-separated, newest first) that encrypt providers' API keys at rest
+# (apps/providers/crypto.py): the first encrypts, all of them decrypt, so a new key goes in front
+# and `manage.py rotate_provider_keys` re-encrypts every row before the old one is dropped.
+# Unset outside production: one key generated once in the data folder, like SECRET_KEY.
+PROVIDER_KEYS = env_list("PROVIDER_KEYS", [])
+if not PROVIDER_KEYS and not PRODUCTION:
+    _provider_key_file = DATA_DIR / "provider_key"
+    if not _provider_key_file.exists():
+        import base64
+
+        try:  # O_EXCL: two processes starting together agree on one key
+            _fd = os.open(_provider_key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            pass
+        else:
+            with os.fdopen(_fd, "w") as _handle:
+                _handle.write(base64.urlsafe_b64encode(secrets.token_bytes(32)).decode())
+    PROVIDER_KEYS = [_provider_key_file.read_text().strip()]
+# How long one provider call may take, and the most tokens one may ask for.
+PROVIDER_MAX_TIMEOUT_S = env_float("PROVIDER_MAX_TIMEOUT_S", 300.0)
 
 # --- Requests ---------------------------------------------------------------------------
 # Bodies above this are answered 413 by the ASGI layer before Django reads them.

@@ -13,6 +13,7 @@ api_patterns = [
     path("", include("apps.annotation.api_urls")),
     path("", include("apps.comparison.api_urls")),
     path("", include("apps.monitoring.api_urls")),
+    path("", include("apps.providers.api_urls")),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     # The split view serves its start-up script as a file, so the CSP needs no inline script.
     path("docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="docs"),
@@ -33,6 +34,7 @@ urlpatterns = [
     path("", include("apps.annotation.urls")),
     path("", include("apps.comparison.urls")),
     path("", include("apps.monitoring.urls")),
+    path("", include("apps.providers.urls")),
     # OpenAI-compatible: the paths its clients expect (base_url = <server>/v1).
     path("v1/", include("apps.serving.urls_openai")),
     path("admin/", admin.site.urls),

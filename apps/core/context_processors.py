@@ -24,6 +24,8 @@ def navigation(request):
         # Operator data across projects: only site staff see (and may open) Monitoring.
         sections.append({"key": "monitoring", "label": "Monitoring", "url": reverse("monitoring:overview"),
                          "active": current == "monitoring"})
+        sections.append({"key": "providers", "label": "Providers", "url": reverse("providers:list"),
+                         "active": current == "providers"})
         sections.append({"key": "admin", "label": "Admin", "url": reverse("accounts:users"),
                          "active": current == "accounts" and request.path.startswith("/accounts/users")})
     return {"nav_sections": sections}

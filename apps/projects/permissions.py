@@ -35,6 +35,7 @@ PERMISSIONS: dict[str, str] = {
     "compare.view": "See comparisons and leaderboards",
     "compare.run": "Run comparisons",
     "compare.vote": "Vote in comparisons assigned to you",
+    "provider.use": "Send prompts to the outside model providers a site admin enabled for the project",
 }
 
 VIEWER = frozenset({"project.view", "dataset.view", "model.view", "job.view", "compare.view"})
@@ -42,7 +43,7 @@ ANNOTATOR = frozenset({"project.view", "annotation.submit", "compare.vote"})
 SCIENTIST = VIEWER | ANNOTATOR | {
     "dataset.import", "dataset.edit", "dataset.export", "model.register", "model.download", "model.generate",
     "job.launch",
-    "job.cancel", "compare.run", "campaign.manage", "annotation.review",
+    "job.cancel", "compare.run", "campaign.manage", "annotation.review", "provider.use",
 }
 ADMIN = SCIENTIST | {
     "project.edit", "project.archive", "member.manage", "role.manage", "token.manage",

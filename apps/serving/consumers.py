@@ -2,14 +2,20 @@ import asyncio
 import time
 from contextlib import aclosing
 
+from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 
-from apps.core.errors import DomainError
+from apps.core.errors import DomainError, Invalid
 from apps.projects.events import user_group
 from apps.projects.models import Project
 from apps.projects.sockets import PolicyConsumer
 from apps.serving import services, stream
 from apps.serving.models import Generation
+
+PROVIDER_PREFIX = "provider:"  # a playground model value naming a provider model (apps.providers)
+# The playground's sampling names -> provider_chat's (OpenAI's).
+PROVIDER_PARAMS = {"max_new_tokens": "max_tokens", "temperature": "temperature", "top_p": "top_p", "stop": "stop",
+                   "seed": "seed"}
 
 
 class PlaygroundConsumer(PolicyConsumer):
@@ -27,6 +33,8 @@ class PlaygroundConsumer(PolicyConsumer):
         return [user_group(self.scope["user"].pk)]
 
     async def receive_json(self, content, **kwargs):
+        if content["type"] == "cancel" and str(content.get("id", "")).startswith("provider-"):
+            return  # a provider's answer comes whole, in one HTTP call: nothing to stop midway
         if content["type"] == "cancel":
             try:
                 await database_sync_to_async(self._cancel)(content.get("id"))
@@ -38,6 +46,9 @@ class PlaygroundConsumer(PolicyConsumer):
             return
         if getattr(self, "running", None) and not self.running.done():
             await self.send_json({"type": "error", "detail": "Wait for the current answer to finish."})
+            return
+        if str(content.get("model", "")).startswith(PROVIDER_PREFIX):
+            self.running = asyncio.create_task(self._provider_answer(content))
             return
         try:
             generation = await database_sync_to_async(self._create)(content)
@@ -72,6 +83,49 @@ class PlaygroundConsumer(PolicyConsumer):
                     await self.send_json({"type": event["type"], "id": generation_id, "result": event["result"],
                                           "html": event.get("html", ""),
                                           "round_trip_s": round(time.monotonic() - sent, 3)})
+
+    async def _provider_answer(self, content: dict) -> None:
+        """An outside provider's answer, whole (provider_chat does not stream): "started", one
+        "delta" with the text, then "done" with usage and the Markdown rendering, like a local one.
+        The HTTP call runs off the shared database thread, so a slow provider holds up nobody else."""
+        from apps.core.rendering import render_markdown
+
+        sent = time.monotonic()
+        label = f"provider-{int(sent * 1000)}"
+        try:
+            params = content.get("params") or {}
+            if not isinstance(params, dict):
+                raise Invalid("params is an object.", field="params")
+            unknown = sorted(set(params) - set(PROVIDER_PARAMS))
+            if unknown:
+                raise Invalid(f"{unknown[0]} is not a setting outside providers take.", field=unknown[0])
+            await self.send_json({"type": "started", "id": label})
+            reply = await sync_to_async(self._provider_chat, thread_sensitive=False)(
+                content["model"][len(PROVIDER_PREFIX):], content.get("messages"),
+                {PROVIDER_PARAMS[k]: v for k, v in params.items()})
+        except DomainError as exc:
+            await self.send_json({"type": "error", "detail": exc.message, "field": exc.field})
+            return
+        result = {"id": label, "state": "succeeded", "text": reply.text, "finish_reason": reply.finish_reason,
+                  "prompt_tokens": reply.prompt_tokens, "completion_tokens": reply.completion_tokens,
+                  "time_to_first_token_s": None, "total_s": reply.latency_s,
+                  "tokens_per_s": round(reply.completion_tokens / reply.latency_s, 1) if reply.latency_s else None,
+                  "error": "", "field": ""}
+        await self.send_json({"type": "delta", "id": label, "text": reply.text})
+        await self.send_json({"type": "done", "id": label, "result": result, "html": render_markdown(reply.text),
+                              "round_trip_s": round(time.monotonic() - sent, 3)})
+
+    def _provider_chat(self, model_id: str, messages, params: dict):
+        from django.contrib.auth import get_user_model
+        from django.db import connection
+
+        from apps.providers import services as provider_services
+
+        try:  # on an executor thread of its own: its connection is closed here, not left behind
+            user = get_user_model().objects.get(pk=self.scope["user"].pk)
+            return provider_services.provider_chat(self.project, model_id, messages, user=user, **params)
+        finally:
+            connection.close()
 
     async def disconnect(self, code):
         if getattr(self, "running", None):

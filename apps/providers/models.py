@@ -1,0 +1,105 @@
+"""Outside OpenAI-compatible model providers, registered by site staff and enabled per project.
+
+The API key is stored only encrypted (apps/providers/crypto.py); its last four characters are
+kept apart so people can tell keys apart without the key ever being shown again.
+"""
+
+from django.conf import settings
+from django.db import models
+
+
+class AllowedNetwork(models.Model):
+    """An address range site staff allow providers to live in although it is not public
+    (loopback, private, link-local, reserved): e.g. 10.1.2.3/32 for a vLLM server on the LAN."""
+
+    network = models.CharField(max_length=64, unique=True)  # CIDR, normalised (ipaddress.ip_network)
+    note = models.CharField(max_length=200, blank=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["network"]
+
+    def __str__(self) -> str:
+        return self.network
+
+
+class Provider(models.Model):
+    name = models.CharField(max_length=100, unique=True)
+    base_url = models.CharField(max_length=500)  # checked by apps.providers.netguard on save and on every call
+    api_key_encrypted = models.TextField(blank=True)  # a MultiFernet token; "" when the server needs no key
+    api_key_last4 = models.CharField(max_length=4, blank=True)
+    enabled = models.BooleanField(default=True)  # a disabled provider answers no call, in any project
+    # Per project and day (UTC); None: no budget of that kind.
+    daily_token_budget = models.PositiveBigIntegerField(null=True, blank=True)
+    daily_request_budget = models.PositiveIntegerField(null=True, blank=True)
+    # Across every project: what the provider's own limits allow. None: no limit.
+    requests_per_minute = models.PositiveIntegerField(null=True, blank=True)
+    timeout_s = models.FloatField(default=60.0)
+    max_retries = models.PositiveSmallIntegerField(default=2)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def api_key_hint(self) -> str:
+        return f"…{self.api_key_last4}" if self.api_key_encrypted else ""
+
+
+class ProviderModel(models.Model):
+    """A model a provider serves, by the id the provider knows it by."""
+
+    class Source(models.TextChoices):
+        ADMIN = "admin"  # typed by site staff
+        FETCHED = "fetched"  # listed by the provider's GET /models
+
+    provider = models.ForeignKey(Provider, on_delete=models.CASCADE, related_name="models")
+    name = models.CharField(max_length=200)
+    source = models.CharField(max_length=16, choices=Source.choices, default=Source.ADMIN)
+    enabled = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["provider__name", "name"]
+        constraints = [models.UniqueConstraint(fields=["provider", "name"], name="provider_model_unique_name")]
+
+    def __str__(self) -> str:
+        return f"{self.provider.name}/{self.name}"
+
+
+class ProviderEnablement(models.Model):
+    """The provider may be used by this project's members (who hold `provider.use`)."""
+
+    provider = models.ForeignKey(Provider, on_delete=models.CASCADE, related_name="enablements")
+    project = models.ForeignKey("projects.Project", on_delete=models.CASCADE, related_name="provider_enablements")
+    enabled_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["provider", "project"], name="provider_enablement_unique")]
+
+
+class ProviderUsage(models.Model):
+    """Calls and tokens of one project on one provider on one day (UTC): what budgets are held to."""
+
+    provider = models.ForeignKey(Provider, on_delete=models.CASCADE, related_name="usage")
+    project = models.ForeignKey("projects.Project", on_delete=models.CASCADE, related_name="provider_usage")
+    day = models.DateField()
+    requests = models.PositiveIntegerField(default=0)
+    failed_requests = models.PositiveIntegerField(default=0)
+    prompt_tokens = models.PositiveBigIntegerField(default=0)
+    completion_tokens = models.PositiveBigIntegerField(default=0)
+
+    class Meta:
+        ordering = ["-day", "provider_id"]
+        constraints = [models.UniqueConstraint(fields=["provider", "project", "day"], name="provider_usage_unique_day")]
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
