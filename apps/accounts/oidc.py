@@ -178,9 +178,21 @@ class WorkbenchOIDCAdapter(OpenIDConnectOAuth2Adapter):
         return verify_id_token(id_token, provider=self._provider, nonce=self.expected_nonce)
 
     def complete_login(self, request, app, token, **kwargs):
+        from apps.accounts.sso import KEPT_CLAIMS
+
         if not kwargs["response"].get("id_token"):
             raise OAuth2Error("the provider sent no ID token")
-        return super().complete_login(request, app, token, **kwargs)
+        login = super().complete_login(request, app, token, **kwargs)
+        data = login.account.extra_data
+        id_token, userinfo = data.get("id_token") or {}, data.get("userinfo") or {}
+        if userinfo and userinfo.get("sub") != id_token.get("sub"):
+            raise OAuth2Error("the user info is not about the ID token's subject")  # OIDC Core 5.3.2
+        # Every claim is read once, here and in apps/accounts/sso.py; only a few small ones are kept
+        # with the account (allauth saves an existing account's data before our checks run).
+        login.workbench_claims = {**userinfo, **id_token}
+        login.account.extra_data = {k: v for k, v in login.workbench_claims.items()
+                                    if k in KEPT_CLAIMS and (not isinstance(v, str) or len(v) <= 254)}
+        return login
 
 
 class WorkbenchOIDCProvider(OpenIDConnectProvider):

@@ -54,16 +54,6 @@ def record_refusal(request, *, provider_id: str, reason: str, email: str = "") -
                  after={"provider": provider_id[:40], "reason": reason[:300], "email": email[:MAX_EMAIL_LENGTH]})
 
 
-def _claims(sociallogin) -> dict:
-    data = sociallogin.account.extra_data or {}
-    id_token = data.get("id_token") or {}
-    userinfo = data.get("userinfo") or {}
-    if userinfo and userinfo.get("sub") != id_token.get("sub"):
-        # OIDC Core 5.3.2: the user info must be about the ID token's subject.
-        raise SsoRefused("Your identity provider sent inconsistent answers.", "userinfo sub differs from ID token")
-    return {**userinfo, **id_token} if id_token else {}
-
-
 def groups_from(claims: dict, claim_name: str) -> list[str]:
     """The provider's groups, bounded: a claim that is not a list of short strings, or too long a
     list, refuses the sign-in (trimming it could take access away, or keep it, by accident)."""
@@ -117,11 +107,14 @@ def admit(request, sociallogin) -> None:
     provider = next(p for p in settings.SSO_PROVIDERS if p["id"] == provider_id)
     email = ""
     try:
-        claims = _claims(sociallogin)
+        claims = getattr(sociallogin, "workbench_claims", None)
+        if not claims:
+            raise SsoRefused("Your identity provider sent no identity.", "no checked claims")
         email = _email(claims)
         groups = groups_from(claims, provider["groups_claim"])
-        sociallogin.account.extra_data = {k: claims[k] for k in KEPT_CLAIMS if k in claims}
         sociallogin.account.extra_data["groups"] = groups
+        if sociallogin.is_existing:
+            sociallogin.account.save(update_fields=["extra_data"])
         with transaction.atomic():
             user, how = _account_for(request, sociallogin, provider_id=provider_id, claims=claims, email=email)
             _sync(user=user, provider_id=provider_id, groups=groups, ip_address=client_ip(request))
