@@ -19,6 +19,7 @@ import hmac
 import json
 import logging
 import secrets
+from urllib.parse import urlsplit
 
 import jwt
 import requests
@@ -52,6 +53,26 @@ def provider_config(provider_id: str) -> dict | None:
 
 def providers() -> list[dict]:
     return list(settings.SSO_PROVIDERS)
+
+
+def _origin(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+def authorization_origins() -> list[str]:
+    """Where the login page's provider buttons lead (through our redirect): the page's CSP
+    form-action must allow them, as browsers apply it to the redirect after a form's POST."""
+    origins = []
+    for provider in settings.SSO_PROVIDERS:
+        try:
+            origin = _origin(discovery(provider)["authorization_endpoint"])
+        except (OAuth2Error, requests.RequestException, ValueError) as exc:
+            logger.warning("provider %s: no discovery document (%s)", provider["id"], exc)
+            origin = _origin(provider["discovery_url"])
+        if origin not in origins:
+            origins.append(origin)
+    return origins
 
 
 # --- provider metadata and keys ------------------------------------------------------------------

@@ -34,6 +34,17 @@ class LoginView(auth_views.LoginView):
         return {**super().get_context_data(**kwargs), "sso_providers": providers(),
                 "show_passwords": show_passwords, "break_glass_only": not settings.LOCAL_PASSWORD_LOGIN}
 
+    def render_to_response(self, context, **kwargs):
+        from apps.accounts.oidc import authorization_origins
+        from apps.core.middleware import CONTENT_SECURITY_POLICY
+
+        response = super().render_to_response(context, **kwargs)
+        origins = authorization_origins()
+        if origins:
+            response["Content-Security-Policy"] = CONTENT_SECURITY_POLICY.replace(
+                "form-action 'self'", "form-action 'self' " + " ".join(origins))
+        return response
+
 
 class PasswordChangeView(auth_views.PasswordChangeView):
     """Changing the password ends every other session (Django's session hash) and closes

@@ -35,6 +35,9 @@ DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": os.envi
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 LOGIN_URL = "/login/"
+# Its own cookie names: a browser shares cookies between ports of one host, and Workbench runs on 127.0.0.1 too.
+SESSION_COOKIE_NAME = "provider_session"
+CSRF_COOKIE_NAME = "provider_csrftoken"
 USE_TZ = True
 OAUTH2_PROVIDER = {
     "OIDC_ENABLED": True,
