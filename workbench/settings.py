@@ -8,6 +8,7 @@ Two ways to run the same code:
 """
 
 import os
+import re
 import secrets
 from datetime import timedelta
 from pathlib import Path
@@ -83,6 +84,11 @@ INSTALLED_APPS = [
     "guardian",
     "axes",
     "channels",
+    # Single sign-on (OpenID Connect) through django-allauth's social accounts: see the SSO section.
+    "allauth",
+    "allauth.account",
+    "allauth.socialaccount",
+    "allauth.socialaccount.providers.openid_connect",
     "apps.core",
     "apps.accounts",
     "apps.projects",
@@ -107,6 +113,9 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    "allauth.account.middleware.AccountMiddleware",
+    # A single-sign-on session is checked with its provider every SSO_REVALIDATE_S.
+    "apps.accounts.middleware.SsoRevalidationMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "apps.core.middleware.DomainErrorMiddleware",
     # Last, so a locked-out login is answered before the view runs.
@@ -347,7 +356,10 @@ UPLOAD_PATHS = r"^/(api/)?projects/\d+/datasets/\d+/imports/$"
 # --- Auth -------------------------------------------------------------------------------
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
-    "django.contrib.auth.backends.ModelBackend",
+    # Django's ModelBackend, refusing passwords when LOCAL_PASSWORD_LOGIN is off (break-glass users aside).
+    "apps.accounts.backends.LocalPasswordBackend",
+    # Holds the sessions single sign-on opens (it checks no password), so they can be told apart.
+    "apps.accounts.backends.SsoBackend",
     "guardian.backends.ObjectPermissionBackend",
 ]
 AUTH_PASSWORD_VALIDATORS = [
@@ -375,6 +387,54 @@ AXES_IPWARE_PROXY_COUNT = env_int("TRUSTED_PROXY_COUNT", 0)
 AXES_IPWARE_META_PRECEDENCE_ORDER = (
     ["HTTP_X_FORWARDED_FOR", "REMOTE_ADDR"] if AXES_IPWARE_PROXY_COUNT else ["REMOTE_ADDR"]
 )
+
+# --- Single sign-on (OpenID Connect) -------------------------------------------------------
+# django-allauth's social accounts carry the protocol (authorization code + PKCE, single-use state,
+# discovery, issuer/audience/expiry checks; accounts keyed on the provider's `sub`), and
+# apps/accounts/oidc.py adds what its openid_connect provider leaves out: a nonce, and the ID token's
+# signature always checked against the provider's JWKS. Chosen over mozilla-django-oidc, which serves
+# one provider without discovery, matches accounts by email and does not check the audience.
+# SSO_PROVIDERS=corp,partner and per provider SSO_<ID>_DISCOVERY_URL, _CLIENT_ID, _CLIENT_SECRET,
+# optionally _NAME (the login button) and _GROUPS_CLAIM (default "groups").
+def _sso_providers() -> list[dict]:
+    providers = []
+    for provider_id in env_list("SSO_PROVIDERS", []):
+        if not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,39}", provider_id):
+            raise ImproperlyConfigured(f"SSO_PROVIDERS: {provider_id!r} is not a lower-case id (a-z, 0-9, -)")
+        prefix = "SSO_" + provider_id.upper().replace("-", "_") + "_"
+        provider = {"id": provider_id, "name": env_str(prefix + "NAME", provider_id),
+                    "discovery_url": env_str(prefix + "DISCOVERY_URL"), "client_id": env_str(prefix + "CLIENT_ID"),
+                    "secret": env_str(prefix + "CLIENT_SECRET", ""),
+                    "groups_claim": env_str(prefix + "GROUPS_CLAIM", "groups")}
+        if not provider["discovery_url"] or not provider["client_id"]:
+            raise ImproperlyConfigured(f"{prefix}DISCOVERY_URL and {prefix}CLIENT_ID must be set")
+        if PRODUCTION and urlsplit(provider["discovery_url"]).scheme != "https":
+            raise ImproperlyConfigured(f"{prefix}DISCOVERY_URL must be https:// in production")
+        providers.append(provider)
+    return providers
+
+
+SSO_PROVIDERS = _sso_providers()
+# Create an account on a first sign-in (else an admin creates it, or links an existing one).
+SSO_AUTO_CREATE = env_bool("SSO_AUTO_CREATE", False)
+# Only people whose email is in these domains may sign in with a provider (empty: any domain).
+SSO_ALLOWED_EMAIL_DOMAINS = [d.lower().lstrip("@") for d in env_list("SSO_ALLOWED_EMAIL_DOMAINS", [])]
+# How often a single-sign-on session is re-checked with its provider (refresh token; 0: never).
+SSO_REVALIDATE_S = env_int("SSO_REVALIDATE_S", 300)
+# The provider's discovery document and signing keys are kept this long (an unknown key id refetches).
+SSO_METADATA_CACHE_S = env_int("SSO_METADATA_CACHE_S", 300)
+# Off: only the break-glass accounts (usernames) may log in with a password; everyone else signs in
+# with a provider.
+LOCAL_PASSWORD_LOGIN = env_bool("LOCAL_PASSWORD_LOGIN", True)
+BREAK_GLASS_USERS = env_list("BREAK_GLASS_USERS", [])
+if not LOCAL_PASSWORD_LOGIN and not SSO_PROVIDERS:
+    raise ImproperlyConfigured("LOCAL_PASSWORD_LOGIN=false needs at least one provider in SSO_PROVIDERS")
+SOCIALACCOUNT_PROVIDERS = {"openid_connect": {"provider_class": "apps.accounts.oidc.WorkbenchOIDCProvider"}}
+SOCIALACCOUNT_ADAPTER = "apps.accounts.oidc.SsoAccountAdapter"
+SOCIALACCOUNT_EMAIL_VERIFICATION = "none"
+SOCIALACCOUNT_LOGIN_ON_GET = False  # starting a sign-in is a POST from the login page (CSRF-checked)
+SOCIALACCOUNT_REQUESTS_TIMEOUT = 10
+ACCOUNT_EMAIL_VERIFICATION = "none"
 
 # --- API --------------------------------------------------------------------------------
 REST_FRAMEWORK = {

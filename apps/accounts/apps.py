@@ -7,3 +7,5 @@ class AccountsConfig(AppConfig):
 
     def ready(self):
         from apps.accounts import schema, signals  # noqa: F401  (register the OpenAPI extension, receivers)
+
+        signals.connect_sso_signals()

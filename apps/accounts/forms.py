@@ -57,3 +57,29 @@ class TokenForm(forms.Form):
         super().__init__(*args, **kwargs)
         names = [name for name in PERMISSIONS if allowed is None or name in allowed]
         self.fields["permissions"].choices = [(name, name) for name in names]
+
+
+class SsoMappingForm(forms.Form):
+    provider_id = forms.ChoiceField(label="Identity provider")
+    group = forms.CharField(max_length=256, help_text="The group's name exactly as the provider sends it.")
+    site_admin = forms.BooleanField(required=False, label="Site admin (instead of a project role)")
+    project = forms.ModelChoiceField(queryset=None, required=False)
+    role = forms.CharField(max_length=60, required=False,
+                           help_text="A built-in role (owner, admin, scientist, annotator, viewer) or a custom role's name.")
+
+    def __init__(self, *args, providers=(), **kwargs):
+        from apps.projects.models import Project
+
+        super().__init__(*args, **kwargs)
+        self.fields["provider_id"].choices = [(p["id"], p["name"]) for p in providers]
+        self.fields["project"].queryset = Project.objects.filter(archived_at__isnull=True)
+
+
+class SsoLinkForm(forms.Form):
+    username = forms.CharField(max_length=150, help_text="The existing local account.")
+    provider_id = forms.ChoiceField(label="Identity provider")
+    email = forms.EmailField(help_text="The account's email, which the provider will send.")
+
+    def __init__(self, *args, providers=(), **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["provider_id"].choices = [(p["id"], p["name"]) for p in providers]

@@ -77,3 +77,78 @@ class ApiToken(models.Model):
         if self.project_id is not None and self.project_id != project_id:
             return frozenset()
         return permissions & frozenset(self.permissions)
+
+
+class SsoGroupMapping(models.Model):
+    """A site admin's rule: members of `group` at provider `provider_id` get a project role
+    (built-in `role` or `custom_role`) or, with `site_admin`, the site admin flag. Applied at
+    every sign-in and re-check (apps/accounts/sso.py)."""
+
+    provider_id = models.CharField(max_length=40)
+    group = models.CharField(max_length=256)
+    project = models.ForeignKey("projects.Project", null=True, blank=True, on_delete=models.CASCADE,
+                                related_name="sso_group_mappings")
+    role = models.CharField(max_length=32, blank=True, help_text="built-in role key")
+    custom_role = models.ForeignKey("projects.Role", null=True, blank=True, on_delete=models.CASCADE,
+                                    related_name="sso_group_mappings")
+    site_admin = models.BooleanField(default=False)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["provider_id", "group", "id"]
+        constraints = [
+            # Either site admin (no project), or a project with exactly one kind of role.
+            models.CheckConstraint(
+                condition=models.Q(site_admin=True, project__isnull=True, custom_role__isnull=True, role="")
+                | (models.Q(site_admin=False, project__isnull=False)
+                   & ((models.Q(custom_role__isnull=True) & ~models.Q(role=""))
+                      | (models.Q(custom_role__isnull=False) & models.Q(role="")))),
+                name="sso_mapping_is_site_admin_or_one_project_role"),
+            models.UniqueConstraint(fields=["provider_id", "group", "project"], name="one_sso_mapping_per_group_project"),
+            models.UniqueConstraint(fields=["provider_id", "group"], condition=models.Q(site_admin=True),
+                                    name="one_site_admin_sso_mapping_per_group"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.provider_id}:{self.group} → {self.target}"
+
+    @property
+    def target(self) -> str:
+        if self.site_admin:
+            return "site admin"
+        role = self.custom_role.name if self.custom_role_id else self.role
+        return f"{role} in {self.project}"
+
+
+class SsoLinkApproval(models.Model):
+    """A site admin's consent that the provider identity carrying `email` may sign in to the existing
+    local account `user` (an email that matches a local account is refused without it). Used once."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="sso_link_approvals")
+    provider_id = models.CharField(max_length=40)
+    email = models.EmailField()
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    used_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"link {self.email} at {self.provider_id} to {self.user}"
+
+
+class SsoProfile(models.Model):
+    """What single sign-on last set on an account: whether its site admin flag came from a group
+    (a flag set by hand is never taken away by a sync) and the groups the provider last sent."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="sso_profile")
+    provider_id = models.CharField(max_length=40)
+    staff_from_groups = models.BooleanField(default=False)
+    groups = models.JSONField(default=list)
+    synced_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"single sign-on of {self.user}"

@@ -264,3 +264,73 @@ def user_reset_link(*, by, user, ip_address: str | None = None) -> str:
     return reverse("accounts:password_reset", args=[urlsafe_base64_encode(force_bytes(user.pk)),
                                                      default_token_generator.make_token(user)])
 
+
+
+# --- single sign-on: group mappings and account links (site admins) ----------------------------
+
+def _sso_provider_id(provider_id: str) -> str:
+    if not any(p["id"] == provider_id for p in settings.SSO_PROVIDERS):
+        raise Invalid("Choose a configured identity provider.", field="provider_id")
+    return provider_id
+
+
+@transaction.atomic
+def sso_mapping_create(*, by, provider_id: str, group: str, site_admin: bool = False, project=None,
+                       role: str = "", ip_address: str | None = None):
+    """Map a provider group to a project role (built-in key or custom role name) or to site admin.
+    It takes effect at each member's next sign-in or session re-check."""
+    from apps.accounts.models import SsoGroupMapping
+    from apps.projects.services import resolve_role
+
+    _require_site_admin(by)
+    provider_id = _sso_provider_id(provider_id)
+    if not isinstance(group, str) or not group.strip() or len(group.strip()) > 256:
+        raise Invalid("A group name has 1 to 256 characters.", field="group")
+    group = group.strip()
+    if site_admin:
+        if project is not None:
+            raise Invalid("A group maps either to site admin or to a project role.", field="project")
+        key, custom = "", None
+        clash = SsoGroupMapping.objects.filter(provider_id=provider_id, group=group, site_admin=True)
+    else:
+        if project is None:
+            raise Invalid("Choose a project (or site admin).", field="project")
+        key, custom, _ = resolve_role(project, role)
+        clash = SsoGroupMapping.objects.filter(provider_id=provider_id, group=group, project=project)
+    if clash.exists():
+        raise Invalid("This group is already mapped there; delete that mapping first.", field="group")
+    mapping = SsoGroupMapping.objects.create(provider_id=provider_id, group=group, site_admin=site_admin,
+                                             project=project, role=key, custom_role=custom, created_by=by)
+    audit_record(actor=by, action="sso.mapping_create", project=project, target=mapping, ip_address=ip_address,
+                 after={"provider": provider_id, "group": group, "target": mapping.target})
+    return mapping
+
+
+@transaction.atomic
+def sso_mapping_delete(*, by, mapping, ip_address: str | None = None) -> None:
+    _require_site_admin(by)
+    audit_record(actor=by, action="sso.mapping_delete", project=mapping.project, target=mapping,
+                 ip_address=ip_address, before={"provider": mapping.provider_id, "group": mapping.group,
+                                                "target": mapping.target})
+    mapping.delete()
+
+
+@transaction.atomic
+def sso_link_approve(*, by, username: str, provider_id: str, email: str, ip_address: str | None = None):
+    """Let the provider identity carrying `email` sign in to the existing account `username` once
+    (its first sign-in links them; later ones find the account by the provider's `sub`)."""
+    from apps.accounts.models import SsoLinkApproval
+
+    _require_site_admin(by)
+    provider_id = _sso_provider_id(provider_id)
+    user = User.objects.filter(username__iexact=(username or "").strip()).first()
+    if user is None:
+        raise Invalid(f"No account is called “{username}”.", field="username")
+    email = (email or "").strip()
+    if not email or user.email.lower() != email.lower():
+        raise Invalid("The email must be the account's own email address.", field="email")
+    approval = SsoLinkApproval.objects.create(user=user, provider_id=provider_id, email=email, created_by=by,
+                                              expires_at=timezone.now() + settings.INVITATION_TTL)
+    audit_record(actor=by, action="sso.link_approve", target=user, ip_address=ip_address,
+                 after={"username": user.username, "provider": provider_id, "email": email})
+    return approval

@@ -10,3 +10,17 @@ from apps.projects.events import access_revoked
 def close_sockets_on_logout(sender, request, user, **kwargs):
     if user is not None:
         access_revoked(user_id=user.pk, project_id=None)
+
+
+def remember_sso_session(sender, request, user, sociallogin=None, **kwargs):
+    """A sign-in through a provider: keep what re-checking the session needs (apps/accounts/sso.py)."""
+    if sociallogin is not None:
+        from apps.accounts.sso import remember_session
+
+        remember_session(request, sociallogin)
+
+
+def connect_sso_signals() -> None:
+    from allauth.account.signals import user_logged_in
+
+    user_logged_in.connect(remember_sso_session, dispatch_uid="workbench.remember_sso_session")

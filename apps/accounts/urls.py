@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from apps.accounts import views
+from apps.accounts import oidc, views
 
 app_name = "accounts"
 urlpatterns = [
@@ -15,4 +15,7 @@ urlpatterns = [
     path("reset/done/", views.PasswordResetDoneView.as_view(), name="password_reset_done"),
     path("tokens/", views.personal_tokens, name="tokens"),
     path("invitation/<str:token>/", views.accept_invitation, name="accept_invitation"),
+    path("sso/", views.sso_admin, name="sso_admin"),
+    path("sso/<slug:provider_id>/login/", oidc.sso_login, name="sso_login"),
+    path("sso/<slug:provider_id>/callback/", oidc.sso_callback, name="sso_callback"),
 ]

@@ -15,11 +15,35 @@ from apps.core.http import client_ip
 
 
 class LoginView(auth_views.LoginView):
+    """Passwords, and a button per identity provider. With LOCAL_PASSWORD_LOGIN off the password form
+    shows only at ?local=1, for the break-glass accounts (the backend refuses everyone else)."""
+
     template_name = "accounts/login.html"
     redirect_authenticated_user = True
 
     def get_initial(self):
         return {"username": self.request.GET.get("username", "")[:150]}
+
+    def get_context_data(self, **kwargs):
+        from django.conf import settings
+
+        from apps.accounts.oidc import providers
+
+        show_passwords = settings.LOCAL_PASSWORD_LOGIN or bool(self.request.GET.get("local")) \
+            or self.request.method == "POST"
+        return {**super().get_context_data(**kwargs), "sso_providers": providers(),
+                "show_passwords": show_passwords, "break_glass_only": not settings.LOCAL_PASSWORD_LOGIN}
+
+    def render_to_response(self, context, **kwargs):
+        from apps.accounts.oidc import authorization_origins
+        from apps.core.middleware import CONTENT_SECURITY_POLICY
+
+        response = super().render_to_response(context, **kwargs)
+        origins = authorization_origins()
+        if origins:
+            response["Content-Security-Policy"] = CONTENT_SECURITY_POLICY.replace(
+                "form-action 'self'", "form-action 'self' " + " ".join(origins))
+        return response
 
 
 class PasswordChangeView(auth_views.PasswordChangeView):
@@ -212,3 +236,54 @@ def project_tokens(request: HttpRequest, project_id: int) -> HttpResponse:
     from apps.projects import policy
 
     return _tokens_page(request, project=policy.get_project(request.user, project_id, "token.manage"))
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def sso_admin(request: HttpRequest) -> HttpResponse:
+    """Site admins: map provider groups to project roles or site admin; approve linking an existing
+    local account to a provider identity."""
+    from django.conf import settings
+
+    from apps.accounts.forms import SsoLinkForm, SsoMappingForm
+    from apps.accounts.models import SsoGroupMapping, SsoLinkApproval
+    from apps.core.pages import run_service
+
+    if not request.user.is_staff:
+        raise PermissionDenied("site.admin", "Only site admins can manage single sign-on.")
+    providers = settings.SSO_PROVIDERS
+    ip = client_ip(request)
+    form_name = request.POST.get("form") if request.method == "POST" else None
+    mapping_form = SsoMappingForm(request.POST if form_name == "mapping" else None, providers=providers,
+                                  prefix="mapping")
+    link_form = SsoLinkForm(request.POST if form_name == "link" else None, providers=providers, prefix="link")
+    if form_name == "delete":
+        mapping = SsoGroupMapping.objects.filter(pk=request.POST.get("mapping") or 0).first()
+        if mapping is None:
+            raise NotFound()
+        services.sso_mapping_delete(by=request.user, mapping=mapping, ip_address=ip)
+        messages.success(request, "Mapping deleted.")
+        return redirect("accounts:sso_admin")
+    if form_name == "mapping" and mapping_form.is_valid():
+        data = mapping_form.cleaned_data
+        if run_service(mapping_form, lambda: services.sso_mapping_create(
+                by=request.user, provider_id=data["provider_id"], group=data["group"], site_admin=data["site_admin"],
+                project=None if data["site_admin"] else data["project"], role=data["role"], ip_address=ip)):
+            messages.success(request, "Mapping added: it applies at each member's next sign-in.")
+            return redirect("accounts:sso_admin")
+    if form_name == "link" and link_form.is_valid():
+        data = link_form.cleaned_data
+        if run_service(link_form, lambda: services.sso_link_approve(
+                by=request.user, username=data["username"], provider_id=data["provider_id"], email=data["email"],
+                ip_address=ip)):
+            messages.success(request, f"{data['username']} may now sign in with the provider once to link the accounts.")
+            return redirect("accounts:sso_admin")
+    return render(request, "accounts/sso.html", {
+        "providers": providers,
+        "mappings": SsoGroupMapping.objects.select_related("project", "custom_role"),
+        "approvals": SsoLinkApproval.objects.select_related("user", "created_by")[:50],
+        "mapping_form": mapping_form,
+        "link_form": link_form,
+        "local_passwords": settings.LOCAL_PASSWORD_LOGIN,
+        "break_glass": settings.BREAK_GLASS_USERS,
+    }, status=400 if mapping_form.errors or link_form.errors else 200)

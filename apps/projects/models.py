@@ -58,6 +58,14 @@ class Membership(models.Model):
     custom_role = models.ForeignKey(Role, null=True, blank=True, on_delete=models.RESTRICT, related_name="memberships")
     created_at = models.DateTimeField(auto_now_add=True)
 
+    class Source(models.TextChoices):
+        MANUAL = "manual", "Added by hand"
+        GROUPS = "groups", "From identity-provider groups"
+
+    # Where the membership came from: single sign-on adds, changes and removes only its own
+    # (GROUPS); a membership added by hand is never touched by a group sync.
+    source = models.CharField(max_length=16, choices=Source.choices, default=Source.MANUAL)
+
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["project", "user"], name="one_membership_per_user"),

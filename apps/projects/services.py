@@ -323,3 +323,73 @@ def grant_revoke(*, actor, grant_id: int, project: Project, token=None, ip_addre
 
     user_id = grant.user_id
     transaction.on_commit(lambda: access_revoked(user_id=user_id, project_id=project.pk))
+
+
+# --- memberships from identity-provider groups ----------------------------------------------------
+
+def _role_rank(key: str, custom: Role | None) -> tuple[int, int]:
+    order = list(BUILTIN_ROLES)  # owner first
+    permissions = custom.permission_set if custom else BUILTIN_ROLES[key].permissions
+    return (len(permissions), -order.index(key) if key else -len(order))
+
+
+def strongest_role(roles: list[tuple[str, Role | None]]) -> tuple[str, Role | None]:
+    """Of the roles several groups give on one project, the one holding the most permissions."""
+    return max(roles, key=lambda pair: _role_rank(*pair))
+
+
+@transaction.atomic
+def memberships_sync_from_groups(*, user, wanted: dict[int, tuple[str, Role | None]], provider_id: str,
+                                 ip_address: str | None = None) -> list[str]:
+    """Make the user's group-made memberships (source GROUPS) match `wanted` ({project id: (built-in
+    key or "", custom role or None)}): add, change and remove them. Memberships added by hand are
+    never touched (and a project where the user already has one gets no second). The last owner of a
+    project is kept rather than removed or demoted. Each change is audited with no actor (the
+    provider's groups decided it). Returns the changes, as audit actions."""
+    changes = []
+    existing = {m.project_id: m for m in Membership.objects.select_for_update().select_related(
+        "custom_role", "project").filter(user=user)}
+    revoked = []
+    via = {"source": Membership.Source.GROUPS, "provider": provider_id}
+    for project_id, (key, custom) in wanted.items():
+        membership = existing.get(project_id)
+        if membership is None:
+            membership = Membership.objects.create(project_id=project_id, user=user, role=key, custom_role=custom,
+                                                   source=Membership.Source.GROUPS)
+            audit_record(actor=None, action="member.add", project=membership.project, target=membership,
+                         ip_address=ip_address, after={"user": user.username, "role": membership.role_name, **via})
+            changes.append("member.add")
+        elif membership.source == Membership.Source.GROUPS and (membership.role, membership.custom_role_id) != (
+                key, custom.pk if custom else None):
+            if membership.role == "owner" and key != "owner":
+                _lock_owners(membership.project)
+                if _owner_count(membership.project) <= 1:
+                    continue
+            before = {"user": user.username, "role": membership.role_name}
+            membership.role, membership.custom_role = key, custom
+            membership.save(update_fields=["role", "custom_role"])
+            audit_record(actor=None, action="member.role_change", project=membership.project, target=membership,
+                         ip_address=ip_address, before=before,
+                         after={"user": user.username, "role": membership.role_name, **via})
+            changes.append("member.role_change")
+            revoked.append(project_id)
+    for project_id, membership in existing.items():
+        if membership.source != Membership.Source.GROUPS or project_id in wanted:
+            continue
+        if membership.role == "owner":
+            _lock_owners(membership.project)
+            if _owner_count(membership.project) <= 1:
+                continue
+        audit_record(actor=None, action="member.remove", project=membership.project, target=membership,
+                     ip_address=ip_address, before={"user": user.username, "role": membership.role_name}, after=via)
+        membership.delete()
+        changes.append("member.remove")
+        revoked.append(project_id)
+    if changes:
+        policy.forget_cached_permissions(user)
+    if revoked:
+        from apps.projects.events import access_revoked
+
+        user_id = user.pk
+        transaction.on_commit(lambda: [access_revoked(user_id=user_id, project_id=p) for p in revoked])
+    return changes

@@ -1,0 +1,40 @@
+"""Re-checking single-sign-on sessions with their provider."""
+
+import logging
+import time
+
+import requests
+from django.conf import settings
+from django.contrib.auth import BACKEND_SESSION_KEY, logout
+
+logger = logging.getLogger(__name__)
+SSO_BACKEND = "apps.accounts.backends.SsoBackend"
+
+
+class SsoRevalidationMiddleware:
+    """Every SSO_REVALIDATE_S a session that single sign-on opened is checked with its provider
+    (apps.accounts.sso.revalidate). A refusal logs the person out (Django's logout: their sockets
+    close too); an unreachable provider is logged and tried again on the next request."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        interval = settings.SSO_REVALIDATE_S
+        if interval > 0 and request.session.get(BACKEND_SESSION_KEY) == SSO_BACKEND \
+                and request.user.is_authenticated:
+            from apps.accounts import sso
+
+            state = request.session.get(sso.SESSION_KEY) or {}
+            if time.time() - state.get("checked_at", 0) >= interval:
+                try:
+                    sso.revalidate(request)
+                except sso.RevalidationFailed as failed:
+                    from apps.projects.audit import audit_record
+
+                    audit_record(actor=request.user, action="sso.session_ended", target=request.user,
+                                 after={"provider": state.get("provider"), "reason": str(failed)[:300]})
+                    logout(request)
+                except (requests.RequestException, ValueError) as exc:
+                    logger.warning("could not re-check a single-sign-on session: %s", exc)
+        return self.get_response(request)
