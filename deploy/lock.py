@@ -32,7 +32,7 @@ def compile_lock(inputs: list[Path], *extra: str) -> str:
     return subprocess.run(
         ["uv", "pip", "compile", *map(str, inputs), "--python-version", PYTHON_VERSION,
          "--python-platform", PLATFORM, "--generate-hashes", "--index-url", "https://pypi.org/simple",
-         "--no-header", "--quiet", *extra],
+         "--no-header", "--no-annotate", "--quiet", *extra],
         check=True, capture_output=True, text=True, cwd=REPO).stdout
 
 
