@@ -17,6 +17,7 @@ BENCHMARKS = {
     "live_overhead": "bench.live_overhead",
     "playground_ttft": "bench.playground_ttft",
     "sync_views": "bench.sync_views",
+    "pii_scan": "bench.pii_scan",
 }
 
 
