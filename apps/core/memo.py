@@ -14,13 +14,22 @@ T = TypeVar("T")
 KEEP_S = 24 * 3600
 
 
+def _key(kind: str, inputs: Any) -> str:
+    digest = hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()
+    return f"memo:{kind}:{digest}"
+
+
 def memoized(kind: str, inputs: Any, compute: Callable[[], T]) -> T:
     """compute(), or what it returned before for the same `kind` and `inputs` (JSON-able; str()
     for what JSON does not know)."""
-    digest = hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()
-    key = f"memo:{kind}:{digest}"
+    key = _key(kind, inputs)
     value = cache.get(key)
     if value is None:
         value = compute()
         cache.set(key, value, KEEP_S)
     return value
+
+
+def forget(kind: str, inputs: Any) -> None:
+    """Drops what memoized(kind, inputs, ...) kept: the next call computes (a benchmark's cold read)."""
+    cache.delete(_key(kind, inputs))
