@@ -5,7 +5,8 @@ Fixtures on the embedded default (SQLite + embedded Redis, a fresh data folder):
 two ready versions of 100,000 rows (1% of rows changed, 1% moved to another split), whose diff is
 measured three ways: the overview with its counts kept (they are computed once per pair of
 versions), the overview with the counts forgotten before each request (`_uncounted`), and a page
-of changed rows from the middle of the version; a comparison of 8 models with 50,000 votes; a campaign of 5,000 items x 3 annotators on one single_label field.
+of changed rows from the middle of the version; the newer version's statistics page and its page
+with a PII scan's report; a comparison of 8 models with 50,000 votes; a campaign of 5,000 items x 3 annotators on one single_label field.
 The leaderboards and the campaign's numbers are memoized on their inputs, so their endpoints are
 measured twice: with one vote or answer changed before each request (recomputed, as while people
 vote or annotate) and with nothing changed (`_cached`).
@@ -53,7 +54,8 @@ TARGET_HEALTHZ_P99_MS = 100.0
 TARGET_REQUEST_MS = 500.0
 PASSWORD = "bench-password-1"
 LABELS = ("positive", "negative", "neutral")
-ENDPOINTS = ["dataset_diff_page", "dataset_diff_page_uncounted", "dataset_diff_changed_page",
+ENDPOINTS = ["dataset_diff_page", "dataset_diff_page_uncounted", "dataset_diff_changed_page", "version_stats_page",
+             "version_page_pii_report",
              "comparison_leaderboard_api", "comparison_leaderboard_page", "project_leaderboard_api", "comparison_leaderboard_api_cached", "comparison_leaderboard_page_cached",
              "project_leaderboard_api_cached", "campaign_detail_page", "campaign_quality_api",
              "campaign_detail_page_cached", "campaign_quality_api_cached"]
@@ -62,7 +64,7 @@ SPLITS = ("train", "validation", "test")
 
 # --- fixtures ------------------------------------------------------------------------------------
 
-def _seed_diff(project, owner) -> dict[str, str]:
+def _seed_diff(project, owner, only: list[str]) -> dict[str, str]:
     from apps.datasets.models import Dataset
     from apps.datasets.writer import write_version
 
@@ -94,8 +96,22 @@ def _seed_diff(project, owner) -> dict[str, str]:
 
     # The overview (counts kept after the first request, as a person paging through it sees
     # it), the same computed afresh, and a page of changed rows in the middle of the version.
-    return {"dataset_diff_page": url, "dataset_diff_page_uncounted": (url, counts_forgotten),
+    urls = {"dataset_diff_page": url, "dataset_diff_page_uncounted": (url, counts_forgotten),
             "dataset_diff_changed_page": f"{url}?old=1&new=2&show=changed&after={ROWS // 2}"}
+    # The 100,000-row version's statistics, and its page with a PII scan's report (the scan run
+    # here as the worker would, only when that page is measured: it reads every row).
+    kwargs = {"project_id": project.pk, "dataset_id": dataset.pk, "number": second.number}
+    urls["version_stats_page"] = reverse("datasets:stats", kwargs=kwargs)
+    if "version_page_pii_report" in only:
+        from apps.datasets.derive import run_derive
+        from apps.datasets.services import version_pii_scan_start
+
+        scan = version_pii_scan_start(user=owner, version=second)
+        run_derive(scan.pk)
+        scan.refresh_from_db()
+        assert scan.state == "succeeded" and scan.result["rows_scanned"] == ROWS, (scan.state, scan.error)
+    urls["version_page_pii_report"] = reverse("datasets:version", kwargs=kwargs)
+    return urls
 
 
 def _seed_comparison(project, owner) -> dict[str, str]:
@@ -189,8 +205,9 @@ def _seed(only: list[str]) -> dict:  # name: url, or (url, what to do before eac
     project = project_create(user=owner, name="Bench sync views")
     urls = {}
     # Only the fixtures the endpoints asked for: the diff alone seeds in a third of the time.
-    for seed, prefixes in ((_seed_diff, ("dataset_",)), (_seed_comparison, ("comparison_", "project_")),
-                           (_seed_campaign, ("campaign_",))):
+    if any(name.startswith(("dataset_", "version_")) for name in only):
+        urls.update(_seed_diff(project, owner, only))
+    for seed, prefixes in ((_seed_comparison, ("comparison_", "project_")), (_seed_campaign, ("campaign_",))):
         if any(name.startswith(prefixes) for name in only):
             urls.update(seed(project, owner))
     return {name: urls[name] for name in only}
