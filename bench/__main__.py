@@ -1,4 +1,5 @@
-"""`python -m bench` runs every benchmark; `python -m bench NAME...` runs some."""
+"""`python -m bench` runs every benchmark; `python -m bench NAME...` runs some. Options after a
+name are that benchmark's own (`python -m bench sync_views --only dataset_diff_page`)."""
 
 import importlib
 import sys
@@ -17,18 +18,28 @@ BENCHMARKS = {
     "live_overhead": "bench.live_overhead",
     "playground_ttft": "bench.playground_ttft",
     "sync_views": "bench.sync_views",
+    "pii_scan": "bench.pii_scan",
 }
 
 
 def main(argv: list[str]) -> int:
-    names = argv or list(BENCHMARKS)
-    unknown = [name for name in names if name not in BENCHMARKS]
+    runs: list[tuple[str, list[str]]] = []  # (name, its options)
+    for arg in argv:
+        if arg.startswith("-") and runs:
+            runs[-1][1].append(arg)
+        elif runs and runs[-1][1] and runs[-1][1][-1].startswith("-") and arg not in BENCHMARKS:
+            runs[-1][1].append(arg)  # an option's value
+        else:
+            runs.append((arg, []))
+    runs = runs or [(name, []) for name in BENCHMARKS]
+    unknown = [name for name, _ in runs if name not in BENCHMARKS]
     if unknown:
         print(f"unknown benchmark(s): {', '.join(unknown)}; known: {', '.join(BENCHMARKS)}", file=sys.stderr)
         return 2
     failed = []
-    for name in names:
-        results = importlib.import_module(BENCHMARKS[name]).run()
+    for name, options in runs:
+        module = importlib.import_module(BENCHMARKS[name])
+        results = module.run(options) if options else module.run()
         failed += [r["name"] for r in results if not r["passed"]]
     if failed:
         print(f"\nbelow target: {', '.join(failed)}")

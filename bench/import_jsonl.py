@@ -74,9 +74,9 @@ def django_already_set_up() -> bool:
     return settings.configured
 
 
-def rerun_in_child(module: str, names: list[str]) -> list[dict]:
+def rerun_in_child(module: str, names: list[str], args: list[str] = ()) -> list[dict]:
     """Another benchmark configured Django (for SQLite) in this process: run in a fresh one."""
-    subprocess.run([sys.executable, "-m", module], cwd=ROOT, check=True)
+    subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, check=True)
     return [json.loads((ROOT / "bench" / "results" / f"{name}.json").read_text()) for name in names]
 
 

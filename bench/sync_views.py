@@ -2,8 +2,11 @@
 while one is in flight.
 
 Fixtures on the embedded default (SQLite + embedded Redis, a fresh data folder): a dataset with
-two ready versions of 100,000 rows (1% of rows changed, 1% moved to another split); a comparison
-of 8 models with 50,000 votes; a campaign of 5,000 items x 3 annotators on one single_label field.
+two ready versions of 100,000 rows (1% of rows changed, 1% moved to another split), whose diff is
+measured three ways: the overview with its counts kept (they are computed once per pair of
+versions), the overview with the counts forgotten before each request (`_uncounted`), and a page
+of changed rows from the middle of the version; the newer version's statistics page and its page
+with a PII scan's report; a comparison of 8 models with 50,000 votes; a campaign of 5,000 items x 3 annotators on one single_label field.
 The leaderboards and the campaign's numbers are memoized on their inputs, so their endpoints are
 measured twice: with one vote or answer changed before each request (recomputed, as while people
 vote or annotate) and with nothing changed (`_cached`).
@@ -12,8 +15,10 @@ embedded default's WEB_WORKERS), logged in through the login form as the project
 
 Per endpoint: one warm-up request, then /healthz polled every 10 ms with no heavy request (A),
 during each of 5 heavy requests one after another (B), and again with none (A): idle before and
-after, the two A windows together as long as the B ones (1-10 s each). Target: /healthz p99 during a heavy request <= 100 ms
-(no request may block the others); each request's own time (<= 500 ms) is reported.
+after, the two A windows together as long as the B ones (1-10 s each). Target: /healthz p99
+during a heavy request <= 100 ms (no request may block the others); each request's own time
+(<= 500 ms) is reported. `python -m bench sync_views --only NAME[,NAME...]` measures some
+endpoints (and seeds only their fixtures).
 """
 
 from __future__ import annotations
@@ -49,8 +54,9 @@ TARGET_HEALTHZ_P99_MS = 100.0
 TARGET_REQUEST_MS = 500.0
 PASSWORD = "bench-password-1"
 LABELS = ("positive", "negative", "neutral")
-ENDPOINTS = ["dataset_diff_page", "comparison_leaderboard_api", "comparison_leaderboard_page",
-             "project_leaderboard_api", "comparison_leaderboard_api_cached", "comparison_leaderboard_page_cached",
+ENDPOINTS = ["dataset_diff_page", "dataset_diff_page_uncounted", "dataset_diff_changed_page", "version_stats_page",
+             "version_page_pii_report",
+             "comparison_leaderboard_api", "comparison_leaderboard_page", "project_leaderboard_api", "comparison_leaderboard_api_cached", "comparison_leaderboard_page_cached",
              "project_leaderboard_api_cached", "campaign_detail_page", "campaign_quality_api",
              "campaign_detail_page_cached", "campaign_quality_api_cached"]
 SPLITS = ("train", "validation", "test")
@@ -58,7 +64,7 @@ SPLITS = ("train", "validation", "test")
 
 # --- fixtures ------------------------------------------------------------------------------------
 
-def _seed_diff(project, owner) -> dict[str, str]:
+def _seed_diff(project, owner, only: list[str]) -> dict[str, str]:
     from apps.datasets.models import Dataset
     from apps.datasets.writer import write_version
 
@@ -77,10 +83,35 @@ def _seed_diff(project, owner) -> dict[str, str]:
     first = write_version(dataset=dataset, author=owner, roles=roles, records=records(1),
                           splits=(split(i, False) for i in range(ROWS)))
     # 1% of rows (i % 100 == 50, never a changed one) move to the next split.
-    write_version(dataset=dataset, author=owner, roles=roles, records=records(2), parent=first,
-                  splits=(split(i, i % 100 == 50) for i in range(ROWS)))
-    return {"dataset_diff_page": reverse("datasets:diff", kwargs={"project_id": project.pk,
-                                                                  "dataset_id": dataset.pk})}
+    second = write_version(dataset=dataset, author=owner, roles=roles, records=records(2), parent=first,
+                           splits=(split(i, i % 100 == 50) for i in range(ROWS)))
+    url = reverse("datasets:diff", kwargs={"project_id": project.pk, "dataset_id": dataset.pk})
+
+    def counts_forgotten() -> None:
+        """As the first time anyone compares the two versions: the counts are computed again."""
+        from apps.core.memo import forget
+        from apps.datasets.selectors import DIFF_COUNTS_MEMO, diff_counts_inputs
+
+        forget(DIFF_COUNTS_MEMO, diff_counts_inputs(first, second))
+
+    # The overview (counts kept after the first request, as a person paging through it sees
+    # it), the same computed afresh, and a page of changed rows in the middle of the version.
+    urls = {"dataset_diff_page": url, "dataset_diff_page_uncounted": (url, counts_forgotten),
+            "dataset_diff_changed_page": f"{url}?old=1&new=2&show=changed&after={ROWS // 2}"}
+    # The 100,000-row version's statistics, and its page with a PII scan's report (the scan run
+    # here as the worker would, only when that page is measured: it reads every row).
+    kwargs = {"project_id": project.pk, "dataset_id": dataset.pk, "number": second.number}
+    urls["version_stats_page"] = reverse("datasets:stats", kwargs=kwargs)
+    if "version_page_pii_report" in only:
+        from apps.datasets.derive import run_derive
+        from apps.datasets.services import version_pii_scan_start
+
+        scan = version_pii_scan_start(user=owner, version=second)
+        run_derive(scan.pk)
+        scan.refresh_from_db()
+        assert scan.state == "succeeded" and scan.result["rows_scanned"] == ROWS, (scan.state, scan.error)
+    urls["version_page_pii_report"] = reverse("datasets:version", kwargs=kwargs)
+    return urls
 
 
 def _seed_comparison(project, owner) -> dict[str, str]:
@@ -167,12 +198,19 @@ def _seed_campaign(project, owner) -> dict:
             "campaign_detail_page_cached": detail, "campaign_quality_api_cached": api}
 
 
-def _seed() -> dict:  # name: url, or (url, what to do before each request)
+def _seed(only: list[str]) -> dict:  # name: url, or (url, what to do before each request)
     from apps.projects.services import project_create
 
     owner = get_user_model().objects.create_user("bench-owner", password=PASSWORD)
     project = project_create(user=owner, name="Bench sync views")
-    return {**_seed_diff(project, owner), **_seed_comparison(project, owner), **_seed_campaign(project, owner)}
+    urls = {}
+    # Only the fixtures the endpoints asked for: the diff alone seeds in a third of the time.
+    if any(name.startswith(("dataset_", "version_")) for name in only):
+        urls.update(_seed_diff(project, owner, only))
+    for seed, prefixes in ((_seed_comparison, ("comparison_", "project_")), (_seed_campaign, ("campaign_",))):
+        if any(name.startswith(prefixes) for name in only):
+            urls.update(seed(project, owner))
+    return {name: urls[name] for name in only}
 
 
 # --- the server ----------------------------------------------------------------------------------
@@ -256,9 +294,24 @@ def _measure(base: str, session, url: str, before=None) -> dict:
             "baseline_p99_ms": percentile(idle, 99), "baseline_max_ms": max(idle), "load_average_1m": load}
 
 
-def run() -> list[dict]:
+def _options(argv: list[str] | None) -> list[str]:
+    """The endpoints to measure: all, or those named by `--only NAME[,NAME...]`."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m bench sync_views")
+    parser.add_argument("--only", default=",".join(ENDPOINTS),
+                        help=f"comma-separated endpoints, of: {', '.join(ENDPOINTS)}")
+    only = [name for name in parser.parse_args(argv or []).only.split(",") if name]
+    unknown = sorted(set(only) - set(ENDPOINTS))
+    if unknown or not only:
+        parser.error(f"unknown endpoint(s) {', '.join(unknown)}; known: {', '.join(ENDPOINTS)}")
+    return [name for name in ENDPOINTS if name in only]
+
+
+def run(argv: list[str] | None = None) -> list[dict]:
+    only = _options(argv)
     if django_already_set_up():  # another benchmark set Django up in this process
-        return rerun_in_child("bench.sync_views", [f"sync_{name}" for name in ENDPOINTS])
+        return rerun_in_child("bench.sync_views", [f"sync_{name}" for name in only], argv or [])
     data_dir = tempfile.mkdtemp(prefix="bench-sync-views-")
     os.environ.update(WORKBENCH_DATA_DIR=data_dir, DJANGO_SETTINGS_MODULE="workbench.settings")
     for key in ("DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL"):  # the embedded default
@@ -277,9 +330,9 @@ def run() -> list[dict]:
         redis.start()
         call_command("migrate", verbosity=0)
         started = time.perf_counter()
-        urls = _seed()
+        urls = _seed(only)
         print(f"sync_views: fixtures in {time.perf_counter() - started:.1f} s", flush=True)
-        assert list(urls) == ENDPOINTS
+        assert list(urls) == only
         connection.close()  # reopened only to change an answer, between requests
         server, base = _start_server(data_dir)
         session = _login(base)
@@ -314,4 +367,6 @@ def run() -> list[dict]:
 
 
 if __name__ == "__main__":
-    run()
+    import sys
+
+    run(sys.argv[1:])

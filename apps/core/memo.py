@@ -69,3 +69,8 @@ def memoized_by_worker(kind: str, subject: Any, inputs: Any, *, task: str, args:
             logger.exception("could not send %s for %s %s", task, kind, subject)
             cache.delete(pending)
     return Latest(cache.get(_latest_key(kind, subject)), False)
+
+
+def forget(kind: str, inputs: Any) -> None:
+    """Drops what memoized(kind, inputs, ...) kept: the next call computes (a benchmark's cold read)."""
+    cache.delete(_key(kind, inputs))

@@ -96,8 +96,14 @@ class DatasetRow(models.Model):
         constraints = [models.UniqueConstraint(fields=["version", "position"], name="unique_row_position")]
         # Only rows that have a split are in the split index: an import (no splits yet) writes
         # none of its rows into it, and a filter on a split never looks for "".
+        # A diff between two versions probes the other version for each row's content hash (and
+        # split: the probe reads the index alone) and, for rows not in the other version, for its
+        # id; only rows with an id are in the id index.
         indexes = [models.Index(fields=["version", "label"]),
-                   models.Index(fields=["version", "split"], condition=~models.Q(split=""), name="datasets_row_split")]
+                   models.Index(fields=["version", "split"], condition=~models.Q(split=""), name="datasets_row_split"),
+                   models.Index(fields=["version", "row_hash", "split"], name="datasets_row_hash"),
+                   models.Index(fields=["version", "ext_id"], condition=models.Q(ext_id__isnull=False),
+                                name="datasets_row_ext_id")]
 
 
 class ImportJob(LeasedJob):

@@ -224,9 +224,14 @@ def version_stats(request: HttpRequest, project_id: int, dataset_id: int, number
         active_jobs=[job for job in token_jobs if job.state in ImportJob.ACTIVE]))
 
 
+DIFF_TITLES = {"changed": "Changed", "added": "Added", "removed": "Removed", "moved": "Moved between splits"}
+
+
 @login_required
 def version_diff(request: HttpRequest, project_id: int, dataset_id: int) -> HttpResponse:
-    """Compare any two versions: rows added, removed and changed, with examples."""
+    """Compare any two versions: the counts of rows added, removed, changed and moved between
+    splits, with the first few of each; `show=<kind>` pages through one kind (`after`: the
+    position the page starts after)."""
     dataset = policy.get_object(request.user, Dataset, dataset_id, "dataset.view", project_id=project_id)
     versions = list(selectors.ready_versions(dataset))
     by_number = {v.number: v for v in versions}
@@ -240,8 +245,20 @@ def version_diff(request: HttpRequest, project_id: int, dataset_id: int) -> Http
             messages.error(request, "A diff needs two versions.")
             return redirect("datasets:detail", project_id=project_id, dataset_id=dataset_id)
         new, old = versions[0], versions[1]
-    return render(request, "datasets/diff.html", _context(request, dataset, versions=versions,
-                                                          diff=selectors.version_diff(old=old, new=new)))
+    kind = request.GET.get("show", "")
+    if kind in selectors.DIFF_KINDS:
+        try:
+            # Clamped to the range of a position: a cursor past it is past every row.
+            after = min(max(int(request.GET["after"]), -1), 2**31 - 1) if request.GET.get("after") else None
+        except ValueError:
+            after = None  # a cursor that is no position: the first page
+        diff = selectors.version_diff_page(old=old, new=new, kind=kind, after=after)
+        return render(request, "datasets/diff.html", _context(
+            request, dataset, versions=versions, diff=diff, kind_title=DIFF_TITLES[kind], kind_count=diff[kind]))
+    diff = selectors.version_diff(old=old, new=new)
+    overview = [(kind, DIFF_TITLES[kind], diff[kind], diff[f"{kind}_examples"]) for kind in selectors.DIFF_KINDS]
+    return render(request, "datasets/diff.html", _context(request, dataset, versions=versions, diff=diff,
+                                                          overview=overview))
 
 
 @login_required

@@ -105,3 +105,35 @@ def test_a_job_that_ends_while_the_page_is_open_shows_its_new_version_without_a_
     expect(box.get_by_role("link", name="new version v2")).to_have_attribute(
         "href", f"/projects/{project.pk}/datasets/{dataset.pk}/versions/2/")
     assert page.evaluate("window.notReloaded") is True  # followed live, not reloaded
+
+
+def test_a_long_diff_pages_through_its_changes(page, scientist, owner, project):
+    from apps.datasets.selectors import DIFF_EXAMPLES, DIFF_PAGE_ROWS
+    from apps.datasets.writer import write_version
+
+    records = [{"id": f"r{i}", "prompt": f"question {i}", "response": f"answer {i}", "label": "x"} for i in range(80)]
+    dataset, version = _dataset(owner, project, "Many edits", records)
+    edited = [{**r, "response": r["response"] + " (fixed)"} if i < 60 else r for i, r in enumerate(records)]
+    write_version(dataset=dataset, author=owner, records=edited, parent=version,
+                  roles={"id": "id", "prompt": "prompt", "response": "response", "label": "label"})
+    browser_login(page, "sofia")
+    page.goto(f"/projects/{project.pk}/datasets/{dataset.pk}/diff/?old=1&new=2")
+    expect(page.get_by_test_id("diff-counts")).to_contain_text("60 changed")
+    expect(page.get_by_test_id("diff-change")).to_have_count(DIFF_EXAMPLES)
+
+    page.get_by_role("link", name="All 60 changed →").click()
+    changes = page.get_by_test_id("diff-change")
+    expect(changes).to_have_count(DIFF_PAGE_ROWS)
+    expect(changes.first).to_contain_text("r0")
+    expect(changes.first.locator("ins")).to_have_text("(fixed)")
+    pager = page.get_by_test_id("diff-pager")
+    expect(pager.get_by_role("link", name="First page")).to_have_count(0)
+    pager.get_by_role("link", name="Next page").click()
+    expect(changes).to_have_count(60 - DIFF_PAGE_ROWS)
+    expect(changes.first).to_contain_text(f"r{DIFF_PAGE_ROWS}")
+    expect(page.get_by_test_id("diff-kind")).to_contain_text(f"after row #{DIFF_PAGE_ROWS - 1}")
+    expect(pager.get_by_role("link", name="Next page")).to_have_count(0)  # the last page
+    pager.get_by_role("link", name="First page").click()
+    expect(changes).to_have_count(DIFF_PAGE_ROWS)
+    page.get_by_role("link", name="← All kinds of change").click()
+    expect(page.get_by_test_id("diff-change")).to_have_count(DIFF_EXAMPLES)
