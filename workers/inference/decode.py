@@ -16,12 +16,16 @@ A joining group is prefilled as its own small left-padded batch, then its cache 
 left-padded (or the running rows are) to a common width and concatenated; a leaving row is
 dropped with the cache's batch_select_indices, and leading columns no row uses any more are cut.
 
-Why not transformers' own continuous batching (`model.generate_batch`, ContinuousBatchingManager,
-paged cache): measured on the demo model on this 2-core CPU (bench/README.md, "continuous
-batching") it was not faster here, and it cannot keep what callers rely on: a per-request seeded
-generator (a seeded request samples the same tokens alone or in any batch), stop strings ended
-between steps, per-request sampling without the manager's global logits processors, a PEFT
-adapter model, and one thread for all models of a worker (the manager runs a thread per model).
+Why not transformers' own continuous batching (`model.generate_batch`, ContinuousBatchingManager
+with its paged cache): it works on this CPU with the demo model (greedy outputs identical), but
+measured side by side (bench/README.md, continuous_batching: 8 staggered streaming requests) it
+was no faster than this scheduler once warm (tokens/s 23.0 against 25.0, largest TTFT 1.04 s
+against 1.06 s), a fresh manager took about 40 s before its first token (it sizes and allocates
+its paged cache at start). And it would change what callers rely on: its seed is one per manager
+(ContinuousBatchingConfig.seed), not one generator per request, so a seeded request would no
+longer sample the same tokens alone and in any batch; sampling settings come from its logits
+processors (per-request values are an opt-in, not tried here); it runs a thread per model where
+the batcher steps every model of a worker from one; and it was not tried on PEFT adapter models.
 
 Prefix reuse: when the prompts of a group (or a lone newcomer and the previous prompt) start with
 the same tokens, at least MIN_SHARED_PREFIX of them (a chat template's system prompt), those run
