@@ -11,6 +11,7 @@ BENCHMARKS = {
     "import_jsonl": "bench.import_jsonl",
     "browse_scale": "bench.browse_scale",
     "generate_batched": "bench.generate_batched",
+    "continuous_batching": "bench.continuous_batching",
     "train_lora": "bench.train_lora",
     "compare_batched": "bench.compare_batched",
     "annotate_concurrent": "bench.annotate_concurrent",

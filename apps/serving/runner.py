@@ -1,6 +1,7 @@
-"""Runs generations inside an `inference` worker: one model cache and one micro-batcher per
+"""Runs generations inside an `inference` worker: one model cache and one continuous batcher per
 worker process, shared by its task threads (the worker runs with `--pool threads`), so
-concurrent requests for the same model are generated together in one batch."""
+concurrent requests for the same model are decoded together, each joining the running batch at
+the next step."""
 
 import logging
 import threading
@@ -30,7 +31,8 @@ def batcher():
 
             cache = ModelCache(memory_budget_bytes=settings.INFERENCE_MEMORY_BUDGET_BYTES)
             _batcher = Batcher(cache, max_batch_size=settings.INFERENCE_MAX_BATCH_SIZE,
-                               max_wait_ms=settings.INFERENCE_MAX_WAIT_MS)
+                               max_wait_ms=settings.INFERENCE_MAX_WAIT_MS,
+                               kv_cache_budget_bytes=settings.INFERENCE_KV_CACHE_BUDGET_BYTES)
         return _batcher
 
 

@@ -476,15 +476,16 @@ def test_model_cache_refuses_a_pickle_adapter(tiny_dir, adapter_dir, tmp_path):
 
 @pytest.fixture
 def counted_batches(monkeypatch):
-    """The generate_batch calls the batcher makes: (model, number of prompts) each."""
+    """The prefills the batcher runs (requests admitted together into a model's running batch):
+    (model, number of requests) each."""
     calls = []
-    real = batcher_module.generate_batch
 
-    def counting(model, tokenizer, prompts, params, **kwargs):
-        calls.append((model, len(prompts)))
-        return real(model, tokenizer, prompts, params, **kwargs)
+    class CountingBatch(batcher_module.DecodeBatch):
+        def admit(self, sequences):
+            calls.append((self.model, len(sequences)))
+            return super().admit(sequences)
 
-    monkeypatch.setattr(batcher_module, "generate_batch", counting)
+    monkeypatch.setattr(batcher_module, "DecodeBatch", CountingBatch)
     return calls
 
 

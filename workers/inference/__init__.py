@@ -1,4 +1,4 @@
-"""The inference engine: batched generation with streaming, a model cache, a micro-batcher.
+"""The inference engine: batched generation with streaming, a model cache, a continuous batcher.
 
 Plain Python (no Django). Importing this package imports neither torch nor transformers; they
 are imported when a model is loaded or run, in worker processes.
@@ -9,9 +9,9 @@ are imported when a model is loaded or run, in worker processes.
     [result] = generate_batch(model, tokenizer, [prompt], SamplingParams(max_new_tokens=64),
                               on_token=lambda index, delta: print(delta, end=""))
 
-    with Batcher(cache, max_batch_size=32, max_wait_ms=20) as batcher:   # many callers, one model
+    with Batcher(cache, max_batch_size=32, max_wait_ms=2) as batcher:   # many callers, one model:
         future = batcher.submit("smollm2", directory, prompt, SamplingParams(max_new_tokens=64))
-        result = future.result()
+        result = future.result()       # each request joins the model's running batch at its next step
 
 Bad input (sampling values, message shape, a prompt beyond the context) raises
 InferenceInputError(field, message) before the model runs.

@@ -1,14 +1,19 @@
-"""A thread-based micro-batcher: requests for one model that arrive close together are
-generated in one batch.
+"""A thread-based continuous batcher: requests for one model share a running batch, joining it at
+the next decoding step and leaving it as soon as they finish.
 
-    batcher = Batcher(cache, max_batch_size=32, max_wait_ms=20)
+    batcher = Batcher(cache, max_batch_size=32, max_wait_ms=2)
     future = batcher.submit("smollm2", path, prompt, SamplingParams(max_new_tokens=64))
     result = future.result()
 
-One worker thread runs the batches one after another (one device, one batch at a time). It
-takes the model whose oldest request waits longest, waits until that request is `max_wait_ms`
-old or `max_batch_size` requests for the model are queued, and generates them together;
-requests for other models wait for their own batch.
+One worker thread drives every model's DecodeBatch (one device: one forward at a time). Each
+turn it admits what has arrived — prefilled together, then decoded with the rows already
+there — and then runs one decoding step of every model that has rows, in turn, so a model
+with a long queue never holds up another one. A model with nothing running waits up to
+`max_wait_ms` after its first request for companions to prefill with it (a comparison submits
+its prompts together); once rows run, newcomers join at the next step without waiting. A batch
+holds at most `max_batch_size` rows, and newcomers join only while the key/value cache, at
+the widest it can grow, stays within `kv_cache_budget_bytes`; the others wait their turn, in
+order of arrival.
 """
 
 from __future__ import annotations
@@ -17,21 +22,30 @@ import logging
 import os
 import threading
 import time
+import weakref
+from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
 from .cache import ModelCache
+from .decode import DecodeBatch, SharedPrefix
+from .decode import Sequence as DecodeSequence
 from .errors import InferenceInputError
-from .generate import generate_batch, prepare
+from .generate import prepare
 from .params import SamplingParams
 from .prompts import render_prompt
 
 logger = logging.getLogger(__name__)
 
+# The key/value cache a model's running batch may grow to. The demo model (SmolLM2-135M, fp32)
+# takes 46 KB a token: 2 GiB hold 32 rows of about 1,400 tokens.
+DEFAULT_KV_CACHE_BUDGET_BYTES = 2 * 2**30
+KEPT_PREFIXES = 16  # idle models whose shared prompt prefix is kept for their next batch
 
-@dataclass
+
+@dataclass(eq=False)
 class _Request:
     prompt: str | None
     messages: list[dict] | None
@@ -39,18 +53,34 @@ class _Request:
     on_token: Callable[[str], None] | None
     future: Future
     is_cancelled: Callable[[], bool] | None = None
-    arrived: float = field(default_factory=time.monotonic)
+    arrived: float = field(default_factory=time.perf_counter)
+    running: bool = False  # its Future is running: it can no longer be cancelled through the Future
+    sequence: DecodeSequence | None = None  # set once rendered and tokenized
+
+
+@dataclass(eq=False)
+class _Running:
+    """A model's running batch and the requests of its rows."""
+
+    batch: DecodeBatch
+    requests: dict[int, _Request] = field(default_factory=dict)  # id(sequence) -> request
 
 
 class Batcher:
-    def __init__(self, cache: ModelCache, max_batch_size: int = 32, max_wait_ms: float = 20):
+    def __init__(self, cache: ModelCache, max_batch_size: int = 32, max_wait_ms: float = 20,
+                 kv_cache_budget_bytes: int | None = DEFAULT_KV_CACHE_BUDGET_BYTES):
         if max_batch_size < 1:
             raise ValueError("max_batch_size must be at least 1.")
         self.cache = cache
         self.max_batch_size = int(max_batch_size)
         self.max_wait_s = max(0.0, max_wait_ms / 1000)
-        self.batches_run = 0  # generate_batch calls made
+        self.kv_cache_budget_bytes = kv_cache_budget_bytes
+        self.batches_run = 0  # prefills run: groups of requests admitted together, each one forward
         self._pending: dict[tuple, list[_Request]] = {}
+        self._running: dict[tuple, _Running] = {}  # only the worker thread touches it
+        # group -> (the model, weakly: a prefix is only valid for the model object it came from,
+        # and holding it would defeat the model cache's eviction; the prefix; the last prompt)
+        self._prefixes: OrderedDict[tuple, tuple[weakref.ref, SharedPrefix | None, list[int] | None]] = OrderedDict()
         self._cond = threading.Condition()
         self._closed = False
         self._thread = threading.Thread(target=self._work, name="inference-batcher", daemon=True)
@@ -66,7 +96,8 @@ class Batcher:
         chat template in the worker). `on_token(text_delta)` streams this request's text; it is
         called on the worker thread, and an exception it raises is logged, not propagated.
         `is_cancelled()`, asked after each generated token (on the worker thread), ends this
-        request early with finish_reason "cancelled"; keep it cheap.
+        request early with finish_reason "cancelled" and frees its place in the batch; keep it
+        cheap. The result's times count from this call.
         Values that are wrong whatever the model (SamplingParams, message shape) raise
         InferenceInputError here; a prompt too long for the model's context fails the Future
         with InferenceInputError(field="prompt"); a model that cannot be loaded fails it with
@@ -113,77 +144,137 @@ class Batcher:
     def _work(self) -> None:
         while True:
             with self._cond:
-                while not self._pending and not self._closed:
-                    self._cond.wait()
-                if not self._pending:
-                    return  # closed and drained
-                group = min(self._pending, key=lambda g: self._pending[g][0].arrived)
-                queue = self._pending[group]
-                deadline = queue[0].arrived + self.max_wait_s
-                while len(queue) < self.max_batch_size and not self._closed:
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
+                while True:
+                    taken, wait_s = self._take()
+                    if taken or self._running:
                         break
-                    self._cond.wait(remaining)
-                batch = queue[:self.max_batch_size]
-                del queue[:self.max_batch_size]
+                    if not self._pending and self._closed:
+                        return  # closed and drained
+                    self._cond.wait(wait_s)
+            for group, requests in taken.items():
+                self._guard(group, requests, self._admit)
+            for group in list(self._running):
+                self._guard(group, [], self._step)
+
+    def _take(self) -> tuple[dict[tuple, list[_Request]], float | None]:
+        """Under the lock: the queued requests to admit now, per model, up to the free rows of
+        its batch; and how long to wait for the next model whose companions are still awaited."""
+        now = time.perf_counter()
+        taken: dict[tuple, list[_Request]] = {}
+        wait_s = None
+        for group, queue in list(self._pending.items()):
+            running = self._running.get(group)
+            if running is None:  # idle: wait a moment for companions to prefill with
+                due = queue[0].arrived + self.max_wait_s
+                if not (self._closed or len(queue) >= self.max_batch_size or now >= due):
+                    wait_s = due - now if wait_s is None else min(wait_s, due - now)
+                    continue
+            free = self.max_batch_size - (len(running.batch.rows) if running else 0)
+            if free > 0:
+                taken[group] = queue[:free]
+                del queue[:free]
                 if not queue:
                     del self._pending[group]
-            try:
-                self._run(group, batch)
-            except BaseException as exc:  # never let the worker die with futures left pending
-                logger.exception("inference batch failed")
-                for request in batch:
-                    if not request.future.done():
-                        request.future.set_exception(exc)
+        return taken, wait_s
 
-    def _run(self, group: tuple, batch: list[_Request]) -> None:
-        batch = [r for r in batch if r.future.set_running_or_notify_cancel()]
-        if not batch:
+    def _guard(self, group: tuple, requests: list[_Request], work: Callable) -> None:
+        try:
+            work(group, requests)
+        except BaseException as exc:  # never let the worker die with futures left pending
+            logger.exception("inference batch failed")
+            running = self._running.pop(group, None)
+            for request in [*requests, *(running.requests.values() if running else ())]:
+                if not request.future.done():
+                    request.future.set_exception(exc)
+
+    def _admit(self, group: tuple, requests: list[_Request]) -> None:
+        for request in requests:
+            request.running = request.running or request.future.set_running_or_notify_cancel()
+        requests = [r for r in requests if r.running]
+        if not requests:
             return
         model_key, path, adapter_path, device, dtype = group
         try:
             model, tokenizer = self.cache.get(model_key, path, adapter_path=adapter_path, device=device, dtype=dtype)
         except Exception as exc:
-            for request in batch:
+            for request in requests:
                 request.future.set_exception(exc)
             return
-        ready: list[tuple[_Request, str]] = []
-        for request in batch:  # a bad request fails alone, not its batch
-            try:
-                text = render_prompt(tokenizer, messages=request.messages, prompt=request.prompt)
-                prepare(model, tokenizer, [text], request.params)
-            except InferenceInputError as exc:
-                request.future.set_exception(exc)
-                continue
-            ready.append((request, text))
-        if not ready:
+        running = self._running.get(group)
+        if running is None:
+            running = _Running(self._new_batch(group, model, tokenizer))
+        batch = running.batch
+        admitted: list[_Request] = []
+        for index, request in enumerate(requests):
+            if request.sequence is None:
+                try:  # a bad request fails alone, not its batch
+                    text = render_prompt(tokenizer, messages=request.messages, prompt=request.prompt)
+                    [ids], _ = prepare(model, tokenizer, [text], request.params)
+                except InferenceInputError as exc:
+                    request.future.set_exception(exc)
+                    continue
+                request.sequence = DecodeSequence(ids, request.params, request.arrived,
+                                                  on_token=_logged_on_token(request.on_token),
+                                                  is_cancelled=_logged_is_cancelled(request.is_cancelled))
+            if not batch.fits([r.sequence for r in admitted] + [request.sequence]):
+                self._requeue(group, requests[index:])  # in order: no later request overtakes it
+                break
+            admitted.append(request)
+        if not admitted:
             return
-
-        def on_token(index: int, delta: str) -> None:
-            callback = ready[index][0].on_token
-            if callback is not None:
-                try:
-                    callback(delta)
-                except Exception:
-                    logger.exception("on_token callback failed")
-
-        def is_cancelled(index: int) -> bool:
-            check = ready[index][0].is_cancelled
-            try:
-                return check is not None and bool(check())
-            except Exception:
-                logger.exception("is_cancelled callback failed")
-                return False
-
+        self._running[group] = running
+        running.requests.update((id(r.sequence), r) for r in admitted)
         self.batches_run += 1
+        self._resolve(group, running, batch.admit([r.sequence for r in admitted]))
+
+    def _step(self, group: tuple, _: list[_Request]) -> None:
+        running = self._running[group]
+        self._resolve(group, running, running.batch.step())
+
+    def _resolve(self, group: tuple, running: _Running, finished: list[DecodeSequence]) -> None:
+        for sequence in finished:
+            running.requests.pop(id(sequence)).future.set_result(sequence.result)
+        if not running.batch.rows:  # nothing left: let go of the model, keep its prefix
+            del self._running[group]
+            batch = running.batch
+            self._prefixes[group] = (weakref.ref(batch.model), batch.prefix, batch.last_prompt)
+            self._prefixes.move_to_end(group)
+            while len(self._prefixes) > KEPT_PREFIXES:
+                self._prefixes.popitem(last=False)
+
+    def _new_batch(self, group: tuple, model: Any, tokenizer: Any) -> DecodeBatch:
+        kept = self._prefixes.pop(group, None)
+        prefix, last_prompt = (kept[1], kept[2]) if kept is not None and kept[0]() is model else (None, None)
+        return DecodeBatch(model, tokenizer, max_rows=self.max_batch_size, kv_budget_bytes=self.kv_cache_budget_bytes,
+                           prefix=prefix, last_prompt=last_prompt)
+
+    def _requeue(self, group: tuple, requests: list[_Request]) -> None:
+        with self._cond:
+            self._pending[group] = requests + self._pending.get(group, [])
+
+
+def _logged_on_token(callback: Callable[[str], None] | None) -> Callable[[str], None] | None:
+    if callback is None:
+        return None
+
+    def on_token(delta: str) -> None:
         try:
-            results = generate_batch(model, tokenizer, [text for _, text in ready],
-                                     [request.params for request, _ in ready], on_token=on_token,
-                                     is_cancelled=is_cancelled)
-        except Exception as exc:
-            for request, _ in ready:
-                request.future.set_exception(exc)
-            return
-        for (request, _), result in zip(ready, results):
-            request.future.set_result(result)
+            callback(delta)
+        except Exception:
+            logger.exception("on_token callback failed")
+
+    return on_token
+
+
+def _logged_is_cancelled(check: Callable[[], bool] | None) -> Callable[[], bool] | None:
+    if check is None:
+        return None
+
+    def is_cancelled() -> bool:
+        try:
+            return bool(check())
+        except Exception:
+            logger.exception("is_cancelled callback failed")
+            return False
+
+    return is_cancelled

@@ -1,0 +1,253 @@
+"""Continuous batching (workers/inference/decode.py, batcher.py) with the real models: sequences
+that join a running batch or leave it mid-way generate, under greedy decoding, exactly the tokens
+they generate alone; a cancelled one frees its place at once; the key/value cache budget bounds
+who joins. The tiny Llama for the fast tests, the demo model for the slow one. No database."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.workers.test_inference import PROMPTS, save_tiny_chat_model
+from workers.inference import Batcher, ModelCache, SamplingParams, generate_batch, render_prompt
+from workers.inference import batcher as batcher_module
+from workers.inference.decode import DecodeBatch, Sequence, kv_bytes_per_token
+from workers.inference.prompts import encode_prompt
+from workers.models import load_for_inference
+
+GREEDY = SamplingParams(max_new_tokens=24)
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory) -> Path:
+    directory = tmp_path_factory.mktemp("continuous") / "tiny"
+    save_tiny_chat_model(directory)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_dir):
+    return load_for_inference(tiny_dir)
+
+
+def alone(model, tokenizer, prompt: str, params: SamplingParams = GREEDY) -> list[int]:
+    return generate_batch(model, tokenizer, [prompt], params)[0].token_ids
+
+
+def sequence(tokenizer, prompt: str, params: SamplingParams = GREEDY, **kwargs) -> Sequence:
+    return Sequence(encode_prompt(tokenizer, prompt), params, time.perf_counter(), **kwargs)
+
+
+def cache_width_of_rows(batch: DecodeBatch) -> int:
+    """The columns the rows' own tokens need: each row caches its prompt and all its generated
+    tokens but the last (fed at the next step)."""
+    return max(len(s.prompt_ids) + len(s.generated) - 1 for s in batch.rows)
+
+
+# --- DecodeBatch -----------------------------------------------------------------------------------
+
+def test_sequences_joining_mid_way_generate_what_they_generate_alone(tiny):
+    model, tokenizer = tiny
+    batch = DecodeBatch(model, tokenizer, max_rows=8, share_prefix=False)
+    first = [sequence(tokenizer, PROMPTS[0]), sequence(tokenizer, PROMPTS[4])]
+    assert batch.admit(first) == []
+    for _ in range(3):
+        batch.step()
+    # wider than the running batch (its rows get padded) and narrower (the newcomer gets padded)
+    wider, narrower = sequence(tokenizer, PROMPTS[2]), sequence(tokenizer, PROMPTS[1])
+    assert len(wider.prompt_ids) > batch.width > len(narrower.prompt_ids)
+    batch.admit([wider, narrower])
+    assert len(batch.rows) == 4 and batch.width == cache_width_of_rows(batch)
+    batch.step()
+    last = sequence(tokenizer, PROMPTS[5])
+    batch.admit([last])
+    while batch.rows:
+        batch.step()
+    for prompt, seq in zip((PROMPTS[0], PROMPTS[4], PROMPTS[2], PROMPTS[1], PROMPTS[5]),
+                           (*first, wider, narrower, last)):
+        assert seq.result.token_ids == alone(model, tokenizer, prompt)
+    assert batch.prefills == 3 and batch.cache is None and batch.mask is None
+
+
+def test_a_cancelled_sequence_leaves_at_once_and_its_columns_are_freed(tiny):
+    model, tokenizer = tiny
+    steps = {"n": 0}
+    long_prompt = "w20 w21 w22 w23 w24 w25 w26 w27 w28 w29 w30 w31 w32 w33 w34 w35"
+    cancelled = sequence(tokenizer, long_prompt, SamplingParams(max_new_tokens=24),
+                         is_cancelled=lambda: steps["n"] >= 2)
+    others = [sequence(tokenizer, PROMPTS[0]), sequence(tokenizer, PROMPTS[4])]
+    batch = DecodeBatch(model, tokenizer, max_rows=8, share_prefix=False)
+    batch.admit([cancelled, *others])
+    width_with_it = batch.width
+    steps["n"] = 2
+    finished = batch.step()
+    assert cancelled in finished and cancelled not in batch.rows and len(batch.rows) == 2
+    assert (cancelled.result.finish_reason, cancelled.result.completion_tokens) == ("cancelled", 2)
+    assert cancelled.result.token_ids == alone(model, tokenizer, long_prompt)[:2]
+    # the padding it forced on the others is cut: the cache is as wide as the longest row left
+    assert batch.width == cache_width_of_rows(batch) < width_with_it + 1
+    while batch.rows:
+        batch.step()
+    for prompt, seq in zip((PROMPTS[0], PROMPTS[4]), others):
+        assert seq.result.token_ids == alone(model, tokenizer, prompt)
+
+
+def test_a_shared_prompt_prefix_is_computed_once_and_reused_by_later_newcomers(tiny):
+    model, tokenizer = tiny
+    prefix = "what is the capital of france ? paris the w50 w51 "
+    prompts = [prefix + suffix for suffix in ("?", "w20 w21 w22", "the capital", "w40 w41 w42 w43 w44 w45")]
+    batch = DecodeBatch(model, tokenizer, max_rows=8)
+    joined = [sequence(tokenizer, prompts[0])]
+    batch.admit(joined)  # alone: nothing to share yet
+    assert batch.prefix is None
+    batch.step()
+    joined.append(sequence(tokenizer, prompts[1]))
+    batch.admit(joined[-1:])  # shares 11 tokens with the previous prompt: computed and kept
+    kept = batch.prefix
+    assert kept is not None and len(kept.ids) == 11
+    batch.step()
+    joined += [sequence(tokenizer, p) for p in prompts[2:]]
+    batch.admit(joined[-2:])  # reuses it
+    assert batch.prefix is kept
+    while batch.rows:
+        batch.step()
+    for prompt, seq in zip(prompts, joined):
+        assert seq.result.token_ids == alone(model, tokenizer, prompt)
+
+
+def test_the_cache_budget_decides_who_fits(tiny):
+    model, tokenizer = tiny
+    per_token = kv_bytes_per_token(model)
+    assert per_token == 2 * 2 * 2 * 8 * 4  # layers x (keys, values) x kv heads x head dim x fp32
+    one = sequence(tokenizer, PROMPTS[0])
+    row_bytes = (len(one.prompt_ids) + GREEDY.max_new_tokens) * per_token
+    batch = DecodeBatch(model, tokenizer, max_rows=8, kv_budget_bytes=row_bytes)
+    assert batch.fits([one]) and not batch.fits([one, sequence(tokenizer, PROMPTS[0])])
+    huge = sequence(tokenizer, PROMPTS[0], SamplingParams(max_new_tokens=200))
+    assert batch.fits([huge])  # an empty batch takes one sequence whatever its size
+    batch.admit([one])
+    assert not batch.fits([sequence(tokenizer, PROMPTS[1])])
+    assert DecodeBatch(model, tokenizer, max_rows=1).fits([one]) and not DecodeBatch(
+        model, tokenizer, max_rows=1).fits([one, one])
+
+
+# --- the batcher ------------------------------------------------------------------------------------
+
+@pytest.fixture
+def admissions(monkeypatch):
+    """The prefills the batcher runs: the number of requests admitted together, each."""
+    sizes = []
+
+    class CountingBatch(DecodeBatch):
+        def admit(self, sequences):
+            sizes.append(len(sequences))
+            return super().admit(sequences)
+
+    monkeypatch.setattr(batcher_module, "DecodeBatch", CountingBatch)
+    return sizes
+
+
+def runs_to_length(model, tokenizer) -> str:
+    """A prompt the tiny model answers with all of GREEDY's tokens (no early end)."""
+    for prompt in PROMPTS:
+        if len(alone(model, tokenizer, prompt)) == GREEDY.max_new_tokens:
+            return prompt
+    raise AssertionError("no prompt runs to max_new_tokens")
+
+
+def test_a_request_submitted_mid_generation_joins_the_running_batch(tiny, tiny_dir, admissions):
+    model, tokenizer = tiny
+    long_prompt = runs_to_length(model, tokenizer)
+    events: list[str] = []
+    futures = {}
+    with Batcher(ModelCache(10**9), max_batch_size=8, max_wait_ms=0) as batcher:
+        def on_first_token(delta: str) -> None:
+            events.append("first")
+            if "second" not in futures:  # on the worker thread, between two steps
+                futures["second"] = batcher.submit("tiny", tiny_dir, PROMPTS[1], GREEDY,
+                                                   on_token=lambda d: events.append("second"))
+
+        futures["first"] = batcher.submit("tiny", tiny_dir, long_prompt, GREEDY, on_token=on_first_token)
+        first = futures["first"].result(timeout=60)
+        second = futures["second"].result(timeout=60)
+    assert admissions == [1, 1] and batcher.batches_run == 2
+    assert first.token_ids == alone(model, tokenizer, long_prompt)
+    assert second.token_ids == alone(model, tokenizer, PROMPTS[1])
+    # the second streamed while the first was still generating: it did not wait for the batch to end
+    last_of_first = max(i for i, e in enumerate(events) if e == "first")
+    assert events.index("second") < last_of_first
+    assert second.time_to_first_token_s < first.total_s
+
+
+def test_a_cancelled_request_frees_its_place_for_a_waiting_one(tiny, tiny_dir, admissions):
+    model, tokenizer = tiny
+    long_prompt = runs_to_length(model, tokenizer)
+    events: list[str] = []
+    stop = threading.Event()
+    futures = {}
+    with Batcher(ModelCache(10**9), max_batch_size=2, max_wait_ms=200) as batcher:
+        def on_token_of_first(delta: str) -> None:
+            events.append("first")
+            if "waiting" not in futures:  # the batch is full (2 rows): this one must wait
+                futures["waiting"] = batcher.submit("tiny", tiny_dir, PROMPTS[1], GREEDY,
+                                                    on_token=lambda d: events.append("waiting"))
+            elif events.count("first") == 3:
+                stop.set()
+
+        futures["first"] = batcher.submit("tiny", tiny_dir, long_prompt, GREEDY, on_token=on_token_of_first)
+        futures["cancelled"] = batcher.submit("tiny", tiny_dir, long_prompt, GREEDY, is_cancelled=stop.is_set)
+        results = {"first": futures["first"].result(timeout=60)}
+        results.update((name, futures[name].result(timeout=60)) for name in ("cancelled", "waiting"))
+    assert admissions == [2, 1]  # first + cancelled together, then the waiting one in the freed row
+    cancelled = results["cancelled"]
+    assert cancelled.finish_reason == "cancelled" and cancelled.completion_tokens < GREEDY.max_new_tokens
+    assert cancelled.token_ids == alone(model, tokenizer, long_prompt)[:cancelled.completion_tokens]
+    assert results["first"].token_ids == alone(model, tokenizer, long_prompt)
+    assert results["waiting"].token_ids == alone(model, tokenizer, PROMPTS[1])
+    assert events.index("waiting") < max(i for i, e in enumerate(events) if e == "first")
+
+
+def test_a_cache_budget_for_one_row_runs_requests_one_after_another(tiny, tiny_dir, admissions):
+    model, tokenizer = tiny
+    prompts = PROMPTS[:3]
+    widest = max(len(encode_prompt(tokenizer, p)) for p in prompts)
+    budget = (widest + GREEDY.max_new_tokens) * kv_bytes_per_token(model)
+    with Batcher(ModelCache(10**9), max_batch_size=8, max_wait_ms=200, kv_cache_budget_bytes=budget) as batcher:
+        futures = [batcher.submit("tiny", tiny_dir, p, GREEDY) for p in prompts]
+        results = [f.result(timeout=60) for f in futures]
+    assert admissions == [1, 1, 1]
+    assert [r.token_ids for r in results] == [alone(model, tokenizer, p) for p in prompts]
+    # the ones that waited count their wait in their time to first token
+    assert results[0].time_to_first_token_s < results[1].time_to_first_token_s < results[2].time_to_first_token_s
+
+
+# --- the demo model ---------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_demo_model_join_and_cancel_mid_batch_match_one_at_a_time(demo_model_dir):
+    model, tokenizer = load_for_inference(demo_model_dir, device="cpu", dtype="fp32")
+    questions = ["What is the capital of France?", "Name three primary colors.", "What is 7 times 8?",
+                 "Why is the sky blue?"]
+    prompts = [render_prompt(tokenizer, messages=[{"role": "user", "content": q}]) for q in questions]
+    params = SamplingParams(max_new_tokens=16)
+    cancel_after = {"n": 0}
+    batch = DecodeBatch(model, tokenizer, max_rows=8)
+    running = [sequence(tokenizer, prompts[0], params),
+               sequence(tokenizer, prompts[1], params, is_cancelled=lambda: cancel_after["n"] >= 4)]
+    batch.admit(running)
+    for cancel_after["n"] in range(1, 6):
+        batch.step()
+    joined = [sequence(tokenizer, p, params) for p in prompts[2:]]
+    batch.admit(joined)  # mid-way, reusing the system prompt the first two shared
+    assert batch.prefix is not None
+    while batch.rows:
+        batch.step()
+    assert running[1].result.finish_reason == "cancelled"
+    solo = [alone(model, tokenizer, p, params) for p in prompts]
+    assert running[1].result.token_ids == solo[1][:running[1].result.completion_tokens]
+    assert [running[0].result.token_ids, joined[0].result.token_ids, joined[1].result.token_ids] == [
+        solo[0], solo[2], solo[3]]
+    assert "Paris" in running[0].result.text
