@@ -347,7 +347,7 @@ def memberships_sync_from_groups(*, user, wanted: dict[int, tuple[str, Role | No
     project is kept rather than removed or demoted. Each change is audited with no actor (the
     provider's groups decided it). Returns the changes, as audit actions."""
     changes = []
-    existing = {m.project_id: m for m in Membership.objects.select_for_update().select_related(
+    existing = {m.project_id: m for m in Membership.objects.select_for_update(of=("self",)).select_related(
         "custom_role", "project").filter(user=user)}
     revoked = []
     via = {"source": Membership.Source.GROUPS, "provider": provider_id}

@@ -13,6 +13,7 @@ from drf_spectacular.generators import SchemaGenerator
 from apps.core.pagination import MAX_PAGE_SIZE
 from apps.datasets.models import Dataset, DatasetRow, ExportJob
 from apps.projects.audit import audit_record
+from apps.providers.models import AllowedNetwork, Provider, ProviderEnablement, ProviderModel
 from apps.training.models import MetricPoint
 from tests.annotation.fixtures import make_campaign, review_version  # noqa: F401 (a fixture)
 from tests.training.fixtures import make_job, make_version
@@ -46,8 +47,12 @@ def world(client, owner, project, review_version):  # noqa: F811 (the fixture im
     job = make_job(project, owner)
     MetricPoint.objects.create(job=job, kind="train", step=1, values={"loss": 1.0})
     campaign = make_campaign(client, project, review_version)
+    provider = Provider.objects.create(name="Outside", base_url="https://models.example/v1", created_by=owner)
+    ProviderModel.objects.create(provider=provider, name="big-model")
+    ProviderEnablement.objects.create(provider=provider, project=project, enabled_by=owner)
+    AllowedNetwork.objects.create(network="10.0.0.0/8", created_by=owner)
     return {"project_id": project.pk, "dataset_id": version.dataset_id, "number": version.number,
-            "job_id": job.pk, "campaign_id": campaign["id"]}
+            "job_id": job.pk, "campaign_id": campaign["id"], "provider_id": provider.pk}
 
 
 def lists(schema, world) -> dict[str, set[str]]:
