@@ -1,6 +1,6 @@
 // Live progress of the jobs on a dataset version (splits, edits, PII scans, redactions): each
 // listens on its own socket. A job that makes a version ends with a link to it here (the page was
-// opened to follow it); a report (a PII scan) is fetched as the server renders it and shown in place.
+// opened to follow it); a PII scan's report is fetched as the server renders it and put in place.
 (function () {
   "use strict";
   var ENDED = ["succeeded", "failed", "cancelled"];
@@ -19,8 +19,11 @@
         bar.value = progress.state === "succeeded" ? bar.max : progress.rows_done;
         if (ENDED.indexOf(progress.state) < 0) return true;
         box.dataset.state = progress.state;
-        if (!box.dataset.makesVersion) {  // a scan: its report is rendered by the server, shown in place
-          Workbench.refreshElements(["[data-testid=pii]"]);
+        if (!box.dataset.makesVersion) {
+          // A report rendered by the server: put in place where the box names it (a PII scan on the
+          // version page); elsewhere (the statistics page draws its token chart on load) reloaded.
+          if (box.dataset.report) Workbench.refreshElements([box.dataset.report]);
+          else location.reload();
           return false;
         }
         var result = field("result");
