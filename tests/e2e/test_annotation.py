@@ -254,8 +254,10 @@ def test_a_manager_watches_the_campaign_progress_move_as_annotators_answer(page,
     expect(progress.get_by_role("progressbar")).to_have_attribute("value", "2")
 
 
-def test_a_manager_watches_agreement_and_the_annotator_table_move_as_annotators_answer(
-        page, client, scientist, annotator, second_annotator, project, review_version):
+def watch_two_annotators_answer_two_examples(page, client, scientist, annotator, second_annotator, project,
+                                             review_version):
+    """The manager's dashboard open, live, while both annotators answer both examples: both prefer A;
+    on sentiment they agree on the first and not the second. Returns the annotator table."""
     client.force_login(scientist)
     campaign = make_campaign(client, project, review_version, schema=make_schema(client, project, KEYBOARD_FIELDS),
                              overlap=2, sample=2, seed=4)
@@ -264,13 +266,19 @@ def test_a_manager_watches_agreement_and_the_annotator_table_move_as_annotators_
     people = page.get_by_test_id("annotators")
     expect(people).to_contain_text("No annotations yet.")
     expect(page.get_by_test_id("campaign-progress").locator("[data-field=live]")).to_be_visible()
-    # Both prefer A on both examples; on sentiment they agree on the first and not the second.
     for user, labels in ((annotator, ["positive", "positive"]), (second_annotator, ["positive", "negative"])):
         client.force_login(user)
         for label in labels:
             item = next_item(client, campaign).json()
             assert submit(client, campaign, item["id"], {"sentiment": label, "better": "A"}).status_code == 201
     expect(page.get_by_test_id("campaign-progress")).to_contain_text("4 / 4 annotations")
+    return people
+
+
+def test_a_manager_watches_agreement_and_the_annotator_table_move_as_annotators_answer(
+        page, client, scientist, annotator, second_annotator, project, review_version):
+    people = watch_two_annotators_answer_two_examples(page, client, scientist, annotator, second_annotator, project,
+                                                      review_version)
     # No reload. Sentiment by hand: item agreements 1 and 0, P = 0.5; answers 3 positive, 1
     # negative, P_e = (3/4)^2 + (1/4)^2 = 0.625; Fleiss' kappa = (0.5 - 0.625) / (1 - 0.625) = -0.333.
     # Krippendorff: coincidences pos-pos 2, pos-neg 1, neg-pos 1 (n = 4, n_pos = 3, n_neg = 1):
@@ -287,20 +295,8 @@ def test_a_manager_watches_agreement_and_the_annotator_table_move_as_annotators_
 def test_past_the_inline_limit_a_worker_computes_the_agreement_and_the_dashboard_follows(
         settings, celery_worker, page, client, scientist, annotator, second_annotator, project, review_version):
     settings.QUALITY_INLINE_MAX_ANSWERS = 2  # a large campaign, as far as the web process is concerned
-    client.force_login(scientist)
-    campaign = make_campaign(client, project, review_version, schema=make_schema(client, project, KEYBOARD_FIELDS),
-                             overlap=2, sample=2, seed=4)
-    browser_login(page, "sofia")
-    page.goto(f"/projects/{project.pk}/campaigns/{campaign['id']}/")
-    people = page.get_by_test_id("annotators")
-    expect(people).to_contain_text("No annotations yet.")
-    expect(page.get_by_test_id("campaign-progress").locator("[data-field=live]")).to_be_visible()
-    for user, labels in ((annotator, ["positive", "positive"]), (second_annotator, ["positive", "negative"])):
-        client.force_login(user)
-        for label in labels:
-            item = next_item(client, campaign).json()
-            assert submit(client, campaign, item["id"], {"sentiment": label, "better": "A"}).status_code == 201
-    expect(page.get_by_test_id("campaign-progress")).to_contain_text("4 / 4 annotations")
+    people = watch_two_annotators_answer_two_examples(page, client, scientist, annotator, second_annotator, project,
+                                                      review_version)
     # 4 answers: past the limit, so the worker computed these; the page was told, no reload.
     # The same hand-checked values as the test above: Fleiss' kappa -0.333, alpha 0, consensus 0.75.
     sentiment = page.get_by_test_id("agreement").locator("tr", has_text="sentiment")
