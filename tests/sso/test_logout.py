@@ -68,3 +68,12 @@ def test_a_provider_that_cannot_be_reached_at_sign_out_still_ends_the_local_sess
     response = person.client.post("/accounts/logout/")
     assert response.status_code == 302 and response["Location"] == "/accounts/login/"
     assert person.client.get("/projects/").status_code == 302
+
+
+def test_pages_of_a_single_sign_on_session_let_their_log_out_form_lead_to_the_provider(person, corp, client, owner):
+    provider_user(corp, "lena")
+    person.sign_in("lena")
+    policy = person.client.get("/projects/")["Content-Security-Policy"]
+    assert f"form-action 'self' {corp.url}" in policy
+    client.force_login(owner)  # a password session's pages keep form-action to this site alone
+    assert "form-action 'self';" in client.get("/projects/")["Content-Security-Policy"]
