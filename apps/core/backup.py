@@ -29,6 +29,8 @@ from django.db import connection, connections
 from django.db.migrations.recorder import MigrationRecorder
 from django.utils import timezone
 
+from apps.core import storage
+
 FORMAT = 1
 MANIFEST = "manifest.json"
 LEFT_OUT = {"blob-cache"}  # under ARTIFACT_ROOT: copies of bucket objects, refetched on demand
@@ -74,12 +76,6 @@ def _run(args: list[str], env: dict, what: str) -> None:
         raise BackupError(f"{what} failed: {result.stderr.strip()[-2000:]}")
 
 
-def _s3():
-    from apps.core.storage import _s3
-
-    return _s3()
-
-
 def backup(destination: Path) -> dict:
     """Write a backup into `destination` (a new or empty folder); returns its manifest."""
     destination = Path(destination)
@@ -119,14 +115,14 @@ def backup(destination: Path) -> dict:
     if settings.ARTIFACT_S3_BUCKET:
         bucket, prefix = settings.ARTIFACT_S3_BUCKET, settings.ARTIFACT_S3_PREFIX
         objects = []
-        for page in _s3().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        for page in storage._s3().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
             for item in page.get("Contents", []):
                 relative = item["Key"][len(prefix):]
                 if not relative or relative.startswith("/") or ".." in Path(relative).parts:
                     raise BackupError(f"bucket key {item['Key']!r} cannot be kept as a file")
                 target = destination / "bucket" / relative
                 target.parent.mkdir(parents=True, exist_ok=True)
-                _s3().download_file(bucket, item["Key"], str(target))
+                storage._s3().download_file(bucket, item["Key"], str(target))
                 objects.append(relative)
         manifest["bucket"] = {"bucket": bucket, "prefix": prefix, "objects": len(objects)}
 
@@ -225,7 +221,7 @@ def restore(source: Path, *, force: bool = False) -> dict:
             raise BackupError("the backup holds bucket objects but ARTIFACT_S3_BUCKET is not set")
         for name in bucket_files:
             key = settings.ARTIFACT_S3_PREFIX + name[len("bucket/"):]
-            _s3().upload_file(str(source / name), settings.ARTIFACT_S3_BUCKET, key)
+            storage._s3().upload_file(str(source / name), settings.ARTIFACT_S3_BUCKET, key, ExtraArgs=storage.upload_encryption())
     return manifest
 
 
