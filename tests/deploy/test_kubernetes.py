@@ -198,3 +198,35 @@ def test_gpu_pool_counts_queued_and_running_jobs_from_the_real_table(documents, 
         cursor.execute(query)
         (count,) = cursor.fetchone()
     assert count == TrainingJob.objects.filter(state__in=ACTIVE_STATES).count() == 3
+
+
+def _selects(selector: dict, labels: dict) -> bool:
+    return all(labels.get(key) == value for key, value in selector.get("matchLabels", {}).items())
+
+
+def test_network_policies_let_only_the_ingress_reach_the_web_and_only_workbench_reach_the_data(documents):
+    policies = of_kind(documents, "NetworkPolicy")
+    deny = policies["workbench-default-deny-ingress"]["spec"]
+    assert deny["podSelector"] == {} and deny["policyTypes"] == ["Ingress"] and not deny.get("ingress")
+    web = of_kind(documents, "Deployment")["workbench-web"]["spec"]["template"]
+    web_ports = {port["name"] for c in web["spec"]["containers"] for port in c.get("ports", [])}
+    allowed = [policy["spec"] for policy in policies.values() if policy["spec"].get("ingress")]
+    for spec in allowed:  # every opening names a port the web pods serve, and only the web pods
+        assert _selects(spec["podSelector"], web["metadata"]["labels"])
+        assert {port["port"] for rule in spec["ingress"] for port in rule["ports"]} <= web_ports
+    for name, deployment in of_kind(documents, "Deployment").items():
+        labels = deployment["spec"]["template"]["metadata"]["labels"]
+        if labels["app.kubernetes.io/component"] != "web":
+            assert not any(_selects(spec["podSelector"], labels) for spec in allowed), f"{name} takes connections"
+
+    data = list(yaml.safe_load_all((DEPLOY / "k8s-data" / "access-policy.yaml").read_text()))
+    namespace = yaml.safe_load((K8S / "kustomization.yaml").read_text())["namespace"]
+    for doc in data:
+        kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
+        (rule,) = doc["spec"]["ingress"]
+        (source,) = rule["from"]
+        assert source["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": namespace}
+        for name, pod in pod_specs(documents).items():  # every Workbench pod is one of those let in
+            deployment = {**of_kind(documents, "Deployment"), **of_kind(documents, "Job")}[name]
+            assert _selects(source["podSelector"], deployment["spec"]["template"]["metadata"]["labels"]), name
+    assert {doc["spec"]["ingress"][0]["ports"][0]["port"] for doc in data} == {5432, 6379}
