@@ -487,6 +487,9 @@ ENDPOINTS = [
     Endpoint("provider-chat", "POST", f"{P}/provider-chat/", "provider.use",
              lambda w: {"provider_model": "Outside/gpt-test", "messages": []}, 400, arrange=_arrange_provider,
              audit_writes=0),
+    Endpoint("provider-policy-get", "GET", f"{P}/provider-policy/", "model.view", _no_body, 200),
+    Endpoint("provider-policy-update", "PATCH", f"{P}/provider-policy/", "project.edit",
+             lambda w: {"redact_pii": True}, 200),
     # project API tokens (a token never creates a token)
     Endpoint("project-tokens-list", "GET", f"{P}/tokens/", "token.manage", _no_body, 200),
     Endpoint("project-token-create", "POST", f"{P}/tokens/", "token.manage",

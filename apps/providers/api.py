@@ -11,7 +11,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from apps.core.errors import NotFound
+from apps.core.errors import Invalid, NotFound
 from apps.core.http import client_ip
 from apps.projects import policy
 from apps.providers import selectors, services
@@ -25,6 +25,7 @@ from apps.providers.serializers import (
     EnableSerializer,
     ProviderCreateSerializer,
     ProviderModelSerializer,
+    ProviderPolicySerializer,
     ProviderSerializer,
     ProviderUpdateSerializer,
     UsageSerializer,
@@ -176,3 +177,23 @@ class ProjectProviderChatApi(APIView):
         reply = services.provider_chat(project, values.pop("provider_model"), values.pop("messages"),
                                        user=request.user, token=request.auth, **values)
         return Response(asdict(reply))
+
+
+class ProjectProviderPolicyApi(APIView):
+    """What the project lets leave for outside providers: at all (`allow_outside_providers`), and
+    with personal data replaced by placeholders first (`redact_pii`). Changing it needs project.edit."""
+
+    @extend_schema(responses={200: ProviderPolicySerializer})
+    def get(self, request: Request, project_id: int) -> Response:
+        project = policy.get_project(request.user, project_id, token=request.auth)
+        policy.require(request.user, "model.view", project, request.auth)
+        return Response(ProviderPolicySerializer(services.project_provider_policy(project)).data)
+
+    @extend_schema(request=ProviderPolicySerializer, responses={200: ProviderPolicySerializer})
+    def patch(self, request: Request, project_id: int) -> Response:
+        project = policy.get_project(request.user, project_id, token=request.auth)
+        if not isinstance(request.data, dict):
+            raise Invalid("the body is a JSON object of settings", field="body")
+        rules = services.provider_policy_update(user=request.user, project=project, token=request.auth,
+                                                ip_address=client_ip(request), **request.data)
+        return Response(ProviderPolicySerializer(rules).data)

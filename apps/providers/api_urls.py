@@ -19,4 +19,6 @@ urlpatterns = [
          name="api-project-provider-usage"),
     path("projects/<int:project_id>/provider-chat/", api.ProjectProviderChatApi.as_view(),
          name="api-project-provider-chat"),
+    path("projects/<int:project_id>/provider-policy/", api.ProjectProviderPolicyApi.as_view(),
+         name="api-project-provider-policy"),
 ]

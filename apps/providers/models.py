@@ -103,3 +103,17 @@ class ProviderUsage(models.Model):
     @property
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
+
+
+class ProjectProviderPolicy(models.Model):
+    """What a project lets leave for outside providers; its admins (project.edit) decide. Without a
+    row: allowed, not redacted."""
+
+    project = models.OneToOneField("projects.Project", on_delete=models.CASCADE, related_name="provider_policy")
+    # Off: no prompt of this project goes to any provider (judges, teachers, the playground included).
+    allow_outside_providers = models.BooleanField(default=True)
+    # On: e-mails, phone numbers, cards, IBANs, addresses and secrets in every message are replaced by
+    # placeholders ("[EMAIL]") before it leaves (workers.pii, the detectors of the PII reports).
+    redact_pii = models.BooleanField(default=False)
+    updated_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    updated_at = models.DateTimeField(auto_now=True)

@@ -107,3 +107,9 @@ class ChatReplySerializer(serializers.Serializer):
     completion_tokens = serializers.IntegerField()
     model = serializers.CharField()
     latency_s = serializers.FloatField()
+    redactions = serializers.IntegerField()
+
+
+class ProviderPolicySerializer(serializers.Serializer):
+    allow_outside_providers = serializers.BooleanField()
+    redact_pii = serializers.BooleanField()

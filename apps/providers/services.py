@@ -21,14 +21,22 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from apps.core.errors import DomainError, Invalid, NotFound, QuotaExceeded
+from apps.core.errors import Conflict, DomainError, Invalid, NotFound, QuotaExceeded
 from apps.projects import policy
 from apps.projects.audit import audit_record
 from apps.projects.models import Project
 from apps.providers import crypto, netguard, selectors
 from apps.providers.access import require_site_staff
 from apps.providers.client import build_client
-from apps.providers.models import AllowedNetwork, Provider, ProviderEnablement, ProviderModel, ProviderUsage
+from apps.providers.models import (
+    AllowedNetwork,
+    ProjectProviderPolicy,
+    Provider,
+    ProviderEnablement,
+    ProviderModel,
+    ProviderUsage,
+)
+from workers.pii import redact_text, scan_text
 
 logger = logging.getLogger(__name__)
 
@@ -284,6 +292,41 @@ def rotate_keys() -> int:
     return count
 
 
+# --- what a project lets leave ---------------------------------------------------------------
+
+def project_provider_policy(project: Project) -> ProjectProviderPolicy:
+    """The project's rules for outside providers (the defaults, unsaved, where it set none)."""
+    return ProjectProviderPolicy.objects.filter(project=project).first() or ProjectProviderPolicy(project=project)
+
+
+def provider_policy_update(*, user, project: Project, token=None, ip_address=None, **values) -> ProjectProviderPolicy:
+    policy.require(user, "project.edit", project, token)
+    rules = project_provider_policy(project)
+    before = {"allow_outside_providers": rules.allow_outside_providers, "redact_pii": rules.redact_pii}
+    for field, value in values.items():
+        if field not in before:
+            raise Invalid(f"unknown setting {field!r}", field=field)
+        if not isinstance(value, bool):
+            raise Invalid(f"{field} must be true or false", field=field)
+        setattr(rules, field, value)
+    rules.updated_by = user
+    rules.save()
+    after = {"allow_outside_providers": rules.allow_outside_providers, "redact_pii": rules.redact_pii}
+    audit_record(actor=user, action="provider.policy_update", target=project, project=project,
+                 ip_address=ip_address, before=before, after=after)
+    return rules
+
+
+def _redacted(messages: list[dict]) -> tuple[list[dict], int]:
+    """The messages with every finding of the PII detectors replaced by its placeholder, and how many."""
+    count, kept = 0, []
+    for message in messages:
+        findings = scan_text(message["content"])
+        count += len(findings)
+        kept.append({**message, "content": redact_text(message["content"], findings)} if findings else message)
+    return kept, count
+
+
 # --- calling a provider ---------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -294,6 +337,7 @@ class ProviderReply:
     completion_tokens: int
     model: str
     latency_s: float
+    redactions: int = 0  # pieces of personal data replaced before the prompt left (the project's redact_pii)
 
 
 def _client(provider: Provider):
@@ -454,7 +498,14 @@ def provider_chat(project: Project, provider_model, messages, *, user=None, toke
         policy.require(user, "provider.use", project, token)
     model = selectors.usable_model(project, provider_model)
     provider = model.provider
+    rules = project_provider_policy(project)
+    if not rules.allow_outside_providers:
+        raise Conflict("This project does not let its data go to outside providers (its setting "
+                       "allow_outside_providers is off).", field="allow_outside_providers")
     messages = _messages(messages)
+    redactions = 0
+    if rules.redact_pii:
+        messages, redactions = _redacted(messages)
     params = _params(params)
     client = _client(provider)
     _reserve(provider, project)
@@ -474,4 +525,4 @@ def provider_chat(project: Project, provider_model, messages, *, user=None, toke
     return ProviderReply(text=(choice.message.content or "") if choice else "",
                          finish_reason=(choice.finish_reason or "") if choice else "",
                          prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, model=str(model),
-                         latency_s=round(time.monotonic() - started, 3))
+                         latency_s=round(time.monotonic() - started, 3), redactions=redactions)

@@ -226,7 +226,7 @@ def test_network_policies_let_only_the_ingress_reach_the_web_and_only_workbench_
         (rule,) = doc["spec"]["ingress"]
         (source,) = rule["from"]
         assert source["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": namespace}
-        for name, pod in pod_specs(documents).items():  # every Workbench pod is one of those let in
+        for name in pod_specs(documents):  # every Workbench pod is one of those let in
             deployment = {**of_kind(documents, "Deployment"), **of_kind(documents, "Job")}[name]
             assert _selects(source["podSelector"], deployment["spec"]["template"]["metadata"]["labels"]), name
     assert {doc["spec"]["ingress"][0]["ports"][0]["port"] for doc in data} == {5432, 6379}

@@ -38,8 +38,10 @@ class ScriptedHttp:
 
         class Handler(BaseHTTPRequestHandler):
             def _answer(self):
+                length = int(self.headers.get("Content-Length") or 0)
                 outer.requests.append({"method": self.command, "path": self.path, "host": self.headers.get("Host"),
-                                       "authorization": self.headers.get("Authorization")})
+                                       "authorization": self.headers.get("Authorization"),
+                                       "body": self.rfile.read(length) if length else b""})
                 self.send_response(outer.status)
                 for name, value in {"Content-Type": "application/json", **outer.headers}.items():
                     self.send_header(name, value)
@@ -70,3 +72,12 @@ def scripted_http():
     server = ScriptedHttp()
     yield server
     server.stop()
+
+
+@pytest.fixture
+def scripted_provider(site_admin, loopback_allowed, project, scripted_http):
+    """A provider whose address is the scripted server, enabled for `project`, model "Scripted/m"."""
+    made = services.provider_create(user=site_admin, name="Scripted", api_key=SECRET, models=["m"], max_retries=2,
+                                    base_url=f"http://127.0.0.1:{scripted_http.port}/v1", timeout_s=5)
+    services.provider_enable(user=site_admin, provider=made, project_id=project.pk)
+    return made

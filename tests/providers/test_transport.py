@@ -18,14 +18,6 @@ pytestmark = [pytest.mark.django_db, pytest.mark.timeout(60)]
 HI = [{"role": "user", "content": "hi"}]
 
 
-@pytest.fixture
-def scripted_provider(site_admin, loopback_allowed, project, scripted_http):
-    made = services.provider_create(user=site_admin, name="Scripted", api_key=SECRET, models=["m"], max_retries=2,
-                                    base_url=f"http://127.0.0.1:{scripted_http.port}/v1", timeout_s=5)
-    services.provider_enable(user=site_admin, provider=made, project_id=project.pk)
-    return made
-
-
 def test_a_redirect_to_a_private_address_is_not_followed(scripted_provider, scripted_http, project, scientist,
                                                          site_admin):
     scripted_http.script(302, headers={"Location": "http://169.254.169.254/latest/meta-data/"})
