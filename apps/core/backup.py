@@ -10,7 +10,7 @@ Secrets (SECRET_KEY, PROVIDER_KEYS, the embedded default's key files) are not in
 them apart; provider keys cannot be read back without the key they were encrypted with.
 
 A restore checks every file against the manifest before it touches anything, refuses a backup
-of another database engine, and refuses a database that holds data unless forced.
+of another database engine, and refuses a database that holds user accounts unless forced.
 """
 
 from __future__ import annotations
@@ -159,12 +159,11 @@ def _verify(source: Path, manifest: dict) -> None:
 
 
 def _holds_data() -> bool:
+    """Whether the database has anyone's account in it (a fresh, migrated one has none)."""
     from django.contrib.auth import get_user_model
 
-    from apps.projects.models import Project
-
-    tables = connection.introspection.table_names()
-    return any(model._meta.db_table in tables and model.objects.exists() for model in (get_user_model(), Project))
+    user_model = get_user_model()
+    return user_model._meta.db_table in connection.introspection.table_names() and user_model.objects.exists()
 
 
 def _safe_members(tar: tarfile.TarFile, archive: str) -> None:
@@ -190,7 +189,7 @@ def restore(source: Path, *, force: bool = False) -> dict:
             archives[name] = tarfile.open(source / f"{name}.tar")
             _safe_members(archives[name], f"{name}.tar")
     if not force and _holds_data():
-        raise BackupError("this database already holds users or projects: restoring replaces them all "
+        raise BackupError("this database already holds user accounts: restoring replaces everything in it "
                           "(pass --force to do so)")
 
     database_file = source / database["file"]

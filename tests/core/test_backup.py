@@ -57,7 +57,7 @@ def test_a_backup_restores_the_database_and_the_files_byte_for_byte(artifacts, o
     adapter.unlink()
     Project.objects.filter(pk=project.pk).update(name="renamed after the backup")
 
-    with pytest.raises(CommandError, match="already holds users or projects"):
+    with pytest.raises(CommandError, match="already holds user accounts"):
         call_command("restore", str(target))
     assert not DatasetVersion.objects.filter(pk=version.pk).exists()  # a refusal changes nothing
 

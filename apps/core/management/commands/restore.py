@@ -14,7 +14,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("source", type=Path, help="the backup's folder")
         parser.add_argument("--force", action="store_true",
-                            help="replace a database that already holds users or projects")
+                            help="replace a database that already holds user accounts")
 
     def handle(self, *args, source: Path, force: bool, **options):
         try:
