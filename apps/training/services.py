@@ -91,13 +91,16 @@ def job_estimate(*, user, project: Project, name: str, base_model: int, dataset_
     # takes the job, so both are shown.
     precisions = ["bf16", "fp32"] if train_config.precision == "auto" else [train_config.precision]
     trainable = _trainable_parameters(model, train_config)
-    memory = {precision: model_memory_estimate(model=model, precision=precision, batch_size=train_config.batch_size,
+    # Per device: with `devices` N each holds the whole model and its share of every micro-batch.
+    per_device_batch = math.ceil(train_config.batch_size / train_config.devices)
+    memory = {precision: model_memory_estimate(model=model, precision=precision, batch_size=per_device_batch,
                                                seq_len=train_config.max_seq_len, lora_rank=train_config.lora_r,
                                                mode="lora", lora_parameters=trainable) for precision in precisions}
     timing = time_estimate(model=model, version=version, train_split=train_split, eval_split=eval_split,
                            train_config=train_config, examples=examples)
     project.refresh_from_db(fields=["gpu_hour_budget"])
     return {"examples": examples, "optimizer_steps": steps, "memory": memory, "trainable_parameters": trainable,
+            "devices": train_config.devices, "per_device_batch": per_device_batch,
             **timing, "gpu_hours_used": round(selectors.gpu_hours_used(project), 3), "gpu_hour_budget": project.gpu_hour_budget}
 
 

@@ -37,6 +37,23 @@ def test_the_launch_form_offers_devices_from_the_config_metadata(client, scienti
     assert b'name="devices"' in page.content and b"Data-parallel processes" in page.content
 
 
+def test_the_estimate_gives_the_memory_of_each_device_with_its_share_of_the_batch(client, scientist, project,
+                                                                                  tiny_model, qa_version):
+    client.force_login(scientist)
+
+    def estimate(devices):
+        response = client.post(f"/api/projects/{project.pk}/jobs/estimate/",
+                               launch_body(tiny_model, qa_version, devices=devices, batch_size=8, precision="fp32"),
+                               content_type="application/json")
+        assert response.status_code == 200, response.content
+        return response.json()
+
+    one, two = estimate(1), estimate(2)
+    assert (one["devices"], one["per_device_batch"]) == (1, 8) and (two["devices"], two["per_device_batch"]) == (2, 4)
+    assert two["memory"]["fp32"]["total_bytes"] < one["memory"]["fp32"]["total_bytes"]
+    assert two["optimizer_steps"] == one["optimizer_steps"]  # the same global batches
+
+
 def rank_pid(job_id: int, rank: int) -> int | None:
     from apps.training.runner import output_dir
 
