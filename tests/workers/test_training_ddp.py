@@ -159,3 +159,23 @@ def test_train_still_runs_one_process_in_place(model_dir, tmp_path):
     result = train(TrainConfig(**{**OPTIONS, "max_steps": 2}), model_dir=model_dir, output_dir=tmp_path,
                    train_rows=TRAIN_ROWS, eval_rows=[])
     assert result.final_step == 2 and not (tmp_path / RUN_DIR).exists()
+
+
+def test_preference_tuning_runs_data_parallel_on_the_same_curve(model_dir, tmp_path):
+    """DPO's reference pass (the adapter disabled) runs inside DDP's forward; the reward metrics are
+    gathered from every rank."""
+    from tests.workers.test_training_dpo import DPO, PAIRS
+
+    options = {**DPO, "batch_size": 4, "max_steps": 6, "lora_dropout": 0.0, "eval_at_start": False,
+               "checkpoint_every": 1000}
+    curves = []
+    for devices in (1, 2):
+        recorder = Recorder()
+        train_distributed(TrainConfig(**options, devices=devices), model_dir=model_dir,
+                          output_dir=tmp_path / str(devices), train_rows=PAIRS, eval_rows=[], callbacks=recorder)
+        curves.append(recorder.steps)
+    one, two = curves
+    assert [p["step"] for p in two] == list(range(1, 7))
+    for a, b in zip(one, two):
+        for key in ("loss", "reward_margin", "reward_accuracy", "grad_norm"):
+            assert b[key] == pytest.approx(a[key], rel=TOLERANCE, abs=1e-6), (a["step"], key)
