@@ -21,15 +21,8 @@ from django.utils import timezone
 from apps.core.jobs import Heartbeat, claim, hand_back, worker_stopping
 from apps.training import events
 from apps.training.models import MetricPoint, TrainingJob
-from workers.training import (
-    ConfigError,
-    TrainCallbacks,
-    TrainCancelled,
-    TrainConfig,
-    TrainingDataError,
-    train,
-    train_distributed,
-)
+from workers.training import ConfigError, TrainCallbacks, TrainCancelled, TrainConfig, TrainingDataError, train
+from workers.training.distributed import train_distributed
 
 logger = logging.getLogger(__name__)
 
