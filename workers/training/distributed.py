@@ -75,8 +75,9 @@ def check_devices(config: TrainConfig) -> None:
     if config.devices > have:
         import torch
 
-        what = "GPUs" if config.device in ("auto", "cuda") and torch.cuda.is_available() else "CPU cores"
-        raise ConfigError("devices", f"this worker has {have} {what}; the job asks for {config.devices}.")
+        what = "GPU" if config.device in ("auto", "cuda") and torch.cuda.is_available() else "CPU core"
+        raise ConfigError("devices", f"this worker has {have} {what}{'' if have == 1 else 's'}; the job asks for "
+                                     f"{config.devices}.")
 
 
 def launch_command(devices: int, run_dir: Path, *, max_restarts: int = MAX_RESTARTS) -> list[str]:
