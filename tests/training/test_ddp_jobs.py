@@ -75,7 +75,7 @@ def test_a_killed_rank_restarts_the_group_from_its_checkpoint_and_every_step_is_
 
     job = ended(client, job_id, timeout=280)
     assert job["state"] == "succeeded", (job["error"], job["traceback"])
-    assert job["runs"] == 1 and job["info"]["devices"] == 2  # torchrun restarted the group within the claim
+    assert job["runs"] == 1 and job["info"]["devices"] == 2  # a fresh torchrun resumed it within the claim
     assert checkpoint <= job["info"]["resumed_from_step"] < killed_at < 60
     assert train_steps(job_id) == list(range(1, 61))  # the steps after the checkpoint were replaced
 

@@ -2,7 +2,8 @@
 against the one-process run with the same global batch and seed — the loss, learning-rate and
 grad-norm curves agree (fp32, 1e-3 relative), cancelling stops every rank at one step with a
 checkpoint, a run resumes from a checkpoint with the number of processes changed (2 -> 1 and 1 -> 2),
-and a rank killed with SIGKILL makes torchrun restart the group from the last checkpoint. Plain
+and a rank killed with SIGKILL ends the group (torchrun) and a fresh one resumes from the last
+checkpoint. Plain
 Python on the tiny Llama of test_training; no database."""
 
 from __future__ import annotations
@@ -123,12 +124,13 @@ class KillRankOne(Recorder):
             self.killed_at = point["step"]
 
 
-def test_a_killed_rank_ends_the_group_and_torchrun_resumes_it_from_the_last_checkpoint(model_dir, tmp_path,
+def test_a_killed_rank_ends_the_group_and_a_fresh_one_resumes_from_the_last_checkpoint(model_dir, tmp_path,
                                                                                        reference):
     recorder = KillRankOne(tmp_path / RUN_DIR)
     result = run(model_dir, tmp_path, devices=2, callbacks=recorder, max_steps=40, checkpoint_every=10)
     assert recorder.killed_at is not None and result.final_step == 40
-    assert [s["resumed_from_step"] for s in recorder.starts] == [0, 10]  # the group restarted once, at step 10
+    assert [s["resumed_from_step"] for s in recorder.starts] == [0, 10]  # started again once, from step 10
+    assert any("starting them again from the last checkpoint (1 of 2)" in line for line in recorder.lines)
     assert sorted(by_step(recorder.steps)) == list(range(1, 41))
     assert_same_curve(recorder.steps, reference, range(1, 41))
 

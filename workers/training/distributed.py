@@ -5,7 +5,7 @@
 
 The caller's process (a Celery task) writes the run's inputs to output_dir/ddp/spec.json and starts
 
-    python -m torch.distributed.run --standalone --nproc-per-node N --max-restarts R \\
+    python -m torch.distributed.run --standalone --nproc-per-node N --max-restarts 0 \\
         -m workers.training.distributed output_dir/ddp
 
 Each of the N processes (`main` below) joins the process group (NCCL on CUDA, one GPU per process;
@@ -17,8 +17,10 @@ Cancelling is a file: when the caller's should_stop() says so, it writes ddp/STO
 for it before each step and the ranks all-reduce the flag, so all stop at the same step (rank 0
 checkpoints it).
 
-A rank that dies ends the whole run: torchrun stops the others, then starts all N again (at most R
-times), and they resume from the newest complete checkpoint. The data position in a checkpoint
+A rank that dies ends the whole run: torchrun stops the others and exits, and the caller starts a
+fresh torchrun (at most MAX_RESTARTS times), whose ranks resume from the newest complete checkpoint.
+(Not torchrun's own --max-restarts: its restarted gloo groups were seen here to connect to the dead
+rank 0's address and fail again; a new torchrun has a new rendezvous.) The data position in a checkpoint
 counts global batches, so a run also resumes with a different number of processes. Steps trained
 after that checkpoint are trained and reported again, with the same step numbers. The torchrun
 process dies with the caller (PR_SET_PDEATHSIG), and each rank with torchrun.
@@ -48,7 +50,7 @@ SPEC = "spec.json"
 EVENTS = "events.jsonl"
 STOP = "STOP"
 LOG = "torchrun.log"
-MAX_RESTARTS = 2          # torchrun restarts of the whole group after a rank dies
+MAX_RESTARTS = 2          # fresh torchruns after the processes failed (a rank died)
 POLL_S = 0.2              # how often the caller reads events and asks should_stop()
 LOG_TAIL = 4000           # characters of torchrun's output quoted when a run fails without saying why
 PR_SET_PDEATHSIG = 1
@@ -80,10 +82,10 @@ def check_devices(config: TrainConfig) -> None:
                                      f"{config.devices}.")
 
 
-def launch_command(devices: int, run_dir: Path, *, max_restarts: int = MAX_RESTARTS) -> list[str]:
+def launch_command(devices: int, run_dir: Path) -> list[str]:
     """The torchrun command line (PyTorch's own launcher: elastic agent, c10d rendezvous on localhost)."""
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(devices),
-            "--max-restarts", str(max_restarts), "-m", "workers.training.distributed", str(run_dir)]
+            "--max-restarts", "0", "-m", "workers.training.distributed", str(run_dir)]
 
 
 def train_distributed(config: TrainConfig, *, model_dir: Path, output_dir: Path, train_rows: Sequence[dict],
@@ -107,17 +109,23 @@ def train_distributed(config: TrainConfig, *, model_dir: Path, output_dir: Path,
             "train_rows": list(train_rows), "eval_rows": list(eval_rows), "lineage": lineage}
     (run_dir / SPEC).write_text(json.dumps(spec, default=str))
     (run_dir / EVENTS).touch()
-    with open(run_dir / LOG, "wb") as log:
-        process = subprocess.Popen(_dying_with_this_process(launch_command(config.devices, run_dir,
-                                                                           max_restarts=max_restarts)),
-                                   stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                   env=_environment(config), cwd=_ROOT)
-        try:
-            outcome = _follow(process, run_dir, callbacks)
-        finally:
-            if process.poll() is None:  # this process is being unwound (an exception in a callback)
-                process.kill()
-                process.wait()
+    follower = _Follower(run_dir, callbacks)
+    for attempt in range(max_restarts + 1):
+        with open(run_dir / LOG, "ab") as log:
+            process = subprocess.Popen(_dying_with_this_process(launch_command(config.devices, run_dir)),
+                                       stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                       env=_environment(config), cwd=_ROOT)
+            try:
+                outcome = follower.follow(process)
+            finally:
+                if process.poll() is None:  # this process is being unwound (an exception in a callback)
+                    process.kill()
+                    process.wait()
+        ended = outcome is not None and outcome["event"] != "crash" and process.returncode == 0
+        if ended or follower.stop_sent or attempt == max_restarts:
+            break
+        callbacks.log(f"the training processes failed (torchrun exit code {process.returncode}); starting them "
+                      f"again from the last checkpoint ({attempt + 1} of {max_restarts})")
     return _result(outcome, process.returncode, run_dir)
 
 
@@ -146,29 +154,35 @@ def _dying_with_this_process(command: list[str]) -> list[str]:
     return [sys.executable, "-c", bootstrap, *command]
 
 
-def _follow(process: subprocess.Popen, run_dir: Path, callbacks: TrainCallbacks) -> dict | None:
-    """Hand rank 0's events to `callbacks` until torchrun exits; write STOP once should_stop() says so.
-    Returns the last outcome event (result, cancelled, error, crash), or None."""
-    outcome = None
-    stop_sent = False
-    offset = 0
-    pending = b""
-    while True:
-        exited = process.poll() is not None
-        with open(run_dir / EVENTS, "rb") as fh:
-            fh.seek(offset)
-            data = fh.read()
-        offset += len(data)
-        *lines, pending = (pending + data).split(b"\n")
-        for line in lines:
-            if line.strip():
-                outcome = _dispatch(json.loads(line), callbacks) or outcome
-        if exited:
-            return outcome
-        if not stop_sent and callbacks.should_stop():
-            (run_dir / STOP).write_text("")
-            stop_sent = True
-        time.sleep(POLL_S)
+class _Follower:
+    """Reads events.jsonl on from where it stopped (the file lasts over every torchrun of the run)."""
+
+    def __init__(self, run_dir: Path, callbacks: TrainCallbacks) -> None:
+        self.run_dir, self.callbacks = run_dir, callbacks
+        self.offset = 0
+        self.pending = b""
+        self.stop_sent = False
+
+    def follow(self, process: subprocess.Popen) -> dict | None:
+        """Hand rank 0's events to the callbacks until torchrun exits; write STOP once should_stop() says
+        so. Returns this torchrun's last outcome event (result, cancelled, error, crash), or None."""
+        outcome = None
+        while True:
+            exited = process.poll() is not None
+            with open(self.run_dir / EVENTS, "rb") as fh:
+                fh.seek(self.offset)
+                data = fh.read()
+            self.offset += len(data)
+            *lines, self.pending = (self.pending + data).split(b"\n")
+            for line in lines:
+                if line.strip():
+                    outcome = _dispatch(json.loads(line), self.callbacks) or outcome
+            if exited:
+                return outcome
+            if not self.stop_sent and self.callbacks.should_stop():
+                (self.run_dir / STOP).write_text("")
+                self.stop_sent = True
+            time.sleep(POLL_S)
 
 
 def _dispatch(event: dict, callbacks: TrainCallbacks) -> dict | None:
@@ -297,7 +311,7 @@ def main(run_dir: Path) -> int:
         if reporter:
             reporter.emit("error", type=type(exc).__name__, field=getattr(exc, "field", None),
                           message=getattr(exc, "message", None) or str(exc))
-    except BaseException as exc:  # torchrun ends the other ranks and may restart the group
+    except BaseException as exc:  # torchrun ends the other ranks; the caller may start them again
         if reporter:
             reporter.emit("crash", type=type(exc).__name__, message=str(exc)[:2000],
                           traceback=traceback.format_exc()[-8000:])
