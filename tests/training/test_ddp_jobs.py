@@ -62,6 +62,7 @@ def rank_pid(job_id: int, rank: int) -> int | None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # two torchruns of 2 processes each, on a loaded 2-core machine: minutes
 @two_cores
 def test_a_killed_rank_restarts_the_group_from_its_checkpoint_and_every_step_is_recorded_once(
         client, scientist, project, tiny_model, qa_version, celery_worker):
@@ -69,11 +70,11 @@ def test_a_killed_rank_restarts_the_group_from_its_checkpoint_and_every_step_is_
     job_id = launch(client, project, launch_body(tiny_model, qa_version, devices=2, max_steps=60, eval_every=None,
                                                  checkpoint_every=15))["id"]
     job = wait_for(lambda: (j := TrainingJob.objects.get(pk=job_id)).checkpoint_step and j.current_step > 18
-                   and j, timeout=240, interval=0.02, what="a checkpoint and a few more steps")
+                   and j, timeout=360, interval=0.02, what="a checkpoint and a few more steps")
     os.kill(rank_pid(job_id, 1), signal.SIGKILL)
     killed_at, checkpoint = job.current_step, job.checkpoint_step
 
-    job = ended(client, job_id, timeout=280)
+    job = ended(client, job_id, timeout=480)
     assert job["state"] == "succeeded", (job["error"], job["traceback"])
     assert job["runs"] == 1 and job["info"]["devices"] == 2  # a fresh torchrun resumed it within the claim
     assert checkpoint <= job["info"]["resumed_from_step"] < killed_at < 60
@@ -81,16 +82,17 @@ def test_a_killed_rank_restarts_the_group_from_its_checkpoint_and_every_step_is_
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)
 @two_cores
 def test_a_cancelled_data_parallel_job_stops_every_rank_with_a_checkpoint(client, scientist, project, tiny_model,
                                                                           qa_version, celery_worker):
     client.force_login(scientist)
     job_id = launch(client, project, launch_body(tiny_model, qa_version, devices=2, max_steps=400, eval_every=None,
                                                  checkpoint_every=1000))["id"]
-    wait_for(lambda: TrainingJob.objects.get(pk=job_id).current_step >= 3, timeout=240, interval=0.02,
+    wait_for(lambda: TrainingJob.objects.get(pk=job_id).current_step >= 3, timeout=360, interval=0.02,
              what="3 steps")
     assert client.post(f"/api/jobs/{job_id}/cancel/").json()["cancel_requested"]
-    job = ended(client, job_id)
+    job = ended(client, job_id, timeout=300)
     assert job["state"] == "cancelled", (job["error"], job["traceback"])
     assert 3 <= job["current_step"] < 400 and job["checkpoint_step"] == job["current_step"]
     pids = [rank_pid(job_id, rank) for rank in (0, 1)]

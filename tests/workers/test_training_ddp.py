@@ -19,7 +19,8 @@ from workers.training import ConfigError, TrainCancelled, TrainConfig, train, tr
 from workers.training.checkpoint import latest_checkpoint
 from workers.training.distributed import RUN_DIR, check_devices
 
-pytestmark = pytest.mark.slow
+# Each torchrun starts 2 Pythons that import torch and transformers: minutes on a loaded 2-core machine.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 # 25 examples unpacked, batches of 4: the last micro-batch of an epoch has one row, so one rank's share
 # is empty; two micro-batches a step (no_sync, then the all-reduce); dropout 0: no random masks.
