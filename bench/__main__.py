@@ -13,6 +13,7 @@ BENCHMARKS = {
     "generate_batched": "bench.generate_batched",
     "continuous_batching": "bench.continuous_batching",
     "train_lora": "bench.train_lora",
+    "train_ddp": "bench.train_ddp",
     "compare_batched": "bench.compare_batched",
     "annotate_concurrent": "bench.annotate_concurrent",
     "live_latency": "bench.live_latency",

@@ -241,6 +241,9 @@ TRAINING_HEARTBEAT_STALE_S = env_float("TRAINING_HEARTBEAT_STALE_S", 90.0)
 TRAINING_MAX_RUNS = env_int("TRAINING_MAX_RUNS", 3)
 TRAINING_MAX_ACTIVE_JOBS_PER_USER = env_int("TRAINING_MAX_ACTIVE_JOBS_PER_USER", 4)
 TRAINING_MAX_ACTIVE_JOBS_PER_PROJECT = env_int("TRAINING_MAX_ACTIVE_JOBS_PER_PROJECT", 8)
+# The most data-parallel processes (`devices`) a job may ask for: what the gpu workers can give, one
+# per GPU (or per core for gloo on CPU). Unset: this machine's GPUs when it has any, else its cores.
+TRAINING_MAX_DEVICES = env_int("TRAINING_MAX_DEVICES", 0)
 COMPARISON_MAX_ACTIVE_PER_PROJECT = env_int("COMPARISON_MAX_ACTIVE_PER_PROJECT", 4)
 # --- Serving (playground, OpenAI-compatible API) -----------------------------------------
 # Generations run in `inference` workers (`--pool threads`): one model cache per process.

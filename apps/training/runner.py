@@ -22,6 +22,7 @@ from apps.core.jobs import Heartbeat, claim, hand_back, worker_stopping
 from apps.training import events
 from apps.training.models import MetricPoint, TrainingJob
 from workers.training import ConfigError, TrainCallbacks, TrainCancelled, TrainConfig, TrainingDataError, train
+from workers.training.distributed import train_distributed
 
 logger = logging.getLogger(__name__)
 
@@ -77,8 +78,10 @@ def _train(job: TrainingJob) -> None:
         config = TrainConfig.from_dict(job.config)
         train_rows = _rows(job, job.train_split)
         eval_rows = _rows(job, job.eval_split, MAX_EVAL_ROWS) if job.eval_split else []
-        result = train(config, model_dir=Path(job.base_model.weights_path), output_dir=output_dir(job),
-                       train_rows=train_rows, eval_rows=eval_rows, callbacks=callbacks, lineage=lineage)
+        # devices > 1: torchrun's processes train, this one relays rank 0's events to the callbacks.
+        engine = train_distributed if config.devices > 1 else train
+        result = engine(config, model_dir=Path(job.base_model.weights_path), output_dir=output_dir(job),
+                        train_rows=train_rows, eval_rows=eval_rows, callbacks=callbacks, lineage=lineage)
         timing = {"rows": train_rows, "setup_s": callbacks.setup_s, "eval_seconds": callbacks.eval_seconds}
     except TrainCancelled as exc:
         close_old_connections()

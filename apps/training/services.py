@@ -91,13 +91,16 @@ def job_estimate(*, user, project: Project, name: str, base_model: int, dataset_
     # takes the job, so both are shown.
     precisions = ["bf16", "fp32"] if train_config.precision == "auto" else [train_config.precision]
     trainable = _trainable_parameters(model, train_config)
-    memory = {precision: model_memory_estimate(model=model, precision=precision, batch_size=train_config.batch_size,
+    # Per device: with `devices` N each holds the whole model and its share of every micro-batch.
+    per_device_batch = math.ceil(train_config.batch_size / train_config.devices)
+    memory = {precision: model_memory_estimate(model=model, precision=precision, batch_size=per_device_batch,
                                                seq_len=train_config.max_seq_len, lora_rank=train_config.lora_r,
                                                mode="lora", lora_parameters=trainable) for precision in precisions}
     timing = time_estimate(model=model, version=version, train_split=train_split, eval_split=eval_split,
                            train_config=train_config, examples=examples)
     project.refresh_from_db(fields=["gpu_hour_budget"])
     return {"examples": examples, "optimizer_steps": steps, "memory": memory, "trainable_parameters": trainable,
+            "devices": train_config.devices, "per_device_batch": per_device_batch,
             **timing, "gpu_hours_used": round(selectors.gpu_hours_used(project), 3), "gpu_hour_budget": project.gpu_hour_budget}
 
 
@@ -171,6 +174,10 @@ def _checked_config(config: dict, model: RegisteredModel):
         train_config.validate()
     except ConfigError as exc:
         raise Invalid(str(exc), field=f"config.{exc.field}") from None  # "batch_size: must be at least 1."
+    most = max_devices()
+    if train_config.devices > most:
+        raise Invalid(f"devices: at most {most}, what this installation's workers can give (one process per GPU, "
+                      f"or per CPU core); the job asks for {train_config.devices}.", field="config.devices")
     context = model.info.get("context_length")
     if context and train_config.max_seq_len > context:
         raise Invalid(f"max_seq_len {train_config.max_seq_len} is beyond the model's context of {context} tokens.",
@@ -182,6 +189,20 @@ def _checked_config(config: dict, model: RegisteredModel):
             raise Invalid(f"The model has no module called {', '.join(unknown)}; it has {', '.join(sorted(known))}.",
                           field="config.target_modules")
     return train_config
+
+
+def max_devices() -> int:
+    """The most devices a job may ask for: settings.TRAINING_MAX_DEVICES, else this machine's GPUs (counted
+    without importing torch in the web process), else its CPU cores."""
+    import glob
+    import os
+
+    if settings.TRAINING_MAX_DEVICES > 0:
+        return settings.TRAINING_MAX_DEVICES
+    gpus = len(glob.glob("/dev/nvidia[0-9]*"))
+    if gpus:
+        return gpus
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def _checked_splits(version: DatasetVersion, train_split: str, eval_split: str, fmt: str,

@@ -96,7 +96,10 @@ def speed_fields(job: TrainingJob, *, rows: list[dict], setup_s: float | None, e
 
 def record_job_speed(job: TrainingJob, *, rows: list[dict], setup_s: float | None,
                      eval_seconds: list[float]) -> SpeedMeasurement | None:
-    """In a worker, after a job finished: its measured speed, kept for the next estimates."""
+    """In a worker, after a job finished: its measured speed, kept for the next estimates. A data-parallel
+    job's speed is several devices' and is not kept: the estimates are of one device."""
+    if (job.config or {}).get("devices", 1) > 1:
+        return None
     fields = speed_fields(job, rows=rows, setup_s=setup_s, eval_seconds=eval_seconds)
     if fields is None:
         return None

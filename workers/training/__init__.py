@@ -10,18 +10,21 @@
 Modules, in the order a run uses them: config (TrainConfig), lora (which layers are adapted),
 data (rows -> examples -> packed rows -> batches), methods (one module per training method: sft, dpo;
 what rows it reads, its batches and loss), loop (train: the one skeleton, setup -> fit -> validate ->
-save), checkpoint (atomic checkpoints and resume). Importing this package imports neither torch nor
+save), checkpoint (atomic checkpoints and resume), distributed (train_distributed: the same run over
+config.devices processes under torchrun, data-parallel). Importing this package imports neither torch nor
 transformers; train() does.
 """
 
 from .checkpoint import TrainerState
 from .config import ConfigError, TrainConfig
 from .data import Example, TrainingDataError, build_examples
+from .distributed import DistributedTrainingError, train_distributed
 from .loop import TrainCallbacks, TrainCancelled, TrainResult, train
 from .lora import check_target_modules, lora_trainable_parameters, target_module_names
 
 __all__ = [
     "ConfigError",
+    "DistributedTrainingError",
     "Example",
     "TrainCallbacks",
     "TrainCancelled",
@@ -34,4 +37,5 @@ __all__ = [
     "lora_trainable_parameters",
     "target_module_names",
     "train",
+    "train_distributed",
 ]

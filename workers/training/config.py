@@ -124,6 +124,11 @@ class TrainConfig:
     checkpoint_every: int = option(50, label="Checkpoint every N steps", section="Evaluation and checkpoints", min=1)
     # "auto" (cuda, then mps, then cpu) | "cpu" | "cuda" | "cuda:N" | "mps"
     device: str = option("auto", label="Device")
+    # data-parallel processes (distributed.py: torchrun, one per GPU; gloo processes on CPU). batch_size
+    # and grad_accum stay the global batch: each process trains its share of every micro-batch.
+    devices: int = option(1, label="Devices", section="Optimisation", min=1,
+                          help="Data-parallel processes, one per GPU (on CPU, one per core): each takes its share "
+                               "of every batch, so the batch size and the loss curve stay those of one device.")
 
     def validate(self) -> None:
         """Raise ConfigError (naming the field) for the first value out of range or of an unknown kind;
@@ -166,6 +171,13 @@ class TrainConfig:
         kind, _, index = self.device.partition(":")
         if kind not in ("auto", "cpu", "cuda", "mps") or (index and (kind != "cuda" or not index.isdigit())):
             raise ConfigError("device", "must be auto, cpu, cuda, cuda:N or mps.")
+        _integer(self, "devices")
+        if self.devices > 1:
+            if index or kind == "mps":
+                raise ConfigError("devices", f"more than one device needs device auto, cpu or cuda, not {self.device}.")
+            if self.devices > self.batch_size:
+                raise ConfigError("devices", f"at most the batch size ({self.batch_size}): each device takes its "
+                                             "share of every batch.")
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-serializable dict of every field (lists copied)."""

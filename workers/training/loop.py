@@ -14,6 +14,13 @@ per method under methods/, chosen once from config.method; nothing below branche
 
 The caller (a Celery task) sees progress through TrainCallbacks and stops the run through
 `should_stop`; nothing here knows about Django, Celery or a database.
+
+Data-parallel (config.devices > 1): distributed.py starts this same train() in N processes under
+torchrun. Each process loads the model and makes the same items and batches; in every micro-batch it
+trains its share (rows rank, rank + N, ...) through DistributedDataParallel, which averages the
+gradients, so each optimizer step is over the same global batch as one process's and the state
+(step, epoch, position) stays global. Only rank 0 evaluates, reports and writes checkpoints and the
+adapter; the ranks agree on stopping (an all-reduce of should_stop) before every step.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ import random
 import shutil
 import tempfile
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -109,6 +117,8 @@ def train(config: TrainConfig, *, model_dir: Path, output_dir: Path, train_rows:
     config.validate()
     callbacks = callbacks or TrainCallbacks()
     run = _setup(config, Path(model_dir), Path(output_dir), train_rows, eval_rows, callbacks)
+    if run.world > 1:
+        _data_parallel(run)
     resumed_from = run.state.step
     callbacks.on_start(total_steps=run.total_steps, resumed_from_step=resumed_from, info=run.info)
     if config.eval_at_start and resumed_from == 0:
@@ -120,7 +130,7 @@ def train(config: TrainConfig, *, model_dir: Path, output_dir: Path, train_rows:
     state = run.state
     metrics = {"train_loss": state.train_loss, "eval_loss": state.eval_loss, "best_eval_loss": state.best_eval_loss,
                "tokens_trained": state.tokens_seen, "steps": state.step, "stopped_early": state.stopped_early}
-    adapter_dir = _save_adapter(run, lineage=lineage, metrics=metrics)
+    adapter_dir = _save_adapter(run, lineage=lineage, metrics=metrics) if run.rank == 0 else run.output_dir / "adapter"
     callbacks.log(f"Finished at step {state.step}: adapter saved to {adapter_dir}.")
     return TrainResult(final_step=state.step, adapter_dir=adapter_dir, metrics=metrics, resumed_from_step=resumed_from)
 
@@ -147,6 +157,9 @@ class _Run:
     info: dict = field(default_factory=dict)
     checkpointed_step: int | None = None   # the step of the newest checkpoint on disk
     trained_logits_only: bool = False      # logits computed at trained positions only (_logits_path_agrees)
+    rank: int = 0                          # this process in a data-parallel run (torch.distributed), else 0
+    world: int = 1                         # processes in the run
+    ddp: Any = None                        # world > 1: DistributedDataParallel over _Shard(run)
 
     @property
     def checkpoints_dir(self) -> Path:
@@ -169,7 +182,8 @@ def _setup(config: TrainConfig, model_dir: Path, output_dir: Path, train_rows: S
     method = get_method(config.method)
     _check_packing_support(config, method)
     _seed_everything(config.seed)
-    device = _resolve_device(config.device)
+    rank, world = _process_group()
+    device = _resolve_device(config.device, world)
     precision = _resolve_precision(config.precision, device)
     started = time.perf_counter()
     # The one safe loader: safetensors only, no remote code, no network. It hands the model back in
@@ -208,9 +222,10 @@ def _setup(config: TrainConfig, model_dir: Path, output_dir: Path, train_rows: S
     run = _Run(config=config, output_dir=output_dir, callbacks=callbacks, model=model, tokenizer=tokenizer,
                device=device, autocast=autocast, optimizer=optimizer, scheduler=scheduler,
                method=method, train_items=train_items, eval_items=eval_items, steps_per_epoch=steps_per_epoch,
-               total_steps=total_steps, state=TrainerState())
+               total_steps=total_steps, state=TrainerState(), rank=rank, world=world)
     run.trained_logits_only = _logits_path_agrees(run)
-    remove_incomplete(run.checkpoints_dir)
+    if rank == 0:  # the one writer of checkpoints
+        remove_incomplete(run.checkpoints_dir)
     latest = latest_checkpoint(run.checkpoints_dir)
     if latest is not None:
         run.state = load_checkpoint(latest, model=model, optimizer=optimizer, scheduler=scheduler, device=device)
@@ -222,7 +237,7 @@ def _setup(config: TrainConfig, model_dir: Path, output_dir: Path, train_rows: S
         "total_params": sum(p.numel() for p in model.parameters()),
         "examples": stats.used, "eval_examples": eval_stats.used, "tokens_per_epoch": stats.tokens,
         "rows_per_epoch": len(train_items), "steps_per_epoch": steps_per_epoch,
-        "method": config.method,
+        "method": config.method, "devices": world,
         "skipped_rows": stats.skipped, "truncated_examples": stats.truncated,
     }
     return run
@@ -248,9 +263,11 @@ def _seed_everything(seed: int) -> None:
     torch.manual_seed(seed)  # seeds every CUDA device too
 
 
-def _resolve_device(device: str) -> Any:
+def _resolve_device(device: str, world: int = 1) -> Any:
     import torch
 
+    if world > 1 and device in ("auto", "cuda") and torch.cuda.is_available():
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))  # one GPU per process
     if device != "auto":
         return torch.device(device)  # availability is checked by the loader
     if torch.cuda.is_available():
@@ -291,7 +308,7 @@ def _fit(run: _Run) -> None:
         for step_batches in steps[state.batch_in_epoch:]:
             if state.step >= run.total_steps or state.stopped_early:
                 break
-            if callbacks.should_stop():
+            if _any_rank(run, callbacks.should_stop()):
                 if state.step > 0:
                     _checkpoint(run)
                 callbacks.log(f"Cancelled at step {state.step}.")
@@ -318,14 +335,31 @@ def _train_step(run: _Run, micro_batches: list[list]) -> dict:
     # The loss is the mean over the step's weight (sft: every trained token; dpo: every pair), not a
     # mean of per-micro-batch means: each micro-batch's summed loss is divided by the step's weight, so
     # grad_accum k x batch b gives the gradient of one batch of k*b.
+    # Data-parallel: every rank knows the whole global batch (the same items and order everywhere), so the
+    # weight and tokens are the global ones without a collective.
     method = run.method
     weight = sum(method.weight(batch) for batch in micro_batches)
     tokens = sum(method.tokens(batch) for batch in micro_batches)
     outputs = []
-    for batch in micro_batches:
-        summed, output = method.loss(run, batch)
-        (summed / weight).backward()
-        outputs.append(output)
+    for index, batch in enumerate(micro_batches):
+        if run.world == 1:
+            summed, output = method.loss(run, batch)
+            (summed / weight).backward()
+            outputs.append(output)
+            continue
+        # This rank's share of the micro-batch; DDP averages the gradients over the ranks (hence x world)
+        # when the step's last micro-batch goes backward (no_sync before: one all-reduce per step).
+        shard = batch[run.rank::run.world]
+        last = index == len(micro_batches) - 1
+        with contextlib.nullcontext() if last else run.ddp.no_sync():
+            # A rank whose share is empty (a short last batch) still takes part in the all-reduce:
+            # a row's forward and backward weighted by zero.
+            summed, output = run.ddp(shard or batch[:1])
+            (summed * (run.world / weight if shard else 0.0)).backward()
+        if shard:
+            outputs.append(_to_cpu(output))
+    if run.world > 1:
+        outputs = _gathered(outputs)
     extra = method.summarize(outputs)
     loss = extra.pop("loss")
     if not math.isfinite(loss):
@@ -391,16 +425,115 @@ def _memory_mb(device: Any) -> float:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # peak, KiB on Linux
 
 
+# --- data parallel -------------------------------------------------------------------------------
+
+def _process_group() -> tuple[int, int]:
+    """(rank, world size) of the torch.distributed run this process is in, else (0, 1)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def _make_shard_module(run: _Run) -> Any:
+    import torch
+
+    class _Shard(torch.nn.Module):
+        """What DDP wraps: the method's loss of a micro-batch (or a share of one) on the model. The
+        method reaches the model as it always does (run.model, its decoder, disable_adapter); DDP sees
+        the forward and the trainable parameters and all-reduces their gradients in backward."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = run.model
+
+        def forward(self, batch: list) -> Any:
+            return run.method.loss(run, batch)
+
+    return _Shard()
+
+
+def _data_parallel(run: _Run) -> None:
+    """Wrap the model for data parallelism. Every rank loaded the same base, the same seeded LoRA init
+    and the same checkpoint; rank 0's trainable weights are broadcast all the same (the frozen base is
+    not sent: init_sync=False)."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    for parameter in run.model.parameters():
+        if parameter.requires_grad:
+            dist.broadcast(parameter.data, src=0)
+    with warnings.catch_warnings():  # its replacement still syncs buffers at init, which init_sync=False avoids
+        warnings.filterwarnings("ignore", "`broadcast_buffers` is deprecated", FutureWarning)
+        run.ddp = DistributedDataParallel(_make_shard_module(run), device_ids=None, broadcast_buffers=False,
+                                          init_sync=False)
+
+
+def _any_rank(run: _Run, flag: bool) -> bool:
+    """Whether `flag` is true on any rank (every rank gets the same answer)."""
+    if run.world == 1:
+        return flag
+    import torch
+    import torch.distributed as dist
+
+    device = run.device if dist.get_backend() == "nccl" else "cpu"
+    value = torch.tensor([1.0 if flag else 0.0], device=device)
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return bool(value.item())
+
+
+def _to_cpu(value: Any) -> Any:
+    """A method's step outputs with their tensors on the CPU (to be pickled to the other ranks)."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu()
+    if isinstance(value, dict):
+        return {key: _to_cpu(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to_cpu(item) for item in value)
+    return value
+
+
+def _gathered(outputs: list) -> list:
+    """Every rank's step outputs, rank by rank: summarize then gives the whole global batch's metrics."""
+    import torch.distributed as dist
+
+    everyone: list = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, outputs)
+    return [output for rank_outputs in everyone for output in rank_outputs]
+
+
+def _share_state(run: _Run) -> None:
+    import dataclasses
+
+    import torch.distributed as dist
+
+    box = [dataclasses.asdict(run.state)]
+    dist.broadcast_object_list(box, src=0)
+    for name, value in box[0].items():  # in place: the loop holds the state object
+        setattr(run.state, name, value)
+
+
 # --- validate ------------------------------------------------------------------------------------
 
 def _validate(run: _Run) -> None:
     """Eval loss over the eval rows, greedy samples, early-stopping bookkeeping; reports on_eval."""
+    config = run.config
+    if not run.eval_items and not config.sample_prompts:
+        return
+    if run.rank == 0:
+        _evaluate(run)
+    if run.world > 1:  # rank 0 evaluated: the others take its state (eval loss, early stopping)
+        _share_state(run)
+
+
+def _evaluate(run: _Run) -> None:
     import torch
 
     config, state = run.config, run.state
     has_eval = bool(run.eval_items)
-    if not has_eval and not config.sample_prompts:
-        return
     run.model.eval()
     started = time.perf_counter()
     eval_loss = None
@@ -463,9 +596,11 @@ def _checkpoint(run: _Run) -> None:
     # At step 0 nothing is trained yet: resuming from no checkpoint is the same run.
     if run.state.step == 0 or run.checkpointed_step == run.state.step:
         return
+    run.checkpointed_step = run.state.step
+    if run.rank != 0:  # every rank holds the same weights and optimizer state: rank 0 writes them
+        return
     path = save_checkpoint(run.checkpoints_dir, model=run.model, optimizer=run.optimizer, scheduler=run.scheduler,
                            state=run.state)
-    run.checkpointed_step = run.state.step
     run.callbacks.on_checkpoint(step=run.state.step, path=str(path))
 
 

@@ -1,0 +1,326 @@
+"""Data-parallel fine-tunes on one machine: train_distributed() starts torchrun over this module.
+
+    result = train_distributed(config, model_dir=..., output_dir=..., train_rows=..., eval_rows=...,
+                               callbacks=MyCallbacks())     # config.devices > 1; same as train() otherwise
+
+The caller's process (a Celery task) writes the run's inputs to output_dir/ddp/spec.json and starts
+
+    python -m torch.distributed.run --standalone --nproc-per-node N --max-restarts 0 \\
+        -m workers.training.distributed output_dir/ddp
+
+Each of the N processes (`main` below) joins the process group (NCCL on CUDA, one GPU per process;
+gloo on CPU) and runs the engine's own train(): loop.py shards every micro-batch over the ranks
+under DistributedDataParallel (see its docstring). Rank 0 alone reports: it appends one JSON object
+per line to ddp/events.jsonl (start, step, eval, checkpoint, log, then the outcome), which the
+caller's process tails and hands to its TrainCallbacks — so the engine stays free of any database.
+Cancelling is a file: when the caller's should_stop() says so, it writes ddp/STOP; every rank looks
+for it before each step and the ranks all-reduce the flag, so all stop at the same step (rank 0
+checkpoints it).
+
+A rank that dies ends the whole run: torchrun stops the others and exits, and the caller starts a
+fresh torchrun (at most MAX_RESTARTS times), whose ranks resume from the newest complete checkpoint.
+(Not torchrun's own --max-restarts: its restarted gloo groups were seen here to connect to the dead
+rank 0's address and fail again; a new torchrun has a new rendezvous.) The data position in a checkpoint
+counts global batches, so a run also resumes with a different number of processes. Steps trained
+after that checkpoint are trained and reported again, with the same step numbers. The torchrun
+process dies with the caller (PR_SET_PDEATHSIG), and each rank with torchrun.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .config import ConfigError, TrainConfig
+from .data import TrainingDataError
+from .loop import TrainCallbacks, TrainCancelled, TrainResult
+
+RUN_DIR = "ddp"
+SPEC = "spec.json"
+EVENTS = "events.jsonl"
+STOP = "STOP"
+LOG = "torchrun.log"
+MAX_RESTARTS = 2          # fresh torchruns after the processes failed (a rank died)
+POLL_S = 0.2              # how often the caller reads events and asks should_stop()
+LOG_TAIL = 4000           # characters of torchrun's output quoted when a run fails without saying why
+PR_SET_PDEATHSIG = 1
+
+
+class DistributedTrainingError(RuntimeError):
+    """The processes failed in a way they could not report as one of the engine's errors (a rank killed,
+    out of memory, a crash): the message quotes rank 0's error or the end of torchrun's output."""
+
+
+def available_devices(device: str = "auto") -> int:
+    """How many data-parallel processes this machine can give a job on `device`: its CUDA GPUs (device
+    auto or cuda, when CUDA is there), else its CPU cores (gloo)."""
+    import torch
+
+    if device in ("auto", "cuda") and torch.cuda.is_available():
+        return torch.cuda.device_count()
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def check_devices(config: TrainConfig) -> None:
+    """ConfigError naming `devices` when this machine cannot give config.devices processes."""
+    have = available_devices(config.device)
+    if config.devices > have:
+        import torch
+
+        what = "GPU" if config.device in ("auto", "cuda") and torch.cuda.is_available() else "CPU core"
+        raise ConfigError("devices", f"this worker has {have} {what}{'' if have == 1 else 's'}; the job asks for "
+                                     f"{config.devices}.")
+
+
+def launch_command(devices: int, run_dir: Path) -> list[str]:
+    """The torchrun command line (PyTorch's own launcher: elastic agent, c10d rendezvous on localhost)."""
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(devices),
+            "--max-restarts", "0", "-m", "workers.training.distributed", str(run_dir)]
+
+
+def train_distributed(config: TrainConfig, *, model_dir: Path, output_dir: Path, train_rows: Sequence[dict],
+                      eval_rows: Sequence[dict], callbacks: TrainCallbacks | None = None,
+                      lineage: dict | None = None, max_restarts: int = MAX_RESTARTS) -> TrainResult:
+    """train() over config.devices processes under torchrun: the same arguments, callbacks (called in
+    this process, from rank 0's events), exceptions (ConfigError, TrainingDataError, TrainCancelled,
+    FloatingPointError; DistributedTrainingError for a run that failed otherwise) and result."""
+    from .loop import train
+
+    config.validate()
+    if config.devices == 1:
+        return train(config, model_dir=model_dir, output_dir=output_dir, train_rows=train_rows,
+                     eval_rows=eval_rows, callbacks=callbacks, lineage=lineage)
+    check_devices(config)
+    callbacks = callbacks or TrainCallbacks()
+    run_dir = Path(output_dir) / RUN_DIR
+    shutil.rmtree(run_dir, ignore_errors=True)  # a previous run's events, stop file and pids
+    run_dir.mkdir(parents=True)
+    spec = {"config": config.as_dict(), "model_dir": str(model_dir), "output_dir": str(output_dir),
+            "train_rows": list(train_rows), "eval_rows": list(eval_rows), "lineage": lineage}
+    (run_dir / SPEC).write_text(json.dumps(spec, default=str))
+    (run_dir / EVENTS).touch()
+    follower = _Follower(run_dir, callbacks)
+    for attempt in range(max_restarts + 1):
+        with open(run_dir / LOG, "ab") as log:
+            process = subprocess.Popen(_dying_with_this_process(launch_command(config.devices, run_dir)),
+                                       stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                       env=_environment(config), cwd=_ROOT)
+            try:
+                outcome = follower.follow(process)
+            finally:
+                if process.poll() is None:  # this process is being unwound (an exception in a callback)
+                    process.kill()
+                    process.wait()
+        ended = outcome is not None and outcome["event"] != "crash" and process.returncode == 0
+        if ended or follower.stop_sent or attempt == max_restarts:
+            break
+        callbacks.log(f"the training processes failed (torchrun exit code {process.returncode}); starting them "
+                      f"again from the last checkpoint ({attempt + 1} of {max_restarts})")
+    return _result(outcome, process.returncode, run_dir)
+
+
+# --- the caller's side -----------------------------------------------------------------------------
+
+_ROOT = str(Path(__file__).resolve().parents[2])  # the directory holding the `workers` package
+
+
+def _environment(config: TrainConfig) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [_ROOT, env.get("PYTHONPATH")]))
+    env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # --standalone: every rank is on this machine
+    # CPU ranks share the cores (torchrun would give each one thread only).
+    env.setdefault("OMP_NUM_THREADS", str(max(1, available_devices("cpu") // config.devices)))
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
+
+
+def _dying_with_this_process(command: list[str]) -> list[str]:
+    """The command, run by a small Python that first asks the kernel to SIGKILL it when this process
+    dies (kept across exec), so a killed worker leaves no torchrun training on behind it."""
+    bootstrap = ("import ctypes, os, signal, sys; "
+                 f"ctypes.CDLL(None).prctl({PR_SET_PDEATHSIG}, signal.SIGKILL); "
+                 f"os.getppid() == {os.getpid()} or sys.exit(1); "
+                 "os.execv(sys.argv[1], sys.argv[1:])")
+    return [sys.executable, "-c", bootstrap, *command]
+
+
+class _Follower:
+    """Reads events.jsonl on from where it stopped (the file lasts over every torchrun of the run)."""
+
+    def __init__(self, run_dir: Path, callbacks: TrainCallbacks) -> None:
+        self.run_dir, self.callbacks = run_dir, callbacks
+        self.offset = 0
+        self.pending = b""
+        self.stop_sent = False
+
+    def follow(self, process: subprocess.Popen) -> dict | None:
+        """Hand rank 0's events to the callbacks until torchrun exits; write STOP once should_stop() says
+        so. Returns this torchrun's last outcome event (result, cancelled, error, crash), or None."""
+        outcome = None
+        while True:
+            exited = process.poll() is not None
+            with open(self.run_dir / EVENTS, "rb") as fh:
+                fh.seek(self.offset)
+                data = fh.read()
+            self.offset += len(data)
+            *lines, self.pending = (self.pending + data).split(b"\n")
+            for line in lines:
+                if line.strip():
+                    outcome = _dispatch(json.loads(line), self.callbacks) or outcome
+            if exited:
+                return outcome
+            if not self.stop_sent and self.callbacks.should_stop():
+                (self.run_dir / STOP).write_text("")
+                self.stop_sent = True
+            time.sleep(POLL_S)
+
+
+def _dispatch(event: dict, callbacks: TrainCallbacks) -> dict | None:
+    kind = event.pop("event")
+    if kind == "start":
+        callbacks.on_start(**event)
+    elif kind == "step":
+        callbacks.on_step(event["point"])
+    elif kind == "eval":
+        callbacks.on_eval(event["point"], event["samples"])
+    elif kind == "checkpoint":
+        callbacks.on_checkpoint(**event)
+    elif kind == "log":
+        callbacks.log(event["message"])
+    else:  # an outcome
+        if kind == "crash":
+            callbacks.log(f"rank 0 failed: {event['type']}: {event['message']}")
+        return {"event": kind, **event}
+    return None
+
+
+def _result(outcome: dict | None, returncode: int, run_dir: Path) -> TrainResult:
+    kind = outcome["event"] if outcome else None
+    if kind == "result" and returncode == 0:
+        return TrainResult(final_step=outcome["final_step"], adapter_dir=Path(outcome["adapter_dir"]),
+                           metrics=outcome["metrics"], resumed_from_step=outcome["resumed_from_step"])
+    if kind == "cancelled" and returncode == 0:
+        raise TrainCancelled(outcome["step"])
+    if kind == "error" and returncode == 0:
+        if outcome["type"] == "ConfigError":
+            raise ConfigError(outcome["field"], outcome["message"])
+        if outcome["type"] == "TrainingDataError":
+            raise TrainingDataError(outcome["message"])
+        raise FloatingPointError(outcome["message"])
+    if kind == "crash":
+        raise DistributedTrainingError(f"{outcome['type']} in the training processes: {outcome['message']}")
+    tail = (run_dir / LOG).read_bytes()[-LOG_TAIL:].decode(errors="replace") if (run_dir / LOG).exists() else ""
+    raise DistributedTrainingError(f"The training processes failed (torchrun exit code {returncode}).\n{tail}")
+
+
+# --- a rank's side ---------------------------------------------------------------------------------
+
+class _Reporter(TrainCallbacks):
+    """Rank 0's callbacks: each call is a line of events.jsonl; stopping is the STOP file."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self._events = open(run_dir / EVENTS, "a", encoding="utf-8")  # noqa: SIM115 (the process's lifetime)
+
+    def emit(self, event: str, **fields: Any) -> None:
+        self._events.write(json.dumps({"event": event, **fields}, default=str) + "\n")
+        self._events.flush()
+
+    def on_start(self, *, total_steps: int, resumed_from_step: int, info: dict) -> None:
+        self.emit("start", total_steps=total_steps, resumed_from_step=resumed_from_step, info=info)
+
+    def on_step(self, point: dict) -> None:
+        self.emit("step", point=point)
+
+    def on_eval(self, point: dict, samples: list[dict]) -> None:
+        self.emit("eval", point=point, samples=samples)
+
+    def on_checkpoint(self, *, step: int, path: str) -> None:
+        self.emit("checkpoint", step=step, path=path)
+
+    def should_stop(self) -> bool:
+        return (self.run_dir / STOP).exists()
+
+    def log(self, message: str) -> None:
+        self.emit("log", message=message)
+
+
+class _Listener(TrainCallbacks):
+    """The other ranks' callbacks: they report nothing, only look for the STOP file."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+
+    def should_stop(self) -> bool:
+        return (self.run_dir / STOP).exists()
+
+
+def _die_with_parent() -> None:
+    """SIGKILL this rank when torchrun's agent dies (it cannot clean up after a SIGKILL itself)."""
+    parent = os.getppid()
+    try:
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # not Linux: torchrun's own clean-up is all there is
+        return
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def main(run_dir: Path) -> int:
+    """One rank (torchrun sets RANK, LOCAL_RANK, WORLD_SIZE and the rendezvous)."""
+    import torch
+    import torch.distributed as dist
+
+    from .loop import train
+
+    _die_with_parent()
+    rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
+    (run_dir / f"rank-{rank}.pid").write_text(str(os.getpid()))
+    spec = json.loads((run_dir / SPEC).read_text())
+    config = TrainConfig.from_dict(spec["config"])
+    cuda = config.device in ("auto", "cuda") and torch.cuda.is_available()
+    if cuda:
+        torch.cuda.set_device(local_rank)
+        dist.init_process_group("nccl", device_id=torch.device("cuda", local_rank))
+    else:
+        config.device = "cpu"
+        dist.init_process_group("gloo")
+    reporter = _Reporter(run_dir) if rank == 0 else None
+    callbacks = reporter or _Listener(run_dir)
+    try:
+        result = train(config, model_dir=Path(spec["model_dir"]), output_dir=Path(spec["output_dir"]),
+                       train_rows=spec["train_rows"], eval_rows=spec["eval_rows"], callbacks=callbacks,
+                       lineage=spec["lineage"])
+        if reporter:
+            reporter.emit("result", final_step=result.final_step, adapter_dir=str(result.adapter_dir),
+                          metrics=result.metrics, resumed_from_step=result.resumed_from_step)
+    except TrainCancelled as exc:  # every rank stops at the same step: nothing to restart
+        if reporter:
+            reporter.emit("cancelled", step=exc.step)
+    except (ConfigError, TrainingDataError, FloatingPointError) as exc:  # the same on every rank, and again
+        if reporter:
+            reporter.emit("error", type=type(exc).__name__, field=getattr(exc, "field", None),
+                          message=getattr(exc, "message", None) or str(exc))
+    except BaseException as exc:  # torchrun ends the other ranks; the caller may start them again
+        if reporter:
+            reporter.emit("crash", type=type(exc).__name__, message=str(exc)[:2000],
+                          traceback=traceback.format_exc()[-8000:])
+        raise
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(Path(sys.argv[1])))
