@@ -100,6 +100,7 @@ INSTALLED_APPS = [
     "apps.monitoring",
     "apps.annotation",
     "apps.providers",
+    "apps.evaluation",
 ]
 
 MIDDLEWARE = [
