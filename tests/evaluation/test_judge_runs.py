@@ -52,7 +52,7 @@ def make_judge(client, project, rubric, name="Scripted judge"):
     return made.json()
 
 
-def launch_and_wait(client, project, judge, comparison):
+def launch_and_wait(client, project, judge, comparison, timeout=120):
     url = f"/api/projects/{project.pk}/judges/{judge['id']}/"
     estimate = post(client, url + "estimate/", {"comparison": comparison.pk})
     assert estimate.status_code == 200, estimate.content
@@ -61,7 +61,7 @@ def launch_and_wait(client, project, judge, comparison):
     run_url = f"/api/projects/{project.pk}/judge-runs/{launched.json()['id']}/"
     return estimate.json(), wait_for(lambda: (r := client.get(run_url).json())["state"] in ("succeeded", "failed",
                                                                                           "cancelled") and r,
-                                     timeout=120, interval=0.3, what="the judge run to end")
+                                     timeout=timeout, interval=0.3, what="the judge run to end")
 
 
 def vote(comparison, voter, prompt_position, choice):
@@ -180,3 +180,25 @@ def test_a_provider_that_answers_500_is_retried_then_fails_the_run_with_its_mess
     assert verdicts.count() == 2  # the first pair whole; nothing of the second
     assert run["summary"] == {}
     assert JudgeRun.objects.get(pk=run["id"]).summary == {}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_local_judge_answers_through_the_inference_worker_and_what_it_cannot_format_is_counted(
+        client, scientist, owner, project, demo_model, inference_worker):
+    comparison = make_comparison(project, owner, models=[demo_model, placeholder_model(project, "Beta")],
+                                 prompts=["What is the capital of France?"])
+    client.force_login(scientist)
+    made = post(client, f"/api/projects/{project.pk}/judges/", {"name": "Demo judge", "rubric": POINTWISE,
+                                                                 "local_model": demo_model.pk, "max_tokens": 24})
+    assert made.status_code == 201, made.content
+    _, run = launch_and_wait(client, project, made.json(), comparison, timeout=400)
+    assert run["state"] == "succeeded", run["error"]
+    assert run["calls_done"] == 2 and run["summary"]["calls"] == 2
+    verdicts = list(Verdict.objects.filter(run_id=run["id"]))
+    assert all(v.raw and v.completion_tokens > 0 and v.prompt_tokens > 0 for v in verdicts)
+    # Whatever the small model wrote, each answer is either read whole or counted, never guessed.
+    assert all((v.answer is None) == bool(v.parse_error) for v in verdicts)
+    columns = run["summary"]["columns"]
+    assert sum(c["judged"] + c["unparseable"] for c in columns.values()) == 2
+    assert run["summary"]["unparseable"] == sum(v.answer is None for v in verdicts)
