@@ -243,6 +243,10 @@ TRAINING_MAX_RUNS = env_int("TRAINING_MAX_RUNS", 3)
 TRAINING_MAX_ACTIVE_JOBS_PER_USER = env_int("TRAINING_MAX_ACTIVE_JOBS_PER_USER", 4)
 TRAINING_MAX_ACTIVE_JOBS_PER_PROJECT = env_int("TRAINING_MAX_ACTIVE_JOBS_PER_PROJECT", 8)
 COMPARISON_MAX_ACTIVE_PER_PROJECT = env_int("COMPARISON_MAX_ACTIVE_PER_PROJECT", 4)
+# Items a judge run asks together (a pair is two calls): a local judge's calls join one batch of
+# the inference batcher, a provider judge keeps that many requests in flight (its rate limit
+# still holds). Not measured yet: bench's judge_throughput (issue #20) is to set it.
+JUDGE_CONCURRENCY = env_int("JUDGE_CONCURRENCY", 8)
 # --- Serving (playground, OpenAI-compatible API) -----------------------------------------
 # Generations run in `inference` workers (`--pool threads`): one model cache per process.
 INFERENCE_MEMORY_BUDGET_BYTES = env_int("INFERENCE_MEMORY_BUDGET_BYTES", 8 * 2**30)

@@ -88,7 +88,7 @@ class Verdict(models.Model):
     item = models.CharField(max_length=64)  # the engine's item key: "p<prompt>:c<contestant>[:c<contestant>]"
     swapped = models.BooleanField(default=False)
     prompt = models.ForeignKey("comparison.Prompt", on_delete=models.CASCADE, related_name="+")
-    first = models.ForeignKey("comparison.Contestant", on_delete=models.CASCADE, related_name="+")
+    first = models.ForeignKey("comparison.Contestant", on_delete=models.CASCADE, related_name="+")  # pointwise: the judged
     second = models.ForeignKey("comparison.Contestant", null=True, blank=True, on_delete=models.CASCADE,
                                related_name="+")
     raw = models.TextField(blank=True)

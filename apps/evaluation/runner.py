@@ -12,12 +12,13 @@ goes on with the items not yet stored; the summary is written only when the run 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 
-from apps.core.errors import DomainError, QuotaExceeded
+from apps.core.errors import DomainError, PermissionDenied, QuotaExceeded
 from apps.core.jobs import JobCancelled, JobRun
 from apps.evaluation import selectors
 from apps.evaluation.models import JudgeRun, Verdict
@@ -60,6 +61,14 @@ def _judge(run: JobRun) -> None:
     total = len(items) * per_item
     run.progress(calls_done, total)
     call = _provider_call(job) if job.config.get("provider_model") else _local_call(job)
+    runner_thread = threading.get_ident()
+
+    def call_and_close(messages):
+        try:
+            return call(messages)
+        finally:
+            if threading.get_ident() != runner_thread:  # the engine's thread: give its connection back
+                connection.close()
 
     def on_item(verdicts) -> bool:
         nonlocal calls_done
@@ -73,11 +82,15 @@ def _judge(run: JobRun) -> None:
         run.progress(calls_done, total)  # raises JobCancelled once the run is asked to stop
         return False
 
-    run_judge(rubric, items, call=call, on_item=on_item, done=done)
+    run_judge(rubric, items, call=call_and_close, on_item=on_item, done=done,
+              concurrency=settings.JUDGE_CONCURRENCY)
 
 
 def _provider_call(job: JudgeRun):
     from apps.providers.services import provider_chat
+
+    if job.created_by is None:  # provider_chat checks `provider.use` of whom the run is for
+        raise PermissionDenied("provider.use", "The person who launched this run is gone; launch it again.")
 
     def call(messages: list[dict]) -> Reply:
         while True:

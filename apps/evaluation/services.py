@@ -98,24 +98,27 @@ def _comparison(user, judge: Judge, comparison_id, token) -> Comparison:
     return comparison
 
 
-def judge_run_estimate(*, user, judge: Judge, comparison, token=None) -> dict:
-    """What a run of `judge` over the comparison's outputs will cost: calls, items, tokens."""
-    policy.require(user, "compare.view", judge.project, token)
-    comparison = _comparison(user, judge, comparison, token)
+def _estimate(judge: Judge, comparison: Comparison) -> dict:
     rubric = check_rubric(judge.rubric)
     items, _ = selectors.judge_items(comparison, rubric)
     return {**estimate_cost(rubric, items, max_tokens=judge.max_tokens), "model": judge.model_label,
             "kind": rubric.kind}
 
 
+def judge_run_estimate(*, user, judge: Judge, comparison, token=None) -> dict:
+    """What a run of `judge` over the comparison's outputs will cost: calls, items, tokens."""
+    policy.require(user, "compare.view", judge.project, token)
+    return _estimate(judge, _comparison(user, judge, comparison, token))
+
+
 def judge_run_start(*, user, judge: Judge, comparison, token=None, ip_address: str | None = None) -> JudgeRun:
     policy.require(user, "compare.run", judge.project, token)
     if judge.provider_model_id:
         policy.require(user, "provider.use", judge.project, token)
-    estimate = judge_run_estimate(user=user, judge=judge, comparison=comparison, token=token)
+    comparison = _comparison(user, judge, comparison, token)
+    estimate = _estimate(judge, comparison)
     if not estimate["calls"]:
         raise Invalid("This comparison has no outputs to judge.", field="comparison")
-    comparison = _comparison(user, judge, comparison, token)
     config = {"rubric": judge.rubric, "max_tokens": judge.max_tokens, "local_model": judge.local_model_id,
               "provider_model": judge.provider_model_id, "model": judge.model_label}
     with transaction.atomic():

@@ -172,12 +172,16 @@ def test_a_provider_that_answers_500_is_retried_then_fails_the_run_with_its_mess
     _, run = launch_and_wait(client, project, judge, comparison)
     assert run["state"] == "failed"
     assert run["error"] == "Scripted answered 500: the judge model crashed"
-    # Item 0 in both orders, item 1 in order, then its swapped order three times (two retries).
-    assert len(scripted_judge.requests()) == 2 + 1 + 3
-    verdicts = Verdict.objects.filter(run_id=run["id"])
-    assert sorted(verdicts.values_list("item", "swapped")) == sorted(
-        (v.item, v.swapped) for v in verdicts if v.item.startswith(f"p{comparison.prompts.get(position=0).pk}:"))
-    assert verdicts.count() == 2  # the first pair whole; nothing of the second
+    # The four pairs are asked together (JUDGE_CONCURRENCY): each in both orders, and pair 1's
+    # swapped order three times (the client's two retries with backoff): 2 + (1 + 3) + 2 + 2.
+    assert len(scripted_judge.requests()) == 10
+    assert sum(r["user"].endswith(f"[Response A]\n{p1b}\n\n[Response B]\n{p1a}") for r in scripted_judge.requests()) == 3
+    stored = {}
+    for item, swapped in Verdict.objects.filter(run_id=run["id"]).values_list("item", "swapped"):
+        stored.setdefault(item, []).append(swapped)
+    failed_item = f"p{comparison.prompts.get(position=1).pk}:"
+    assert len(stored) == 3 and not any(item.startswith(failed_item) for item in stored)  # nothing of pair 1
+    assert all(sorted(orders) == [False, True] for orders in stored.values())  # the others whole
     assert run["summary"] == {}
     assert JudgeRun.objects.get(pk=run["id"]).summary == {}
 

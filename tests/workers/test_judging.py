@@ -138,3 +138,27 @@ def test_cohen_kappa_by_hand():
     assert cohen_kappa([("a", "a"), ("b", "b")]) == 1.0
     assert cohen_kappa([("a", "a")]) is None  # chance agreement already certain
     assert cohen_kappa([]) is None
+
+
+def test_items_judged_together_are_handed_on_whole_and_in_order_and_a_failure_keeps_only_whole_items():
+    import threading
+
+    rubric = check_rubric(PAIR)
+    lock, seen = threading.Lock(), []
+
+    def call(messages):
+        text = messages[-1]["content"]
+        with lock:
+            seen.append(text)
+        if "[Response A]\nb2" in text:  # the swapped order of item 2 fails
+            raise RuntimeError("provider down")
+        return Reply(text='{"winner": "tie", "reason": "same"}')
+
+    stored = []
+    items = [PairItem(key=f"k{i}", prompt="q", first=f"a{i}", second=f"b{i}") for i in range(6)]
+    with pytest.raises(RuntimeError, match="provider down"):
+        run_judge(rubric, items, call=call, on_item=lambda verdicts: stored.append(verdicts) or False, concurrency=4)
+    # The first round (items 0-3) was asked together; 0, 1 and 3 are whole, 2 is not kept; 4-5 never asked.
+    assert [v[0].key for v in stored] == ["k0", "k1", "k3"]
+    assert all([x.swapped for x in v] == [False, True] for v in stored)
+    assert len(seen) == 8

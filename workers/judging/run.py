@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Collection, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from .rubric import PAIRWISE, Rubric, judge_messages, parse_answer
@@ -74,20 +75,41 @@ def messages_for(rubric: Rubric, item: PointItem | PairItem, swapped: bool) -> l
 
 
 def run_judge(rubric: Rubric, items: Sequence[PointItem | PairItem], *, call: Call,
-              on_item: Callable[[list[Verdict]], bool], done: Collection[str] = ()) -> None:
-    """Judge every item whose key is not in `done`. Raises JudgeCancelled when on_item asks to
-    stop, and whatever `call` raises (nothing of that item is handed on)."""
-    for item in items:
-        if item.key in done:
-            continue
-        verdicts = []
-        for swapped in orders(rubric):
-            reply = call(messages_for(rubric, item, swapped))
-            answer, error = parse_answer(reply.text, rubric)
-            verdicts.append(Verdict(key=item.key, swapped=swapped, raw=reply.text, answer=answer, error=error,
-                                    prompt_tokens=reply.prompt_tokens, completion_tokens=reply.completion_tokens))
-        if on_item(verdicts):
-            raise JudgeCancelled()
+              on_item: Callable[[list[Verdict]], bool], done: Collection[str] = (), concurrency: int = 1) -> None:
+    """Judge every item whose key is not in `done`, `concurrency` items at a time (their calls
+    made together from threads, so a batching engine batches them and a provider has several
+    requests in flight; `call` must be safe to call from threads). Items are handed to on_item
+    in order, whole. Raises JudgeCancelled when on_item asks to stop, and the first error `call`
+    raised (after handing on the items of that round whose calls all succeeded: nothing of the
+    failed item)."""
+    todo = [item for item in items if item.key not in done]
+    sides = orders(rubric)
+
+    def ask(item, swapped: bool) -> Verdict:
+        reply = call(messages_for(rubric, item, swapped))
+        answer, error = parse_answer(reply.text, rubric)
+        return Verdict(key=item.key, swapped=swapped, raw=reply.text, answer=answer, error=error,
+                       prompt_tokens=reply.prompt_tokens, completion_tokens=reply.completion_tokens)
+
+    if concurrency <= 1:
+        for item in todo:
+            if on_item([ask(item, swapped) for swapped in sides]):
+                raise JudgeCancelled()
+        return
+    with ThreadPoolExecutor(max_workers=concurrency * len(sides), thread_name_prefix="judge") as pool:
+        for start in range(0, len(todo), concurrency):
+            chunk = todo[start:start + concurrency]
+            futures = [[pool.submit(ask, item, swapped) for swapped in sides] for item in chunk]
+            failure = None
+            for item_futures in futures:
+                errors = [f.exception() for f in item_futures]
+                if any(errors):
+                    failure = failure or next(e for e in errors if e)
+                    continue
+                if on_item([f.result() for f in item_futures]):
+                    raise JudgeCancelled()
+            if failure is not None:
+                raise failure
 
 
 def estimate_cost(rubric: Rubric, items: Sequence[PointItem | PairItem], *, max_tokens: int) -> dict:
