@@ -12,7 +12,7 @@ from apps.comparison.models import Comparison, Output, Vote
 from apps.core.memo import memoized
 from apps.evaluation.models import Judge, JudgeRun, Verdict
 from workers.judging import PAIRWISE, PairItem, PointItem, Rubric, check_rubric, cohen_kappa
-from workers.judging.stats import pair_outcome, pairwise_summary, pointwise_summary
+from workers.judging.stats import kappa_interval, pair_outcome, pairwise_summary, pointwise_summary
 
 
 def judge_items(comparison: Comparison, rubric: Rubric) -> tuple[list, dict[str, tuple[int, int, int | None]]]:
@@ -85,7 +85,8 @@ def agreement(run: JudgeRun) -> dict | None:
     voters' agreement with each other. Labels first/second/tie; the judge's inconsistent verdicts
     (the two orders disagree) count as tie, its unparseable ones leave the item out. Each vote on a
     judged pair is one judge-vs-person item; each two votes by different people on the same pair
-    are one person-vs-person item. Kappa is Cohen's over those items; None when undefined."""
+    are one person-vs-person item. Kappa is Cohen's over those items (None when undefined), with a
+    95% bootstrap interval over the items."""
     if run.state != JudgeRun.State.SUCCEEDED or run.config.get("rubric", {}).get("kind") != PAIRWISE:
         return None
     votes = Vote.objects.filter(comparison=run.comparison_id)
@@ -111,7 +112,8 @@ def _agreement(run: JudgeRun) -> dict:
     human_items = [(a[1], b[1]) for labels in people.values() for a, b in combinations(labels, 2) if a[0] != b[0]]
 
     def figures(items):
-        return {"items": len(items), "kappa": cohen_kappa(items),
+        interval = kappa_interval(items)
+        return {"items": len(items), "kappa": cohen_kappa(items), "kappa_ci": list(interval) if interval else None,
                 "agreement": round(sum(x == y for x, y in items) / len(items), 4) if items else None}
 
     return {"labels": ["first", "second", "tie"], "judge_vs_people": figures(judge_items),

@@ -101,7 +101,10 @@
                           (v.mean_length_difference === null ? "—" : v.mean_length_difference + " characters"), "verbosity"));
       var a = run.agreement;
       if (a) {
-        var k = function (f) { return f.kappa === null ? "—" : f.kappa.toFixed(3); };
+        var k = function (f) {
+          if (f.kappa === null) return "—";
+          return f.kappa.toFixed(3) + (f.kappa_ci ? " [" + f.kappa_ci[0].toFixed(2) + ", " + f.kappa_ci[1].toFixed(2) + "]" : "");
+        };
         el.appendChild(line("Agreement with blind votes: κ " + k(a.judge_vs_people) + ", " +
                             pct(a.judge_vs_people.agreement) + " over " + a.judge_vs_people.items +
                             " items · people with each other: κ " + k(a.people_vs_people) + ", " +

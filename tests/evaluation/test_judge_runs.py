@@ -117,6 +117,9 @@ def test_a_pairwise_judge_records_position_consistency_verbosity_and_agreement_w
                                   (u1, 2, "tie"), (u2, 2, "first"), (u1, 3, "first")]:
         vote(comparison, voter, prompt, choice)
     agreement = client.get(f"/api/projects/{project.pk}/judge-runs/{run['id']}/").json()["agreement"]
+    for side in ("judge_vs_people", "people_vs_people"):  # a bootstrap interval around each kappa
+        low, high = agreement[side].pop("kappa_ci")
+        assert low <= agreement[side]["kappa"] <= high
     # judge: second, tie (inconsistent), tie; pair 3 unreadable is left out: 6 judge-vs-person items,
     # 4 agree; expected (2·2 + 4·2)/36 = 1/3; kappa (2/3 − 1/3)/(2/3) = 0.5.
     assert agreement["judge_vs_people"] == {"items": 6, "kappa": 0.5, "agreement": 0.6667}

@@ -162,3 +162,15 @@ def test_items_judged_together_are_handed_on_whole_and_in_order_and_a_failure_ke
     assert [v[0].key for v in stored] == ["k0", "k1", "k3"]
     assert all([x.swapped for x in v] == [False, True] for v in stored)
     assert len(seen) == 8
+
+
+def test_the_kappa_interval_is_a_seeded_bootstrap_around_the_estimate():
+    from workers.judging.stats import kappa_interval
+
+    items = [("second", "second"), ("second", "second"), ("tie", "first"), ("tie", "tie"), ("tie", "tie"),
+             ("tie", "first")] * 5
+    low, high = kappa_interval(items)
+    assert low <= cohen_kappa(items) <= high and low < high
+    assert kappa_interval(items) == (low, high)  # same items, same interval
+    assert kappa_interval([("a", "a"), ("b", "b"), ("a", "a")]) == (1.0, 1.0)
+    assert kappa_interval([("a", "a")]) is None

@@ -116,3 +116,26 @@ def cohen_kappa(pairs: Sequence[tuple[str, str]]) -> float | None:
     if expected >= 1:
         return None
     return round((observed - expected) / (1 - expected), 4)
+
+
+BOOTSTRAP_RESAMPLES = 200  # as the leaderboard's intervals (workers/comparison/ratings.py)
+
+
+def kappa_interval(pairs: Sequence[tuple[str, str]], *, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0,
+                   level: float = 0.95) -> tuple[float, float] | None:
+    """A percentile bootstrap interval of Cohen's kappa: the items resampled with replacement
+    `resamples` times (fixed seed: the same items give the same interval). Resamples where kappa
+    is undefined are left out; None when fewer than two items or no resample is defined."""
+    import random
+
+    if len(pairs) < 2:
+        return None
+    rng = random.Random(seed)
+    values = sorted(k for k in (cohen_kappa([pairs[rng.randrange(len(pairs))] for _ in pairs])
+                                for _ in range(resamples)) if k is not None)
+    if not values:
+        return None
+    tail = (1 - level) / 2
+    low = values[int(tail * (len(values) - 1))]
+    high = values[int(round((1 - tail) * (len(values) - 1)))]
+    return round(low, 4), round(high, 4)
