@@ -247,6 +247,39 @@ def _arrange_provider(world: World) -> dict:
     return {}
 
 
+def _arrange_judge(run_state: str | None = None):
+    """A finished comparison of world.project (placeholder models) and a judge on one of them;
+    with `run_state`, a run of it in that state (no worker: nothing runs it)."""
+    def arrange(world: World) -> dict:
+        from apps.evaluation.models import Judge, JudgeRun
+        from tests.comparison.factories import make_comparison
+
+        comparison = make_comparison(world.project, world.owner)
+        judge = Judge.objects.create(project=world.project, name="Judge", created_by=world.owner,
+                                     local_model=comparison.contestants.first().model,
+                                     rubric={"kind": "pairwise", "instructions": "",
+                                             "criteria": [{"name": "helpfulness", "description": "", "scale": "1-5"}]})
+        kwargs = {"judge_id": judge.pk}
+        if run_state:
+            kwargs["run_id"] = JudgeRun.objects.create(project=world.project, judge=judge, comparison=comparison,
+                                                       state=run_state, created_by=world.owner).pk
+        return kwargs
+    return arrange
+
+
+def _judge_body(world: World) -> dict:
+    from apps.registry.models import RegisteredModel
+
+    return {"name": "New judge", "rubric": {"kind": "pointwise", "criteria": [{"name": "correct"}]},
+            "local_model": RegisteredModel.objects.filter(project=world.project).first().pk}
+
+
+def _comparison_body(world: World) -> dict:
+    from apps.comparison.models import Comparison
+
+    return {"comparison": Comparison.objects.get(project=world.project).pk}
+
+
 def _answer(world: World) -> dict:
     import uuid
 
@@ -490,6 +523,22 @@ ENDPOINTS = [
     Endpoint("provider-policy-get", "GET", f"{P}/provider-policy/", "model.view", _no_body, 200),
     Endpoint("provider-policy-update", "PATCH", f"{P}/provider-policy/", "project.edit",
              lambda w: {"redact_pii": True}, 200),
+    # judges (apps/evaluation): tests/evaluation runs them for real; these rows check who may.
+    Endpoint("judges-list", "GET", f"{P}/judges/", "compare.view", _no_body, 200),
+    Endpoint("judge-create", "POST", f"{P}/judges/", "compare.run", _judge_body, 201, arrange=_arrange_judge()),
+    Endpoint("judge-get", "GET", f"{P}/judges/<int:judge_id>/", "compare.view", _no_body, 200,
+             arrange=_arrange_judge()),
+    Endpoint("judge-delete", "DELETE", f"{P}/judges/<int:judge_id>/", "compare.run", _no_body, 204,
+             checks=("compare.view", "compare.run"), arrange=_arrange_judge()),
+    Endpoint("judge-estimate", "POST", f"{P}/judges/<int:judge_id>/estimate/", "compare.view", _comparison_body,
+             200, arrange=_arrange_judge(), audit_writes=0),
+    Endpoint("judge-launch", "POST", f"{P}/judges/<int:judge_id>/runs/", "compare.run", _comparison_body, 201,
+             checks=("compare.view", "compare.run"), arrange=_arrange_judge()),
+    Endpoint("judge-runs-list", "GET", f"{P}/judge-runs/", "compare.view", _no_body, 200),
+    Endpoint("judge-run-get", "GET", f"{P}/judge-runs/<int:run_id>/", "compare.view", _no_body, 200,
+             arrange=_arrange_judge("succeeded")),
+    Endpoint("judge-run-cancel", "POST", f"{P}/judge-runs/<int:run_id>/cancel/", "compare.run", _no_body, 200,
+             checks=("compare.view", "compare.run"), arrange=_arrange_judge("queued")),
     # project API tokens (a token never creates a token)
     Endpoint("project-tokens-list", "GET", f"{P}/tokens/", "token.manage", _no_body, 200),
     Endpoint("project-token-create", "POST", f"{P}/tokens/", "token.manage",
@@ -678,7 +727,7 @@ def test_every_project_scoped_endpoint_in_the_url_conf_has_a_row():
                             if hasattr(view_class, method) and (route, method.upper()) not in EXEMPT}
     dummy = {"project_id": 1, "dataset_id": 2, "membership_id": 3, "role_id": 4, "grant_id": 5, "number": 6,
              "job_id": 7, "comparison_id": 8, "campaign_id": 9, "item_id": 10, "schema_id": 11, "annotation_id": 12,
-             "export_id": 13, "model_id": 14}
+             "export_id": 13, "model_id": 14, "judge_id": 15, "run_id": 16}
     in_table = {(resolve(fill(e.url, dummy)).route, e.method) for e in ENDPOINTS}
     assert in_url_conf, "found no project-scoped API routes: the walk above is broken"
     assert in_url_conf - in_table == set(), "project-scoped endpoints without a row in ENDPOINTS"

@@ -100,6 +100,7 @@ INSTALLED_APPS = [
     "apps.monitoring",
     "apps.annotation",
     "apps.providers",
+    "apps.evaluation",
 ]
 
 MIDDLEWARE = [
@@ -245,6 +246,10 @@ TRAINING_MAX_ACTIVE_JOBS_PER_PROJECT = env_int("TRAINING_MAX_ACTIVE_JOBS_PER_PRO
 # per GPU (or per core for gloo on CPU). Unset: this machine's GPUs when it has any, else its cores.
 TRAINING_MAX_DEVICES = env_int("TRAINING_MAX_DEVICES", 0)
 COMPARISON_MAX_ACTIVE_PER_PROJECT = env_int("COMPARISON_MAX_ACTIVE_PER_PROJECT", 4)
+# Items a judge run asks together (a pair is two calls): a local judge's calls join one batch of
+# the inference batcher, a provider judge keeps that many requests in flight (its rate limit
+# still holds). Not measured yet: bench's judge_throughput (issue #20) is to set it.
+JUDGE_CONCURRENCY = env_int("JUDGE_CONCURRENCY", 8)
 # --- Serving (playground, OpenAI-compatible API) -----------------------------------------
 # Generations run in `inference` workers (`--pool threads`): one model cache per process.
 INFERENCE_MEMORY_BUDGET_BYTES = env_int("INFERENCE_MEMORY_BUDGET_BYTES", 8 * 2**30)

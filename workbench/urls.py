@@ -14,6 +14,7 @@ api_patterns = [
     path("", include("apps.comparison.api_urls")),
     path("", include("apps.monitoring.api_urls")),
     path("", include("apps.providers.api_urls")),
+    path("", include("apps.evaluation.api_urls")),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     # The split view serves its start-up script as a file, so the CSP needs no inline script.
     path("docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="docs"),
@@ -32,6 +33,8 @@ urlpatterns = [
     path("", include("apps.training.urls")),
     path("", include("apps.serving.urls")),
     path("", include("apps.annotation.urls")),
+    # Before comparison's: its catch-all action route (comparisons/<id>/<action>/) would take judges/.
+    path("", include("apps.evaluation.urls")),
     path("", include("apps.comparison.urls")),
     path("", include("apps.monitoring.urls")),
     path("", include("apps.providers.urls")),

@@ -15,6 +15,7 @@ from apps.annotation.models import AnnotationExport, Campaign, LabelSchema, Sugg
 from apps.comparison.models import Comparison
 from apps.core.jobs import Heartbeat, JobCancelled, JobRun, claim, leased_kinds, reap, reap_stale
 from apps.datasets.models import Dataset, DeriveJob, ExportJob, ImportJob, SearchIndexJob
+from apps.evaluation.models import Judge, JudgeRun
 from apps.serving.models import Generation
 from apps.training.models import SpeedMeasurement, TrainingJob
 from tests.comparison.factories import make_comparison
@@ -42,6 +43,16 @@ def new_export(project, owner, state):
 def new_search_index_build(project, owner, state):
     return SearchIndexJob.objects.create(version=make_version(project, owner, name=f"QA {time.monotonic_ns()}"),
                                          state=state)
+
+
+def new_judge_run(project, owner, state):
+    from tests.comparison.factories import placeholder_model
+
+    judge = Judge.objects.create(project=project, name=f"Judge {time.monotonic_ns()}", created_by=owner,
+                                 local_model=placeholder_model(project),
+                                 rubric={"kind": "pairwise", "criteria": [{"name": "helpfulness"}]})
+    return JudgeRun.objects.create(project=project, judge=judge, state=state, created_by=owner,
+                                   comparison=make_comparison(project, owner, outputs=False))
 
 
 def new_campaign(project, owner):
@@ -85,6 +96,7 @@ KINDS = {
     "generation": (Generation, new_generation),
     "calibration": (SpeedMeasurement, new_calibration),
     "search index build": (SearchIndexJob, new_search_index_build),
+    "judge run": (JudgeRun, new_judge_run),
 }
 
 
@@ -98,7 +110,7 @@ def stop_suggestions(model, pk):
 
 # How each kind that can be cancelled is asked to stop, as its service asks.
 CANCELS = {"training": ask_to_cancel, "comparison": ask_to_cancel, "import": ask_to_cancel, "derive": ask_to_cancel,
-           "suggestion run": stop_suggestions}
+           "suggestion run": stop_suggestions, "judge run": ask_to_cancel}
 
 
 @pytest.fixture(params=sorted(KINDS))

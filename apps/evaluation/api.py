@@ -1,0 +1,108 @@
+"""The judges API: define judges, see what a run would cost, launch it over a comparison, watch
+it, cancel it, read its results and its agreement with people."""
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import status
+from rest_framework.generics import ListAPIView
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from apps.core.http import client_ip
+from apps.evaluation import selectors, services
+from apps.evaluation.models import Judge, JudgeRun
+from apps.evaluation.serializers import (
+    ComparisonChoiceSerializer,
+    EstimateSerializer,
+    JudgeCreateSerializer,
+    JudgeRunDetailSerializer,
+    JudgeRunSerializer,
+    JudgeSerializer,
+)
+from apps.projects import policy
+
+
+def _judge(request: Request, project_id: int, judge_id: int) -> Judge:
+    return policy.get_object(request.user, Judge, judge_id, "compare.view", request.auth, project_id=project_id,
+                             related=("local_model", "provider_model__provider"))
+
+
+def _run(request: Request, project_id: int, run_id: int) -> JudgeRun:
+    return policy.get_object(request.user, JudgeRun, run_id, "compare.view", request.auth, project_id=project_id,
+                             related=("judge", "comparison"))
+
+
+class JudgeListCreateApi(ListAPIView):
+    serializer_class = JudgeSerializer
+
+    def get_queryset(self):
+        project = policy.get_project(self.request.user, self.kwargs["project_id"], "compare.view", self.request.auth)
+        return selectors.project_judges(project)
+
+    @extend_schema(request=JudgeCreateSerializer, responses={201: JudgeSerializer})
+    def post(self, request: Request, project_id: int) -> Response:
+        project = policy.get_project(request.user, project_id, token=request.auth)
+        data = JudgeCreateSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        judge = services.judge_create(user=request.user, project=project, token=request.auth,
+                                      ip_address=client_ip(request), **data.validated_data)
+        return Response(JudgeSerializer(judge).data, status=status.HTTP_201_CREATED)
+
+
+class JudgeDetailApi(APIView):
+    @extend_schema(responses=JudgeSerializer)
+    def get(self, request: Request, project_id: int, judge_id: int) -> Response:
+        return Response(JudgeSerializer(_judge(request, project_id, judge_id)).data)
+
+    @extend_schema(responses={204: None})
+    def delete(self, request: Request, project_id: int, judge_id: int) -> Response:
+        services.judge_delete(user=request.user, judge=_judge(request, project_id, judge_id), token=request.auth,
+                              ip_address=client_ip(request))
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class JudgeEstimateApi(APIView):
+    """What a run over the comparison would take, before it is launched: calls and tokens."""
+
+    @extend_schema(request=ComparisonChoiceSerializer, responses=EstimateSerializer)
+    def post(self, request: Request, project_id: int, judge_id: int) -> Response:
+        judge = _judge(request, project_id, judge_id)
+        data = ComparisonChoiceSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        return Response(services.judge_run_estimate(user=request.user, judge=judge, token=request.auth,
+                                                    comparison=data.validated_data["comparison"]))
+
+
+class JudgeRunListApi(ListAPIView):
+    serializer_class = JudgeRunSerializer
+
+    def get_queryset(self):
+        project = policy.get_project(self.request.user, self.kwargs["project_id"], "compare.view", self.request.auth)
+        return selectors.project_runs(project)
+
+
+class JudgeRunLaunchApi(APIView):
+    @extend_schema(request=ComparisonChoiceSerializer, responses={201: JudgeRunSerializer})
+    def post(self, request: Request, project_id: int, judge_id: int) -> Response:
+        judge = _judge(request, project_id, judge_id)
+        data = ComparisonChoiceSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        run = services.judge_run_start(user=request.user, judge=judge, token=request.auth,
+                                       comparison=data.validated_data["comparison"], ip_address=client_ip(request))
+        return Response(JudgeRunSerializer(run).data, status=status.HTTP_201_CREATED)
+
+
+class JudgeRunDetailApi(APIView):
+    @extend_schema(responses=JudgeRunDetailSerializer)
+    def get(self, request: Request, project_id: int, run_id: int) -> Response:
+        return Response(JudgeRunDetailSerializer(_run(request, project_id, run_id)).data)
+
+
+class JudgeRunCancelApi(APIView):
+    """A queued run ends at once; a running one stops after the item it is judging."""
+
+    @extend_schema(request=None, responses=JudgeRunSerializer)
+    def post(self, request: Request, project_id: int, run_id: int) -> Response:
+        run = services.judge_run_cancel(user=request.user, run=_run(request, project_id, run_id), token=request.auth,
+                                        ip_address=client_ip(request))
+        return Response(JudgeRunSerializer(run).data)

@@ -1,0 +1,7 @@
+from django.apps import AppConfig
+
+
+class EvaluationConfig(AppConfig):
+    name = "apps.evaluation"
+    label = "evaluation"
+    verbose_name = "Evaluation: judges"

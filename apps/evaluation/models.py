@@ -1,0 +1,103 @@
+"""Judges: a model (a local one of the project, or an outside provider's) with a rubric, and
+their runs over a comparison's outputs.
+
+A run is a job (apps.core.jobs.JobRun) on the `inference` queue, where a local judge's weights
+are cached; a provider judge's calls go through apps.providers.services.provider_chat. Its
+verdicts are stored item by item (a pair's two orders together), so a resumed run skips what
+is stored and never keeps half an item; the summary is written once, when the run succeeds.
+"""
+
+from django.conf import settings
+from django.db import models
+
+from apps.core.jobs import ACTIVE_STATES, ENDED_STATES, JobState, LeasedJob
+
+
+class Judge(models.Model):
+    project = models.ForeignKey("projects.Project", on_delete=models.CASCADE, related_name="judges")
+    name = models.CharField(max_length=120)
+    # workers.judging.Rubric.as_dict(): {kind: pointwise|pairwise, instructions, criteria: [{name, description, scale}]}
+    rubric = models.JSONField()
+    # Exactly one of the two: a model of the project (generated in the inference worker) or a provider's model.
+    local_model = models.ForeignKey("registry.RegisteredModel", null=True, blank=True, on_delete=models.RESTRICT,
+                                    related_name="+")
+    provider_model = models.ForeignKey("providers.ProviderModel", null=True, blank=True, on_delete=models.RESTRICT,
+                                       related_name="+")
+    max_tokens = models.PositiveIntegerField(default=256)  # the most a judge's answer may take
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        default_permissions = ()
+        constraints = [
+            models.UniqueConstraint(fields=["project", "name"], name="judge_unique_name"),
+            models.CheckConstraint(condition=models.Q(local_model__isnull=True) ^ models.Q(provider_model__isnull=True),
+                                   name="judge_one_model"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def kind(self) -> str:
+        return self.rubric.get("kind", "")
+
+    @property
+    def model_label(self) -> str:
+        return str(self.provider_model) if self.provider_model_id else self.local_model.name
+
+
+class JudgeRun(LeasedJob):
+    State = JobState
+    ACTIVE, ENDED = ACTIVE_STATES, ENDED_STATES
+    TASK, QUEUE = "evaluation.judge_run", "inference"
+    DONE_FIELD, TOTAL_FIELD = "calls_done", "calls_total"
+
+    project = models.ForeignKey("projects.Project", on_delete=models.CASCADE, related_name="judge_runs")
+    judge = models.ForeignKey(Judge, on_delete=models.CASCADE, related_name="runs")
+    comparison = models.ForeignKey("comparison.Comparison", on_delete=models.CASCADE, related_name="judge_runs")
+    # The judge as it was at launch (rubric, model, max_tokens): a run reads only this.
+    config = models.JSONField(default=dict)
+    estimate = models.JSONField(default=dict)  # workers.judging.estimate_cost, shown before launch
+    state = models.CharField(max_length=16, choices=State.choices, default=State.QUEUED)
+    cancel_requested = models.BooleanField(default=False)
+    calls_done = models.PositiveIntegerField(default=0)
+    calls_total = models.PositiveIntegerField(default=0)
+    summary = models.JSONField(default=dict, blank=True)  # written when it succeeds
+    error = models.TextField(blank=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        default_permissions = ()
+        indexes = [models.Index(fields=["project", "state"])]
+
+    @property
+    def is_active(self) -> bool:
+        return self.state in self.ACTIVE
+
+
+class Verdict(models.Model):
+    """One answer of the judge: on one output (pointwise) or one pair of outputs of a prompt in
+    one order (pairwise: `swapped` when `second` was shown as A)."""
+
+    run = models.ForeignKey(JudgeRun, on_delete=models.CASCADE, related_name="verdicts")
+    item = models.CharField(max_length=64)  # the engine's item key: "p<prompt>:c<contestant>[:c<contestant>]"
+    swapped = models.BooleanField(default=False)
+    prompt = models.ForeignKey("comparison.Prompt", on_delete=models.CASCADE, related_name="+")
+    first = models.ForeignKey("comparison.Contestant", on_delete=models.CASCADE, related_name="+")  # pointwise: the judged
+    second = models.ForeignKey("comparison.Contestant", null=True, blank=True, on_delete=models.CASCADE,
+                               related_name="+")
+    raw = models.TextField(blank=True)
+    answer = models.JSONField(null=True, blank=True)  # valid against the rubric's schema, or null
+    parse_error = models.CharField(max_length=300, blank=True)
+    prompt_tokens = models.PositiveIntegerField(default=0)
+    completion_tokens = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["run", "id"]
+        constraints = [models.UniqueConstraint(fields=["run", "item", "swapped"], name="verdict_unique_item_order")]

@@ -1,0 +1,61 @@
+from rest_framework import serializers
+
+from apps.evaluation.models import Judge, JudgeRun
+
+
+class JudgeSerializer(serializers.ModelSerializer):
+    kind = serializers.CharField(read_only=True)
+    model = serializers.CharField(source="model_label", read_only=True)
+
+    class Meta:
+        model = Judge
+        fields = ["id", "name", "kind", "rubric", "local_model", "provider_model", "model", "max_tokens", "created_at"]
+
+
+class JudgeCreateSerializer(serializers.Serializer):
+    """The rubric is checked by the service (workers.judging.check_rubric), each refusal naming its field."""
+
+    name = serializers.CharField(max_length=120)
+    rubric = serializers.JSONField(help_text="{kind: pointwise|pairwise, instructions, "
+                                             "criteria: [{name, description, scale: 1-5|pass_fail}]}")
+    local_model = serializers.IntegerField(required=False, allow_null=True, help_text="a ready model of the project")
+    provider_model = serializers.CharField(required=False, allow_null=True, allow_blank=True, max_length=320,
+                                           help_text="a provider model enabled for the project: id or provider/model")
+    max_tokens = serializers.IntegerField(required=False, default=256)
+
+
+class ComparisonChoiceSerializer(serializers.Serializer):
+    comparison = serializers.IntegerField()
+
+
+class EstimateSerializer(serializers.Serializer):
+    model = serializers.CharField()
+    kind = serializers.CharField()
+    calls = serializers.IntegerField()
+    items = serializers.IntegerField()
+    prompt_tokens = serializers.IntegerField(help_text="estimated: the messages' characters / 4")
+    max_completion_tokens = serializers.IntegerField()
+    max_total_tokens = serializers.IntegerField()
+
+
+class JudgeRunSerializer(serializers.ModelSerializer):
+    judge_name = serializers.CharField(source="judge.name", read_only=True)
+    comparison_name = serializers.CharField(source="comparison.name", read_only=True)
+
+    class Meta:
+        model = JudgeRun
+        fields = ["id", "judge", "judge_name", "comparison", "comparison_name", "state", "calls_done", "calls_total",
+                  "estimate", "summary", "error", "cancel_requested", "created_at", "started_at", "finished_at"]
+
+
+class JudgeRunDetailSerializer(JudgeRunSerializer):
+    agreement = serializers.SerializerMethodField(help_text="pairwise: kappa with the blind votes, beside the "
+                                                            "voters' own (null until it succeeds)")
+
+    class Meta(JudgeRunSerializer.Meta):
+        fields = [*JudgeRunSerializer.Meta.fields, "agreement"]
+
+    def get_agreement(self, obj: JudgeRun) -> dict | None:
+        from apps.evaluation.selectors import agreement
+
+        return agreement(obj)

@@ -1,0 +1,153 @@
+"""Judges: defining them, estimating and launching their runs over a comparison's outputs,
+cancelling and deleting (writes; each asks the policy first).
+
+A judge is checked whole when it is made, each refusal naming its field: a rubric with at least
+one criterion (workers.judging.check_rubric), exactly one model (a ready model of the project,
+or a provider model enabled for it, which also takes `provider.use`), a sane answer length.
+"""
+
+from __future__ import annotations
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from apps.comparison.models import Comparison
+from apps.core.errors import Conflict, Invalid, NotFound
+from apps.core.jobs import enqueue
+from apps.evaluation import selectors
+from apps.evaluation.models import Judge, JudgeRun
+from apps.evaluation.tasks import judge_run_task
+from apps.projects import policy
+from apps.projects.audit import audit_record
+from apps.projects.models import Project
+from apps.providers import selectors as provider_selectors
+from apps.registry.models import RegisteredModel
+from workers.judging import RubricError, check_rubric, estimate_cost
+
+MAX_NAME = 120
+MIN_MAX_TOKENS, MAX_MAX_TOKENS = 16, 4096
+
+
+def _rubric(rubric) -> dict:
+    try:
+        return check_rubric(rubric).as_dict()
+    except RubricError as exc:
+        field = "rubric" if exc.field == "rubric" else f"rubric.{exc.field}"
+        raise Invalid(exc.message, field=field) from None
+
+
+def _local_model(project: Project, model_id) -> RegisteredModel:
+    try:
+        model = RegisteredModel.objects.get(pk=int(model_id), project=project)
+    except (RegisteredModel.DoesNotExist, ValueError, TypeError, OverflowError):
+        raise Invalid("No such model in this project.", field="local_model") from None
+    if model.status != RegisteredModel.Status.READY:
+        raise Invalid(f"The model {model.name!r} is not ready.", field="local_model")
+    return model
+
+
+def judge_create(*, user, project: Project, name: str, rubric, local_model=None, provider_model=None,
+                 max_tokens: int = 256, token=None, ip_address: str | None = None) -> Judge:
+    policy.require(user, "compare.run", project, token)
+    name = (name or "").strip() if isinstance(name, str) else ""
+    if not name or len(name) > MAX_NAME:
+        raise Invalid(f"name is 1 to {MAX_NAME} characters.", field="name")
+    checked = _rubric(rubric)
+    if (local_model in (None, "")) == (provider_model in (None, "")):
+        raise Invalid("A judge is either a model of the project or a provider model: give exactly one.",
+                      field="local_model" if local_model in (None, "") else "provider_model")
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or not MIN_MAX_TOKENS <= max_tokens <= MAX_MAX_TOKENS:
+        raise Invalid(f"max_tokens is between {MIN_MAX_TOKENS} and {MAX_MAX_TOKENS}.", field="max_tokens")
+    judge = Judge(project=project, name=name, rubric=checked, max_tokens=max_tokens, created_by=user)
+    if provider_model not in (None, ""):
+        policy.require(user, "provider.use", project, token)
+        try:
+            judge.provider_model = provider_selectors.usable_model(project, provider_model)
+        except NotFound as exc:
+            raise Invalid(exc.message, field="provider_model") from None
+    else:
+        judge.local_model = _local_model(project, local_model)
+    try:
+        with transaction.atomic():
+            judge.save()
+            audit_record(actor=user, action="judge.create", project=project, target=judge, ip_address=ip_address,
+                         after={"name": name, "rubric": checked, "model": judge.model_label})
+    except IntegrityError:
+        raise Invalid(f"A judge called {name!r} exists already.", field="name") from None
+    return judge
+
+
+def judge_delete(*, user, judge: Judge, token=None, ip_address: str | None = None) -> None:
+    policy.require(user, "compare.run", judge.project, token)
+    if judge.runs.filter(state__in=JudgeRun.ACTIVE).exists():
+        raise Conflict("This judge is running; cancel its run first.")
+    with transaction.atomic():
+        audit_record(actor=user, action="judge.delete", project=judge.project, target=judge, ip_address=ip_address,
+                     before={"name": judge.name})
+        judge.delete()
+
+
+def _comparison(user, judge: Judge, comparison_id, token) -> Comparison:
+    try:
+        comparison = policy.get_object(user, Comparison, comparison_id, "compare.view", token,
+                                       project_id=judge.project_id)
+    except NotFound:
+        raise Invalid("No such comparison in this project.", field="comparison") from None
+    if comparison.state != Comparison.State.SUCCEEDED:
+        raise Conflict(f"The comparison {comparison.state}; a judge reads a finished one.")
+    return comparison
+
+
+def _estimate(judge: Judge, comparison: Comparison) -> dict:
+    rubric = check_rubric(judge.rubric)
+    items, _ = selectors.judge_items(comparison, rubric)
+    return {**estimate_cost(rubric, items, max_tokens=judge.max_tokens), "model": judge.model_label,
+            "kind": rubric.kind}
+
+
+def judge_run_estimate(*, user, judge: Judge, comparison, token=None) -> dict:
+    """What a run of `judge` over the comparison's outputs will cost: calls, items, tokens."""
+    policy.require(user, "compare.view", judge.project, token)
+    return _estimate(judge, _comparison(user, judge, comparison, token))
+
+
+def judge_run_start(*, user, judge: Judge, comparison, token=None, ip_address: str | None = None) -> JudgeRun:
+    policy.require(user, "compare.run", judge.project, token)
+    if judge.provider_model_id:
+        policy.require(user, "provider.use", judge.project, token)
+    comparison = _comparison(user, judge, comparison, token)
+    estimate = _estimate(judge, comparison)
+    if not estimate["calls"]:
+        raise Invalid("This comparison has no outputs to judge.", field="comparison")
+    config = {"rubric": judge.rubric, "max_tokens": judge.max_tokens, "local_model": judge.local_model_id,
+              "provider_model": judge.provider_model_id, "model": judge.model_label}
+    with transaction.atomic():
+        run = JudgeRun.objects.create(project=judge.project, judge=judge, comparison=comparison, config=config,
+                                      estimate=estimate, calls_total=estimate["calls"], created_by=user)
+        audit_record(actor=user, action="judge.run", project=judge.project, target=run, ip_address=ip_address,
+                     after={"judge": judge.pk, "comparison": comparison.pk, "calls": estimate["calls"]})
+        transaction.on_commit(lambda: _enqueue(run.pk))
+    return run
+
+
+def _enqueue(run_id: int) -> None:
+    def fail(reason: str) -> None:
+        JudgeRun.objects.filter(pk=run_id).update(state=JudgeRun.State.FAILED, error=reason,
+                                                  finished_at=timezone.now())
+
+    enqueue(judge_run_task, run_id, queue=JudgeRun.QUEUE, on_failure=fail)
+
+
+def judge_run_cancel(*, user, run: JudgeRun, token=None, ip_address: str | None = None) -> JudgeRun:
+    """A queued run ends at once; a running one stops after the item it is judging."""
+    policy.require(user, "compare.run", run.project, token)
+    with transaction.atomic():
+        run = JudgeRun.objects.select_for_update().get(pk=run.pk)
+        if run.state == JudgeRun.State.QUEUED:
+            run.state, run.finished_at = JudgeRun.State.CANCELLED, timezone.now()
+        elif run.state != JudgeRun.State.RUNNING:
+            raise Conflict(f"This run already {run.state}.")
+        run.cancel_requested = True
+        run.save(update_fields=["state", "finished_at", "cancel_requested"])
+        audit_record(actor=user, action="judge.cancel", project=run.project, target=run, ip_address=ip_address)
+    return run

@@ -1,0 +1,11 @@
+"""Celery tasks of judges: a judge run on an `inference` worker (apps.core.tasks reaps those whose
+worker vanished)."""
+
+from celery import shared_task
+
+
+@shared_task(name="evaluation.judge_run", bind=True)
+def judge_run_task(self, run_id: int) -> None:
+    from apps.evaluation.runner import run_judge_job
+
+    run_judge_job(run_id, worker=self.request.hostname or "")

@@ -1,0 +1,60 @@
+"""A scientist defines a judge in the browser (a rubric with no criteria is refused next to the
+form), sees what a run would cost, launches it over a comparison, watches it end, and reads the
+position consistency, the verbosity and the scores: the judge is a scripted OpenAI-compatible
+server in its own process, registered as a provider; the run is a job in a real inference worker."""
+
+import json
+import re
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.comparison.factories import make_comparison, placeholder_model
+from tests.conftest import browser_login
+from tests.evaluation.fixtures import judge_provider_fixture, scripted_judge_fixture  # noqa: F401
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(180)]
+
+
+def test_scientist_defines_a_pairwise_judge_sees_the_cost_launches_it_and_reads_the_results(
+        page, live_asgi, scientist, owner, project, judge_provider, scripted_judge, inference_worker):
+    comparison = make_comparison(project, owner, models=[placeholder_model(project, "Alpha"),
+                                                         placeholder_model(project, "Beta")])
+    # Beta in both orders for every prompt: fully consistent.
+    scripted_judge.script([
+        {"pattern": r"\[Response A\]\nAlpha says \d+\n\n\[Response B\]\nBeta",
+         "content": json.dumps({"winner": "B", "reason": "Beta"})},
+        {"pattern": r"\[Response A\]\nBeta says \d+\n\n\[Response B\]\nAlpha",
+         "content": json.dumps({"winner": "A", "reason": "Beta"})},
+    ])
+    browser_login(page, "sofia")
+    page.goto(f"/projects/{project.pk}/comparisons/{comparison.pk}/")
+    page.get_by_test_id("judges-link").click()
+
+    form = page.get_by_test_id("judge-form")
+    form.get_by_label("Name", exact=True).fill("Scripted pairwise")
+    form.get_by_label("Kind").select_option("pairwise")
+    form.get_by_label("Model").select_option(label="Scripted/judge-1 (provider)")
+    form.get_by_role("button", name="Create judge").click()
+    expect(form.get_by_test_id("judge-error")).to_contain_text("rubric.criteria")
+    expect(form.get_by_test_id("judge-error")).to_contain_text("at least one criterion")
+
+    form.get_by_label(re.compile("Criteria")).fill("helpfulness | 1-5 | Does it answer the question?")
+    form.get_by_role("button", name="Create judge").click()
+    expect(page.get_by_test_id("launch-judge")).to_contain_text("Scripted pairwise (pairwise, Scripted/judge-1)")
+
+    page.get_by_test_id("estimate").click()
+    expect(page.get_by_test_id("estimate-text")).to_contain_text("6 calls (3 items)")
+    page.get_by_test_id("launch").click()
+
+    run = page.get_by_test_id("judge-run")
+    expect(run).to_have_attribute("data-state", "succeeded", timeout=60_000)
+    expect(run.locator("[data-field=done]")).to_have_text("6")
+    expect(run.get_by_test_id("position-consistency")).to_contain_text("Position consistency: 100.0% (3 of 3 pairs")
+    expect(run.get_by_test_id("matchups")).to_contain_text("Alpha")
+    expect(run.get_by_test_id("matchups").locator("tr").nth(1)).to_contain_text("AlphaBeta0300")
+    # "Beta says n" is one character shorter than "Alpha says n": the shorter one won all three.
+    expect(run.get_by_test_id("verbosity")).to_contain_text(
+        "the longer response won 0 of 3 decisive verdicts (0.0%); mean length difference winner − loser -1 characters")
+    expect(run.get_by_test_id("agreement")).to_contain_text("over 0 items")
+    assert len(scripted_judge.requests()) == 6

@@ -1,0 +1,1 @@
+from tests.evaluation.fixtures import judge_provider_fixture, scripted_judge_fixture  # noqa: F401

@@ -1,0 +1,55 @@
+"""Fixtures of judge tests, also imported by the browser test (tests/e2e/test_judges.py)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+
+from apps.providers import services as provider_services
+from tests.conftest import die_with_the_test_run
+
+
+class ScriptedJudge:
+    """The fixed-answer server (tests/evaluation/fixed_answer_server.py) in its own process."""
+
+    def __init__(self, directory: Path) -> None:
+        self.script_path = directory / "script.json"
+        self.script([], default={"content": ""})
+        self.process = subprocess.Popen([sys.executable, "-m", "tests.evaluation.fixed_answer_server",
+                                         str(self.script_path)], stdout=subprocess.PIPE, text=True,
+                                        cwd=settings.BASE_DIR, preexec_fn=die_with_the_test_run)
+        self.port = int(self.process.stdout.readline())
+        self.base_url = f"http://127.0.0.1:{self.port}/v1"
+
+    def script(self, rules: list[dict], default: dict | None = None) -> None:
+        self.script_path.write_text(json.dumps({"rules": rules, "default": default or {"content": ""}}))
+
+    def requests(self) -> list[dict]:
+        log = Path(str(self.script_path) + ".log")
+        return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+    def stop(self) -> None:
+        self.process.kill()
+        self.process.wait(10)
+
+
+@pytest.fixture(name="scripted_judge")
+def scripted_judge_fixture(tmp_path):
+    server = ScriptedJudge(tmp_path)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(name="judge_provider")
+def judge_provider_fixture(site_admin, project, scripted_judge):
+    """The scripted judge registered by site staff as a provider (loopback allowlisted), enabled
+    for `project`: two retries, as the client's backoff goes."""
+    provider_services.allowlist_add(user=site_admin, network="127.0.0.0/8", note="tests")
+    provider = provider_services.provider_create(user=site_admin, name="Scripted", base_url=scripted_judge.base_url,
+                                                 api_key="sk-scripted-judge-key", models=["judge-1"], max_retries=2,
+                                                 timeout_s=10)
+    provider_services.provider_enable(user=site_admin, provider=provider, project_id=project.pk)
+    return provider

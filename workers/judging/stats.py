@@ -1,0 +1,141 @@
+"""Figures made from a run's verdicts: pointwise scores per model, pairwise outcomes with their
+position consistency and verbosity, and Cohen's kappa for agreement. Plain Python.
+
+Pairwise terms: each pair of a prompt has a `first` and a `second` response (a fixed order,
+the comparison's columns). The judge saw them twice, first as A then swapped; its answer in each
+order is mapped back to first/second/tie. Both orders agreeing is a consistent verdict; two
+different verdicts are `inconsistent`: the judge has no preference there beyond position, which
+agreement figures read as a tie.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+
+from .rubric import SCALE_1_5, Rubric
+
+
+def pointwise_summary(rubric: Rubric, rows: Iterable[tuple[int, dict | None]]) -> dict:
+    """rows: (column, answer or None when unparseable). Per column: items judged, unparseable,
+    and per criterion the mean score (1-5) or the pass rate (pass/fail) over the judged ones."""
+    by_column: dict[int, dict] = {}
+    for column, answer in rows:
+        entry = by_column.setdefault(column, {"judged": 0, "unparseable": 0, "_values": {}})
+        if answer is None:
+            entry["unparseable"] += 1
+            continue
+        entry["judged"] += 1
+        for c in rubric.criteria:
+            score = answer[c.name]["score"]
+            entry["_values"].setdefault(c.name, []).append(int(score) if c.scale == SCALE_1_5 else score == "pass")
+    columns = {}
+    for column, entry in sorted(by_column.items()):
+        criteria = {}
+        for c in rubric.criteria:
+            values = entry["_values"].get(c.name, [])
+            key = "mean" if c.scale == SCALE_1_5 else "pass_rate"
+            criteria[c.name] = {key: round(sum(values) / len(values), 4) if values else None, "n": len(values)}
+        columns[column] = {"judged": entry["judged"], "unparseable": entry["unparseable"], "criteria": criteria}
+    return {"columns": columns, "unparseable": sum(c["unparseable"] for c in columns.values())}
+
+
+def canonical(winner: str | None, swapped: bool) -> str | None:
+    """A judge's A/B/tie in the order shown → first/second/tie (None stays None)."""
+    if winner is None:
+        return None
+    if winner == "tie":
+        return "tie"
+    return "first" if (winner == "A") != swapped else "second"
+
+
+def pair_outcome(in_order: str | None, swapped: str | None) -> str | None:
+    """The verdict on a pair from its two answers (A/B/tie as shown, None: unparseable): first,
+    second, tie, inconsistent, or None when either answer could not be read."""
+    a, b = canonical(in_order, False), canonical(swapped, True)
+    if a is None or b is None:
+        return None
+    return a if a == b else "inconsistent"
+
+
+def pairwise_summary(pairs: Sequence[dict]) -> dict:
+    """pairs: {"first": column, "second": column, "in_order": A/B/tie/None, "swapped": A/B/tie/None,
+    "first_len": chars, "second_len": chars}. Returns the counts per matchup, position consistency
+    (consistent / pairs with both answers read), the share of decisive answers that picked A, and
+    verbosity: of the consistent decisive verdicts between responses of different lengths, how
+    many went to the longer one, and the mean length difference (winner − loser, characters)."""
+    matchups: dict[tuple[int, int], Counter] = {}
+    judged = consistent = unparseable_answers = picked_a = decisive_answers = 0
+    diffs: list[int] = []
+    longer_won = with_length_difference = 0
+    for pair in pairs:
+        for answer in (pair["in_order"], pair["swapped"]):
+            if answer is None:
+                unparseable_answers += 1
+            elif answer != "tie":
+                decisive_answers += 1
+                picked_a += answer == "A"
+        outcome = pair_outcome(pair["in_order"], pair["swapped"])
+        counts = matchups.setdefault((pair["first"], pair["second"]), Counter())
+        counts[outcome or "unparseable"] += 1
+        if outcome is None:
+            continue
+        judged += 1
+        consistent += outcome != "inconsistent"
+        if outcome in ("first", "second"):
+            won, lost = ((pair["first_len"], pair["second_len"]) if outcome == "first"
+                         else (pair["second_len"], pair["first_len"]))
+            diffs.append(won - lost)
+            if won != lost:
+                with_length_difference += 1
+                longer_won += won > lost
+    return {
+        "pairs": len(pairs), "judged": judged, "unparseable_answers": unparseable_answers,
+        "position_consistency": round(consistent / judged, 4) if judged else None, "consistent": consistent,
+        "a_rate": round(picked_a / decisive_answers, 4) if decisive_answers else None,
+        "matchups": [{"first": first, "second": second, "first_wins": counts["first"], "second_wins": counts["second"],
+                      "ties": counts["tie"], "inconsistent": counts["inconsistent"], "unparseable": counts["unparseable"]}
+                     for (first, second), counts in sorted(matchups.items())],
+        "verbosity": {"decisive": len(diffs), "with_length_difference": with_length_difference,
+                      "longer_won": longer_won,
+                      "longer_won_rate": round(longer_won / with_length_difference, 4) if with_length_difference else None,
+                      "mean_length_difference": round(sum(diffs) / len(diffs), 2) if diffs else None},
+    }
+
+
+def cohen_kappa(pairs: Sequence[tuple[str, str]]) -> float | None:
+    """Cohen's kappa of two raters over the same items, (rater 1's label, rater 2's label) each:
+    (p_observed − p_expected) / (1 − p_expected). None when there are no items, or when chance
+    agreement is already certain (both raters used one same label throughout: undefined)."""
+    n = len(pairs)
+    if not n:
+        return None
+    observed = sum(a == b for a, b in pairs) / n
+    left, right = Counter(a for a, _ in pairs), Counter(b for _, b in pairs)
+    expected = sum(left[label] * right[label] for label in left) / (n * n)
+    if expected >= 1:
+        return None
+    return round((observed - expected) / (1 - expected), 4)
+
+
+BOOTSTRAP_RESAMPLES = 200  # as the leaderboard's intervals (workers/comparison/ratings.py)
+
+
+def kappa_interval(pairs: Sequence[tuple[str, str]], *, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0,
+                   level: float = 0.95) -> tuple[float, float] | None:
+    """A percentile bootstrap interval of Cohen's kappa: the items resampled with replacement
+    `resamples` times (fixed seed: the same items give the same interval). Resamples where kappa
+    is undefined are left out; None when fewer than two items or no resample is defined."""
+    import random
+
+    if len(pairs) < 2:
+        return None
+    rng = random.Random(seed)
+    values = sorted(k for k in (cohen_kappa([pairs[rng.randrange(len(pairs))] for _ in pairs])
+                                for _ in range(resamples)) if k is not None)
+    if not values:
+        return None
+    tail = (1 - level) / 2
+    low = values[int(tail * (len(values) - 1))]
+    high = values[int(round((1 - tail) * (len(values) - 1)))]
+    return round(low, 4), round(high, 4)
