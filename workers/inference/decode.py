@@ -227,8 +227,8 @@ class DecodeBatch:
         adapter = names[0]
         kept = self.prefix
         reuse = 0
-        if kept is not None and kept.adapter == adapter and all(len(row) > len(kept.ids) and tuple(row[:len(kept.ids)]) == kept.ids
-                                    for row in ids):
+        if kept is not None and kept.adapter == adapter and all(
+                len(row) > len(kept.ids) and tuple(row[:len(kept.ids)]) == kept.ids for row in ids):
             reuse = len(kept.ids)
         alone = len(ids) == 1
         if alone and (self.last_prompt is None or self.last_adapter != adapter):
