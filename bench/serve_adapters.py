@@ -21,7 +21,8 @@ Correctness: every answer of the last "eight" run is compared token for token wi
 alone (one request at a time through the same cache).
 
 In process, not over HTTP: the web server, the broker hop and the channel layer are the same for
-both sides, and the issue's HTTP benchmark (serve_concurrent) is not written yet. About 3 minutes.
+both sides, and the issue's HTTP benchmark (serve_concurrent) is not written yet.
+BENCH_ADAPTER_KERNEL=batched measures the stacked-LoRA kernel instead of PEFT's mixed batch.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from bench.report import publish, result
 CLIENTS = int(os.environ.get("BENCH_ADAPTER_CLIENTS", "16"))
 ADAPTERS = 8
 NEW_TOKENS = 64
+KERNEL = os.environ.get("BENCH_ADAPTER_KERNEL", "peft")  # AdapterSet's kernel: "peft" or "batched"
 LORA = {"r": 16, "lora_alpha": 32, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]}
 
 
@@ -84,7 +86,7 @@ def run() -> list[dict]:
                    check=True, cwd=Path(__file__).resolve().parent.parent)
     adapters = adapter_dirs()
     before = rss_bytes()
-    cache = ModelCache(10**10, adapter_budget_bytes=2**30)
+    cache = ModelCache(10**10, adapter_budget_bytes=2**30, adapter_kernel=KERNEL)
     entry = cache.load("demo", directory, device="cpu", dtype="fp32")
     tokenizer = entry.tokenizer
     prompts = [render_prompt(tokenizer, messages=[{"role": "user", "content": q}]) for q in QUESTIONS[:CLIENTS]]
@@ -145,7 +147,7 @@ def run() -> list[dict]:
     for side in runs.values():
         for r in side:
             r.pop("_ids")
-    extra = {"clients": CLIENTS, "adapters": ADAPTERS, "new_tokens": NEW_TOKENS, "lora": LORA, "runs": runs,
+    extra = {"kernel": KERNEL, "clients": CLIENTS, "adapters": ADAPTERS, "new_tokens": NEW_TOKENS, "lora": LORA, "runs": runs,
              "identical": identical, "resident_growth_bytes": resident, "base_bytes": base_bytes,
              "adapter_bytes": adapter_bytes, "load_average": os.getloadavg(),
              "torch_threads": torch.get_num_threads()}

@@ -89,9 +89,10 @@ def test_every_adapter_answers_differently_from_the_base_and_from_each_other(alo
 
 # --- one running batch, rows of several adapters ---------------------------------------------------
 
-def test_a_mixed_batch_over_three_adapters_and_the_base_matches_each_alone(tiny_dir, adapters, alone):
+@pytest.mark.parametrize("kernel", ["peft", "batched"])
+def test_a_mixed_batch_over_three_adapters_and_the_base_matches_each_alone(tiny_dir, adapters, alone, kernel):
     model, tokenizer = load_for_inference(tiny_dir)
-    served = AdapterSet(model, budget_bytes=None)
+    served = AdapterSet(model, budget_bytes=None, kernel=kernel)
     names = {None: None, **{key: served.acquire(directory) for key, directory in adapters.items()}}
     batch = DecodeBatch(model, tokenizer, max_rows=16, adapters=served)
     first = [(key, prompt) for key, prompt in zip(["a", None, "b", "c", "a"], PROMPTS)]
@@ -141,10 +142,11 @@ def admissions(monkeypatch):
     return groups
 
 
+@pytest.mark.parametrize("kernel", ["peft", "batched"])
 def test_the_batcher_runs_requests_for_different_adapters_of_one_base_in_one_batch(tiny_dir, adapters, alone,
-                                                                                      admissions):
+                                                                                      admissions, kernel):
     loader = CountingLoader()
-    cache = ModelCache(10**9, loader=loader)
+    cache = ModelCache(10**9, loader=loader, adapter_kernel=kernel)
     asked = [("a", PROMPTS[0]), (None, PROMPTS[1]), ("b", PROMPTS[2]), ("c", PROMPTS[3]), (None, PROMPTS[0]),
              ("c", PROMPTS[4]), ("b", PROMPTS[0])]
     with Batcher(cache, max_batch_size=16, max_wait_ms=500) as batcher:
@@ -214,8 +216,9 @@ def test_the_least_recently_used_adapter_no_row_uses_is_evicted_first(tiny_dir, 
 NO_ROOM = 1
 
 
-def test_the_adapter_budget_evicts_and_reloads_adapters_without_failing_requests(tiny_dir, adapters, alone):
-    cache = ModelCache(10**9, adapter_budget_bytes=NO_ROOM)
+@pytest.mark.parametrize("kernel", ["peft", "batched"])
+def test_the_adapter_budget_evicts_and_reloads_adapters_without_failing_requests(tiny_dir, adapters, alone, kernel):
+    cache = ModelCache(10**9, adapter_budget_bytes=NO_ROOM, adapter_kernel=kernel)
     asked = [("a", PROMPTS[0]), ("b", PROMPTS[1]), ("a", PROMPTS[2]), ("c", PROMPTS[0]), (None, PROMPTS[1]),
              ("b", PROMPTS[0])]
     with Batcher(cache, max_batch_size=8, max_wait_ms=0) as batcher:

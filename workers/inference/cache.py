@@ -51,9 +51,10 @@ class ModelCache:
     """
 
     def __init__(self, memory_budget_bytes: int, loader: Callable[..., tuple[Any, Any]] = load_for_inference, *,
-                 adapter_budget_bytes: int | None = DEFAULT_ADAPTER_BUDGET_BYTES):
+                 adapter_budget_bytes: int | None = DEFAULT_ADAPTER_BUDGET_BYTES, adapter_kernel: str = "peft"):
         self.memory_budget_bytes = int(memory_budget_bytes)
         self.adapter_budget_bytes = adapter_budget_bytes
+        self.adapter_kernel = adapter_kernel  # how rows get their adapter's delta (AdapterSet's kernel)
         self.loader = loader
         self._entries: OrderedDict[tuple, CachedModel] = OrderedDict()
         self._loading: dict[tuple, Future] = {}
@@ -88,7 +89,8 @@ class ModelCache:
             return pending.result()  # raises the loader's exception too
         try:
             model, tokenizer = self.loader(Path(path), device=device, dtype=dtype)
-            entry = CachedModel(model, tokenizer, AdapterSet(model, budget_bytes=self.adapter_budget_bytes),
+            entry = CachedModel(model, tokenizer, AdapterSet(model, budget_bytes=self.adapter_budget_bytes,
+                                                          kernel=self.adapter_kernel),
                                 model_size_bytes(model))
         except BaseException as exc:
             with self._lock:
