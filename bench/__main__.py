@@ -19,6 +19,7 @@ BENCHMARKS = {
     "live_latency": "bench.live_latency",
     "live_overhead": "bench.live_overhead",
     "playground_ttft": "bench.playground_ttft",
+    "serve_adapters": "bench.serve_adapters",
     "sync_views": "bench.sync_views",
     "pii_scan": "bench.pii_scan",
     "pii_phone_library": "bench.pii_phone_library",

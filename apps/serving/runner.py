@@ -1,7 +1,8 @@
 """Runs generations inside an `inference` worker: one model cache and one continuous batcher per
 worker process, shared by its task threads (the worker runs with `--pool threads`), so
-concurrent requests for the same model are decoded together, each joining the running batch at
-the next step."""
+concurrent requests for the same base model are decoded together, each joining the running batch
+at the next step, each row through its own LoRA adapter or none (one copy of the base, adapters
+loaded beside it on demand, evicted LRU under INFERENCE_ADAPTER_BUDGET_BYTES)."""
 
 import logging
 import threading
@@ -29,7 +30,8 @@ def batcher():
         if _batcher is None:
             from workers.inference import Batcher, ModelCache
 
-            cache = ModelCache(memory_budget_bytes=settings.INFERENCE_MEMORY_BUDGET_BYTES)
+            cache = ModelCache(memory_budget_bytes=settings.INFERENCE_MEMORY_BUDGET_BYTES,
+                               adapter_budget_bytes=settings.INFERENCE_ADAPTER_BUDGET_BYTES)
             _batcher = Batcher(cache, max_batch_size=settings.INFERENCE_MAX_BATCH_SIZE,
                                max_wait_ms=settings.INFERENCE_MAX_WAIT_MS,
                                kv_cache_budget_bytes=settings.INFERENCE_KV_CACHE_BUDGET_BYTES)

@@ -50,6 +50,72 @@ def test_the_official_client_lists_models_and_completes_chat_with_and_without_st
     assert Generation.objects.filter(source="api", state="succeeded").count() == 3
 
 
+def register_adapter(base, owner, *, seed: int, target_modules: list[str]):
+    """A LoRA adapter over `base` with random, non-zero weights (it answers differently), registered
+    READY as a fine-tune would register it."""
+    import uuid
+
+    import torch
+    from django.conf import settings
+    from peft import LoraConfig, get_peft_model
+
+    from apps.registry.models import RegisteredModel
+    from workers.models import load_for_inference
+
+    torch.manual_seed(seed)
+    model, _ = load_for_inference(base.weights_path)
+    tuned = get_peft_model(model, LoraConfig(r=8, lora_alpha=32, target_modules=target_modules,
+                                             init_lora_weights=False))
+    directory = settings.ARTIFACT_ROOT / "adapters" / f"lora-{uuid.uuid4().hex[:8]}"
+    tuned.save_pretrained(directory)
+    return RegisteredModel.objects.create(
+        project=base.project, name=f"{base.name} tuned {seed}", format=RegisteredModel.Format.PEFT,
+        kind=RegisteredModel.Kind.ADAPTER, base_model=base, source_path=str(directory), weights_path=str(directory),
+        status=RegisteredModel.Status.READY, info=base.info, created_by=owner)
+
+
+@pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated:FutureWarning")  # inside peft
+def test_concurrent_requests_for_two_adapters_and_their_base_each_get_their_own_answer(
+        owner, project, tiny_model, inference_worker, client_for):
+    """Through the real server and inference worker, which serves the adapters beside one copy of
+    the base, rows of each adapter (and of none) in the same running batch: every answer is, token
+    for token, the one its model gives alone (the adapter loaded the ordinary way, on a base of
+    its own, in this process)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from peft import PeftModel
+
+    from workers.inference import SamplingParams, generate_batch, render_prompt
+    from workers.models import load_for_inference
+
+    adapters = [register_adapter(tiny_model, owner, seed=1, target_modules=["q_proj", "v_proj"]),
+                register_adapter(tiny_model, owner, seed=2, target_modules=["q_proj", "k_proj", "o_proj"])]
+    api = client_for(project_token(owner, project))
+    questions = ["what is the capital of france ?", "what is paris ?", "paris is the capital of what ?"]
+    asked = [(model, q) for q in questions for model in (tiny_model, *adapters)]
+
+    def answer(item):
+        model, question = item
+        reply = api.chat.completions.create(model=model.name, messages=[{"role": "user", "content": question}],
+                                            max_tokens=12, temperature=0)
+        return reply.choices[0].message.content
+
+    with ThreadPoolExecutor(len(asked)) as pool:  # all at once: the worker batches them together
+        answers = list(pool.map(answer, asked))
+
+    def alone(model, question: str) -> str:
+        net, tokenizer = load_for_inference(tiny_model.weights_path)
+        if model.kind == "adapter":
+            net = PeftModel.from_pretrained(net, model.weights_path).eval()
+        prompt = render_prompt(tokenizer, messages=[{"role": "user", "content": question}])
+        return generate_batch(net, tokenizer, [prompt], SamplingParams(max_new_tokens=12))[0].text
+
+    assert answers == [alone(model, question) for model, question in asked]
+    per_model = {tuple(answers[i::3]) for i in range(3)}
+    assert len(per_model) == 3  # the three models answer differently
+    assert Generation.objects.filter(source="api", state="succeeded").count() == len(asked)
+
+
 def test_bad_requests_get_a_clear_4xx_naming_the_parameter(owner, project, tiny_model, inference_worker, client_for,
                                                          live_asgi):
     raw = project_token(owner, project)

@@ -24,6 +24,8 @@ from workers.inference import (
 )
 from workers.inference import batcher as batcher_module
 from workers.inference.cache import default_dtype, model_size_bytes, resolve_device
+from workers.inference.decode import DecodeBatch
+from workers.inference.decode import Sequence as DecodeSequence
 from workers.inference.detokenize import IncrementalText
 from workers.inference.generate import shared_prefix_length
 from workers.inference.prompts import encode_prompt
@@ -439,23 +441,35 @@ def adapter_dir(tiny_dir, tmp_path_factory) -> Path:
 
 
 @pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated:FutureWarning")  # inside peft
-def test_model_cache_loads_an_adapter_on_its_own_base(tiny_dir, adapter_dir):
+def test_model_cache_loads_an_adapter_beside_its_shared_base(tiny_dir, adapter_dir):
     from peft import PeftModel
+
+    from workers.inference.adapters import AdapterModel
 
     loader = CountingLoader()
     cache = ModelCache(10**9, loader=loader)
     base, tokenizer = cache.get("tiny", tiny_dir, device="cpu")
+    base_bytes = model_size_bytes(base)
     before = generate_batch(base, tokenizer, PROMPTS, GREEDY)
-    tuned, tuned_tokenizer = cache.get("tiny+lora", tiny_dir, adapter_path=adapter_dir, device="cpu")
-    assert isinstance(tuned, PeftModel) and tuned is not base and len(loader.calls) == 2
-    assert cache.get("tiny+lora", tiny_dir, adapter_path=adapter_dir, device="cpu")[0] is tuned
-    assert len(cache.keys()) == 2 and cache.total_bytes > 2 * model_size_bytes(base)
+    tuned, tuned_tokenizer = cache.get("tiny", tiny_dir, adapter_path=adapter_dir, device="cpu")
+    assert isinstance(tuned, AdapterModel) and tuned.get_base_model() is base and len(loader.calls) == 1
+    assert cache.get("tiny", tiny_dir, adapter_path=adapter_dir, device="cpu")[0] is tuned
+    assert len(cache.keys()) == 1 and base_bytes < cache.total_bytes < 2 * base_bytes
     after = generate_batch(tuned, tuned_tokenizer, PROMPTS, GREEDY)
     assert [r.token_ids for r in after] != [r.token_ids for r in before]
-    assert [r.token_ids for r in after] == [generate_batch(tuned, tuned_tokenizer, [p], GREEDY)[0].token_ids
+    # the same answers as the adapter loaded the ordinary way, on a base of its own
+    own, _ = load_for_inference(tiny_dir)
+    reference = PeftModel.from_pretrained(own, str(adapter_dir)).eval()
+    assert [r.token_ids for r in after] == [generate_batch(reference, tokenizer, [p], GREEDY)[0].token_ids
                                             for p in PROMPTS]
-    # the cached base is not the adapter's: it still generates what it did
-    assert [r.token_ids for r in generate_batch(base, tokenizer, PROMPTS, GREEDY)] == [r.token_ids for r in before]
+    # the base's rows, through its AdapterSet, still generate what they did
+    served = cache.load("tiny", tiny_dir, device="cpu")
+    batch = DecodeBatch(base, tokenizer, max_rows=len(PROMPTS), adapters=served.adapters)
+    rows = [DecodeSequence(encode_prompt(tokenizer, p), GREEDY, time.perf_counter()) for p in PROMPTS]
+    batch.admit(rows)
+    while batch.rows:
+        batch.step()
+    assert [s.result.token_ids for s in rows] == [r.token_ids for r in before]
 
 
 @pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated:FutureWarning")

@@ -3,8 +3,9 @@
 Plain Python (no Django). Importing this package imports neither torch nor transformers; they
 are imported when a model is loaded or run, in worker processes.
 
-    cache = ModelCache(memory_budget_bytes=8 * 2**30)
+    cache = ModelCache(memory_budget_bytes=8 * 2**30, adapter_budget_bytes=2**30)
     model, tokenizer = cache.get("smollm2", directory)            # workers.models.load_for_inference
+    tuned, _ = cache.get("smollm2", directory, adapter_path=lora)  # the same base, a LoRA adapter beside it
     prompt = render_prompt(tokenizer, messages=[{"role": "user", "content": "Hi"}])
     [result] = generate_batch(model, tokenizer, [prompt], SamplingParams(max_new_tokens=64),
                               on_token=lambda index, delta: print(delta, end=""))
@@ -12,6 +13,7 @@ are imported when a model is loaded or run, in worker processes.
     with Batcher(cache, max_batch_size=32, max_wait_ms=2) as batcher:   # many callers, one model:
         future = batcher.submit("smollm2", directory, prompt, SamplingParams(max_new_tokens=64))
         result = future.result()       # each request joins the model's running batch at its next step
+        batcher.submit("smollm2", directory, prompt, adapter_path=lora)  # same batch, its row through the adapter
 
 Bad input (sampling values, message shape, a prompt beyond the context) raises
 InferenceInputError(field, message) before the model runs.

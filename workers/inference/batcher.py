@@ -14,6 +14,11 @@ its prompts together); once rows run, newcomers join at the next step without wa
 holds at most `max_batch_size` rows, and newcomers join only while the key/value cache, at
 the widest it can grow, stays within `kv_cache_budget_bytes`; the others wait their turn, in
 order of arrival.
+
+Adapters: a batch is one base model's. Requests for LoRA adapters over that base join the same
+running batch as the base's own requests, each row through its own adapter (the base's
+AdapterSet: loaded on demand, pinned while a row uses it, evicted LRU under the adapter budget
+once no row does). An adapter that cannot be loaded fails its request alone.
 """
 
 from __future__ import annotations
@@ -56,6 +61,8 @@ class _Request:
     arrived: float = field(default_factory=time.perf_counter)
     running: bool = False  # its Future is running: it can no longer be cancelled through the Future
     sequence: DecodeSequence | None = None  # set once rendered and tokenized
+    adapter_path: str | None = None
+    adapters: Any = None  # the AdapterSet holding this request's adapter pinned (sequence.adapter)
 
 
 @dataclass(eq=False)
@@ -80,7 +87,8 @@ class Batcher:
         self._running: dict[tuple, _Running] = {}  # only the worker thread touches it
         # group -> (the model, weakly: a prefix is only valid for the model object it came from,
         # and holding it would defeat the model cache's eviction; the prefix; the last prompt)
-        self._prefixes: OrderedDict[tuple, tuple[weakref.ref, SharedPrefix | None, list[int] | None]] = OrderedDict()
+        self._prefixes: OrderedDict[tuple, tuple[weakref.ref, SharedPrefix | None, list[int] | None, str | None]] = (
+            OrderedDict())
         self._cond = threading.Condition()
         self._closed = False
         self._thread = threading.Thread(target=self._work, name="inference-batcher", daemon=True)
@@ -115,9 +123,9 @@ class Batcher:
             from .prompts import validate_messages
 
             validate_messages(messages)
-        group = (model_key, str(path), str(adapter_path) if adapter_path is not None else None, device,
-                 str(dtype) if dtype is not None else None)
-        request = _Request(prompt, messages, params, on_token, Future(), is_cancelled)
+        group = (model_key, str(path), device, str(dtype) if dtype is not None else None)  # one batch per base
+        request = _Request(prompt, messages, params, on_token, Future(), is_cancelled,
+                           adapter_path=str(adapter_path) if adapter_path is not None else None)
         with self._cond:
             if self._closed:
                 raise RuntimeError("The batcher is closed.")
@@ -184,6 +192,7 @@ class Batcher:
             logger.exception("inference batch failed")
             running = self._running.pop(group, None)
             for request in [*requests, *(running.requests.values() if running else ())]:
+                _unpin(request)
                 if not request.future.done():
                     request.future.set_exception(exc)
 
@@ -193,29 +202,46 @@ class Batcher:
         requests = [r for r in requests if r.running]
         if not requests:
             return
-        model_key, path, adapter_path, device, dtype = group
-        try:
-            model, tokenizer = self.cache.get(model_key, path, adapter_path=adapter_path, device=device, dtype=dtype)
-        except Exception as exc:
-            for request in requests:
-                request.future.set_exception(exc)
-            return
+        model_key, path, device, dtype = group
         running = self._running.get(group)
         if running is None:
-            running = _Running(self._new_batch(group, model, tokenizer))
-        batch = running.batch
+            try:
+                entry = self.cache.load(model_key, path, device=device, dtype=dtype)
+            except Exception as exc:
+                for request in requests:
+                    request.future.set_exception(exc)
+                return
+            running = _Running(self._new_batch(group, entry.model, entry.tokenizer, entry.adapters))
+        batch = running.batch  # newcomers join the model object (and adapters) the batch runs on
+        model, tokenizer = batch.model, batch.tokenizer
         admitted: list[_Request] = []
         for index, request in enumerate(requests):
             if request.sequence is None:
-                try:  # a bad request fails alone, not its batch
+                try:  # a bad request, or an adapter that cannot load, fails alone, not its batch
                     text = render_prompt(tokenizer, messages=request.messages, prompt=request.prompt)
                     [ids], _ = prepare(model, tokenizer, [text], request.params)
-                except InferenceInputError as exc:
+                    adapter = None
+                    if request.adapter_path is not None:
+                        adapter = batch.adapters.acquire(request.adapter_path)
+                        request.adapters = batch.adapters
+                except Exception as exc:
+                    if not isinstance(exc, InferenceInputError):
+                        logger.warning("request failed to start: %s", exc)
                     request.future.set_exception(exc)
                     continue
                 request.sequence = DecodeSequence(ids, request.params, request.arrived,
                                                   on_token=_logged_on_token(request.on_token),
-                                                  is_cancelled=_logged_is_cancelled(request.is_cancelled))
+                                                  is_cancelled=_logged_is_cancelled(request.is_cancelled),
+                                                  adapter=adapter)
+            elif request.adapters is not None and request.adapters is not batch.adapters:
+                # requeued, and its model was reloaded meanwhile: pin the adapter on the new one
+                _unpin(request)
+                try:
+                    request.sequence.adapter = batch.adapters.acquire(request.adapter_path)
+                except Exception as exc:
+                    request.future.set_exception(exc)
+                    continue
+                request.adapters = batch.adapters
             if not batch.fits([r.sequence for r in admitted] + [request.sequence]):
                 self._requeue(group, requests[index:])  # in order: no later request overtakes it
                 break
@@ -233,24 +259,33 @@ class Batcher:
 
     def _resolve(self, group: tuple, running: _Running, finished: list[DecodeSequence]) -> None:
         for sequence in finished:
-            running.requests.pop(id(sequence)).future.set_result(sequence.result)
+            request = running.requests.pop(id(sequence))
+            _unpin(request)
+            request.future.set_result(sequence.result)
         if not running.batch.rows:  # nothing left: let go of the model, keep its prefix
             del self._running[group]
             batch = running.batch
-            self._prefixes[group] = (weakref.ref(batch.model), batch.prefix, batch.last_prompt)
+            self._prefixes[group] = (weakref.ref(batch.model), batch.prefix, batch.last_prompt, batch.last_adapter)
             self._prefixes.move_to_end(group)
             while len(self._prefixes) > KEPT_PREFIXES:
                 self._prefixes.popitem(last=False)
 
-    def _new_batch(self, group: tuple, model: Any, tokenizer: Any) -> DecodeBatch:
+    def _new_batch(self, group: tuple, model: Any, tokenizer: Any, adapters: Any) -> DecodeBatch:
         kept = self._prefixes.pop(group, None)
-        prefix, last_prompt = (kept[1], kept[2]) if kept is not None and kept[0]() is model else (None, None)
+        prefix, last_prompt, last_adapter = kept[1:] if kept is not None and kept[0]() is model else (None, None, None)
         return DecodeBatch(model, tokenizer, max_rows=self.max_batch_size, kv_budget_bytes=self.kv_cache_budget_bytes,
-                           prefix=prefix, last_prompt=last_prompt)
+                           prefix=prefix, last_prompt=last_prompt, last_adapter=last_adapter, adapters=adapters)
 
     def _requeue(self, group: tuple, requests: list[_Request]) -> None:
         with self._cond:
             self._pending[group] = requests + self._pending.get(group, [])
+
+
+def _unpin(request: _Request) -> None:
+    """Let go of the request's adapter (it may be evicted once no row uses it)."""
+    if request.adapters is not None:
+        adapters, request.adapters = request.adapters, None
+        adapters.release(request.sequence.adapter)
 
 
 def _logged_on_token(callback: Callable[[str], None] | None) -> Callable[[str], None] | None:

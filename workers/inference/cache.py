@@ -1,4 +1,5 @@
-"""An LRU cache of loaded models (and adapters) under a memory budget, shared by threads."""
+"""An LRU cache of loaded base models under a memory budget, shared by threads; each base carries
+the LoRA adapters loaded beside it (adapters.py)."""
 
 from __future__ import annotations
 
@@ -12,65 +13,85 @@ from pathlib import Path
 from typing import Any
 
 from workers.models import load_for_inference
-from workers.models.errors import ModelFormatError
 
-ADAPTER_WEIGHTS = "adapter_model.safetensors"
-ADAPTER_CONFIG = "adapter_config.json"
-PICKLE_ADAPTER_WEIGHTS = ("adapter_model.bin", "adapter_model.pt", "adapter_model.pth")
+from .adapters import DEFAULT_ADAPTER_BUDGET_BYTES, AdapterSet, check_adapter_dir
+
+__all__ = ["CachedModel", "ModelCache", "check_adapter_dir", "default_dtype", "model_size_bytes", "resolve_device"]
 
 
 @dataclass
-class _Entry:
+class CachedModel:
+    """One base model in the cache: the model, its tokenizer, the adapters loaded beside it."""
+
     model: Any
     tokenizer: Any
-    size_bytes: int
+    adapters: AdapterSet
+    size_bytes: int  # the base's own parameters and buffers (the adapters count in adapters.total_bytes)
 
 
 class ModelCache:
-    """`get(key, path, ...)` returns (model, tokenizer), loading on a miss.
+    """`get(key, path, ...)` returns (model, tokenizer), loading on a miss; `load(...)` returns the
+    CachedModel (with its AdapterSet), which is what the batcher runs.
 
-    Entries are keyed by (key, adapter_path, device, dtype). When the estimated sizes of the
-    cached models (their parameter and buffer bytes) add up to more than `memory_budget_bytes`,
-    the least recently used entries are dropped until the rest fits; the entry just loaded is
-    never dropped (a single model over the budget stays, alone). Eviction only drops the cache's
-    reference: a generation still running on an evicted model keeps it alive until it ends.
+    Entries are keyed by (key, device, dtype): one copy of each base model, whatever adapters are
+    asked for over it. An adapter is loaded into its base's AdapterSet with PEFT's multi-adapter
+    loading (the base's weights are shared, never copied) and evicted, least recently used first,
+    when the adapters of that base weigh more than `adapter_budget_bytes`; an adapter a running
+    row uses is never evicted. When the bases (with their adapters) add up to more than
+    `memory_budget_bytes`, the least recently used bases are dropped until the rest fits; the
+    entry just loaded is never dropped (a single model over the budget stays, alone). Eviction
+    only drops the cache's reference: a generation still running on an evicted model keeps it
+    alive until it ends.
 
-    An adapter is loaded with `PeftModel.from_pretrained` on top of its own fresh copy of the base
-    model (PEFT injects its layers into the model it is given, so the cached base is never
-    shared with an adapter); the adapter directory must hold adapter_model.safetensors.
+    The adapter directory must hold adapter_model.safetensors (check_adapter_dir).
 
     Thread-safe: concurrent gets of the same entry load it once; a load does not block gets of
     other, cached entries. `loader(path, device=..., dtype=...)` defaults to
     workers.models.load_for_inference (bind `roots=` with functools.partial to confine paths).
     """
 
-    def __init__(self, memory_budget_bytes: int, loader: Callable[..., tuple[Any, Any]] = load_for_inference):
+    def __init__(self, memory_budget_bytes: int, loader: Callable[..., tuple[Any, Any]] = load_for_inference, *,
+                 adapter_budget_bytes: int | None = DEFAULT_ADAPTER_BUDGET_BYTES, adapter_kernel: str = "peft"):
         self.memory_budget_bytes = int(memory_budget_bytes)
+        self.adapter_budget_bytes = adapter_budget_bytes
+        self.adapter_kernel = adapter_kernel  # how rows get their adapter's delta (AdapterSet's kernel)
         self.loader = loader
-        self._entries: OrderedDict[tuple, _Entry] = OrderedDict()
+        self._entries: OrderedDict[tuple, CachedModel] = OrderedDict()
         self._loading: dict[tuple, Future] = {}
         self._lock = threading.Lock()
 
     def get(self, key: str, path: os.PathLike | str, adapter_path: os.PathLike | str | None = None,
             device: str = "auto", dtype: Any = None) -> tuple[Any, Any]:
+        """(model, tokenizer). With `adapter_path`, the model is an AdapterModel: the shared base
+        with that adapter on every row (loaded now; a bad adapter raises ModelFormatError before
+        the base is loaded)."""
+        if adapter_path is not None:
+            adapter_path = check_adapter_dir(Path(adapter_path))
+        entry = self.load(key, path, device=device, dtype=dtype)
+        if adapter_path is None:
+            return entry.model, entry.tokenizer
+        return entry.adapters.view(adapter_path), entry.tokenizer
+
+    def load(self, key: str, path: os.PathLike | str, device: str = "auto", dtype: Any = None) -> CachedModel:
         device = resolve_device(device)
         dtype = default_dtype(device) if dtype is None else dtype
-        entry_key = (key, str(adapter_path) if adapter_path is not None else None, device, str(dtype))
+        entry_key = (key, device, str(dtype))
         with self._lock:
             entry = self._entries.get(entry_key)
             if entry is not None:
                 self._entries.move_to_end(entry_key)
-                return entry.model, entry.tokenizer
+                return entry
             pending = self._loading.get(entry_key)
             owner = pending is None
             if owner:
                 pending = self._loading[entry_key] = Future()
         if not owner:
-            entry = pending.result()  # raises the loader's exception too
-            return entry.model, entry.tokenizer
+            return pending.result()  # raises the loader's exception too
         try:
-            model, tokenizer = self._load(Path(path), adapter_path, device, dtype)
-            entry = _Entry(model, tokenizer, model_size_bytes(model))
+            model, tokenizer = self.loader(Path(path), device=device, dtype=dtype)
+            entry = CachedModel(model, tokenizer, AdapterSet(model, budget_bytes=self.adapter_budget_bytes,
+                                                          kernel=self.adapter_kernel),
+                                model_size_bytes(model))
         except BaseException as exc:
             with self._lock:
                 del self._loading[entry_key]
@@ -85,7 +106,7 @@ class ModelCache:
             import torch
 
             torch.cuda.empty_cache()
-        return model, tokenizer
+        return entry
 
     def keys(self) -> list[tuple]:
         """Cached entries' keys, least recently used first."""
@@ -94,8 +115,9 @@ class ModelCache:
 
     @property
     def total_bytes(self) -> int:
+        """The cached bases and the adapters loaded beside them."""
         with self._lock:
-            return sum(e.size_bytes for e in self._entries.values())
+            return sum(e.size_bytes + e.adapters.total_bytes for e in self._entries.values())
 
     def clear(self) -> None:
         with self._lock:
@@ -103,45 +125,16 @@ class ModelCache:
 
     def _evict(self, *, keep: tuple) -> list[tuple]:
         evicted = []
-        total = sum(e.size_bytes for e in self._entries.values())
+        total = sum(e.size_bytes + e.adapters.total_bytes for e in self._entries.values())
         for entry_key in list(self._entries):
             if total <= self.memory_budget_bytes:
                 break
             if entry_key == keep:
                 continue
-            total -= self._entries.pop(entry_key).size_bytes
+            entry = self._entries.pop(entry_key)
+            total -= entry.size_bytes + entry.adapters.total_bytes
             evicted.append(entry_key)
         return evicted
-
-    def _load(self, path: Path, adapter_path, device: str, dtype: Any) -> tuple[Any, Any]:
-        if adapter_path is not None:
-            adapter_path = check_adapter_dir(Path(adapter_path))  # before loading anything
-        model, tokenizer = self.loader(path, device=device, dtype=dtype)
-        if adapter_path is None:
-            return model, tokenizer
-        from peft import PeftModel
-
-        model = PeftModel.from_pretrained(model, str(adapter_path), is_trainable=False)
-        model.eval()
-        return model, tokenizer
-
-
-def check_adapter_dir(directory: Path) -> Path:
-    """A LoRA adapter directory PEFT may load: adapter_config.json and adapter_model.safetensors.
-    A pickle-only adapter (adapter_model.bin) is refused, since PEFT would unpickle it."""
-    directory = Path(os.path.realpath(directory))
-    if not directory.is_dir():
-        raise ModelFormatError("The adapter directory does not exist.")
-    if not (directory / ADAPTER_CONFIG).is_file():
-        raise ModelFormatError(f"The adapter directory has no {ADAPTER_CONFIG}.")
-    weights = directory / ADAPTER_WEIGHTS
-    if not weights.is_file():
-        if any((directory / name).exists() for name in PICKLE_ADAPTER_WEIGHTS):
-            raise ModelFormatError("The adapter's weights are a pickle file; only safetensors adapters are loaded.")
-        raise ModelFormatError(f"The adapter directory has no {ADAPTER_WEIGHTS}.")
-    if os.path.realpath(weights) != str(weights):
-        raise ModelFormatError("The adapter's weights file may not be a link.")
-    return directory
 
 
 def model_size_bytes(model: Any) -> int:

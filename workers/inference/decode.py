@@ -27,10 +27,15 @@ longer sample the same tokens alone and in any batch; sampling settings come fro
 processors (per-request values are an opt-in, not tried here); it runs a thread per model where
 the batcher steps every model of a worker from one; and it was not tried on PEFT adapter models.
 
+Adapters: with an AdapterSet (adapters.py) every forward goes through it, each row with its own
+LoRA adapter (Sequence.adapter, a name the AdapterSet gave) or none, so rows of different
+adapters of one base share the batch and its steps.
+
 Prefix reuse: when the prompts of a group (or a lone newcomer and the previous prompt) start with
 the same tokens, at least MIN_SHARED_PREFIX of them (a chat template's system prompt), those run
 once at batch size 1 and are kept: later sequences that start with them copy that cache instead
-of running it again.
+of running it again. A prefix's keys and values went through an adapter's projections, so it is
+shared only by sequences of the same adapter (a group of several adapters runs without one).
 """
 
 from __future__ import annotations
@@ -80,6 +85,7 @@ class Sequence:
     text: IncrementalText | None = field(default=None, repr=False)
     generator: Any = field(default=None, repr=False)
     first_token_at: float = 0.0
+    adapter: str | None = None  # the LoRA adapter this row runs through (an AdapterSet name), None: the base
 
 
 @dataclass
@@ -88,6 +94,7 @@ class SharedPrefix:
 
     ids: tuple[int, ...]
     layers: list[tuple[Any, Any]]
+    adapter: str | None = None  # the adapter they ran through
 
 
 class DecodeBatch:
@@ -97,17 +104,21 @@ class DecodeBatch:
     key/value cache it may grow to: admission (`fits`) counts the padded width every row would
     reach if each ran to its max_new_tokens. `prefix` is a SharedPrefix kept from an earlier
     batch of the same model (see Batcher), `share_prefix=False` turns prefix reuse off.
+    `adapters` (an AdapterSet over `model`) runs each row through its own adapter
+    (Sequence.adapter); without it every row runs through `model` as it is.
     """
 
     def __init__(self, model: Any, tokenizer: Any, *, max_rows: int = 32, kv_budget_bytes: int | None = None,
                  share_prefix: bool = True, prefix: SharedPrefix | None = None,
-                 last_prompt: list[int] | None = None):
+                 last_prompt: list[int] | None = None, last_adapter: str | None = None, adapters: Any = None):
         self.model, self.tokenizer = model, tokenizer
+        self.adapters = adapters
         self.max_rows = max(1, int(max_rows))
         self.kv_budget_bytes = kv_budget_bytes
         self.share_prefix = share_prefix
         self.prefix = prefix if share_prefix else None
         self.last_prompt = last_prompt if share_prefix else None  # the latest prompt admitted
+        self.last_adapter = last_adapter  # ... and its adapter
         self.device = _device_of(model)
         self.eos = eos_token_ids(model, tokenizer)
         self.cache_name, self.extra = _forward_arguments(model)
@@ -168,7 +179,8 @@ class DecodeBatch:
         ids = [seq.prompt_ids for seq in sequences]
         n = len(sequences)
         with torch.inference_mode():
-            shared, cache = self._prefix_cache(ids, torch)
+            names = [seq.adapter for seq in sequences]
+            shared, cache = self._prefix_cache(ids, names, torch)
             rest = [row[shared:] for row in ids]
             width = max(len(row) for row in rest)
             input_ids = torch.full((n, width), _pad_id(self.tokenizer), dtype=torch.long)
@@ -180,14 +192,14 @@ class DecodeBatch:
             positions = shared + (mask.cumsum(-1) - 1).clamp(min=0)
             if shared:  # columns: [shared prefix][left padding][rest of the prompt]
                 mask = torch.cat([mask.new_ones((n, shared)), mask], dim=-1)
-            out = self.model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True,
-                             **{self.cache_name: cache}, **self.extra)
+            out = self._forward(names, input_ids=input_ids, attention_mask=mask, position_ids=positions,
+                                use_cache=True, **{self.cache_name: cache}, **self.extra)
             cache = getattr(out, self.cache_name)
             self.joinable = self.joinable and _plain_layers(cache)
             tokens = self._choose(out.logits[:, -1, :], sequences, torch)
             self.prefills += 1
             if self.share_prefix:
-                self.last_prompt = ids[-1]
+                self.last_prompt, self.last_adapter = ids[-1], names[-1]
             keep = self._record(sequences, tokens)
             if not keep:
                 return list(sequences)
@@ -200,19 +212,29 @@ class DecodeBatch:
         kept = {id(sequences[i]) for i in keep}
         return [seq for seq in sequences if id(seq) not in kept]
 
-    def _prefix_cache(self, ids: list[list[int]], torch) -> tuple[int, Any]:
+    def _forward(self, names: list[str | None], **kwargs: Any) -> Any:
+        if self.adapters is None:
+            return self.model(**kwargs)
+        return self.adapters.forward(names, **kwargs)
+
+    def _prefix_cache(self, ids: list[list[int]], names: list[str | None], torch) -> tuple[int, Any]:
         """(length of the prefix these prompts reuse, a cache of it with one row per prompt), or
         (0, None). The prefix kept from earlier is reused when every prompt starts with it and it
         is at least as long as what the prompts (with the previous prompt, for a lone one) share;
         otherwise that shared part is computed now and kept."""
-        if not self.share_prefix or (self.rows and not self.joinable):
+        if not self.share_prefix or (self.rows and not self.joinable) or len(set(names)) > 1:
             return 0, None
+        adapter = names[0]
         kept = self.prefix
         reuse = 0
-        if kept is not None and all(len(row) > len(kept.ids) and tuple(row[:len(kept.ids)]) == kept.ids
-                                    for row in ids):
+        if kept is not None and kept.adapter == adapter and all(
+                len(row) > len(kept.ids) and tuple(row[:len(kept.ids)]) == kept.ids for row in ids):
             reuse = len(kept.ids)
-        candidates = ids if len(ids) > 1 or self.last_prompt is None else [ids[0], self.last_prompt]
+        alone = len(ids) == 1
+        if alone and (self.last_prompt is None or self.last_adapter != adapter):
+            candidates = ids
+        else:
+            candidates = ids if not alone else [ids[0], self.last_prompt]
         common = shared_prefix_length(candidates)
         common = min(common, min(len(row) for row in ids) - 1)  # each prompt keeps a token of its own
         if reuse and reuse >= common:
@@ -220,14 +242,15 @@ class DecodeBatch:
         if common < MIN_SHARED_PREFIX:
             return 0, None
         prefix = torch.tensor([ids[0][:common]], dtype=torch.long, device=self.device)
-        out = self.model(input_ids=prefix, attention_mask=torch.ones_like(prefix),
-                         position_ids=torch.arange(common, device=self.device).unsqueeze(0), use_cache=True,
-                         **{self.cache_name: None}, **self.extra)
+        out = self._forward([adapter], input_ids=prefix, attention_mask=torch.ones_like(prefix),
+                            position_ids=torch.arange(common, device=self.device).unsqueeze(0), use_cache=True,
+                            **{self.cache_name: None}, **self.extra)
         cache = getattr(out, self.cache_name)
         if not _plain_layers(cache):
             self.joinable = False
             return 0, None
-        self.prefix = SharedPrefix(tuple(ids[0][:common]), [(layer.keys, layer.values) for layer in cache.layers])
+        self.prefix = SharedPrefix(tuple(ids[0][:common]), [(layer.keys, layer.values) for layer in cache.layers],
+                                   adapter)
         return common, _expanded_cache(self.prefix.layers, len(ids))
 
     def _join(self, newcomers: list[Sequence], cache: Any, mask: Any, next_position: Any, torch) -> None:
@@ -258,8 +281,9 @@ class DecodeBatch:
         with torch.inference_mode():
             tokens = torch.tensor([[seq.generated[-1]] for seq in self.rows], dtype=torch.long, device=self.device)
             self.mask = torch.cat([self.mask, self.mask.new_ones((len(self.rows), 1))], dim=-1)
-            out = self.model(input_ids=tokens, attention_mask=self.mask, position_ids=self.next_position,
-                             use_cache=True, **{self.cache_name: self.cache}, **self.extra)
+            out = self._forward([seq.adapter for seq in self.rows], input_ids=tokens, attention_mask=self.mask,
+                                position_ids=self.next_position, use_cache=True, **{self.cache_name: self.cache},
+                                **self.extra)
             self.cache = getattr(out, self.cache_name)
             self.next_position = self.next_position + 1
             chosen = self._choose(out.logits[:, -1, :], self.rows, torch)
