@@ -21,7 +21,7 @@ Two models:
 - the tests' tiny Llama (2 layers, hidden 32), TINY_STEPS steps of a few milliseconds: there the
   per-step cost of the callbacks dominates and is what the row shows (reported, no target).
 
-The worker's heartbeat thread (apps.training.runner.Heartbeat, one UPDATE every few seconds) is
+The worker's heartbeat thread (a JobRun's, apps.core.jobs, one UPDATE every few seconds) is
 not started, and no websocket viewer is connected (a group_send to an empty group). PostgreSQL at
 BENCH_PG_URL; database `bench_live_overhead`, created fresh and dropped at the end. About 2 minutes.
 """

@@ -14,6 +14,7 @@ class Comparison(LeasedJob):
     State = JobState
     ACTIVE, ENDED = ACTIVE_STATES, ENDED_STATES
     TASK, QUEUE = "comparison.run", "inference"
+    DONE_FIELD, TOTAL_FIELD = "cells_done", "cells_total"
 
     project = models.ForeignKey("projects.Project", on_delete=models.CASCADE, related_name="comparisons")
     name = models.CharField(max_length=120)

@@ -7,44 +7,50 @@ already loaded and takes turns with playground requests on the device. After eve
 its cells are stored (keyed by prompt and model, so a rerun skips what is done), published to
 `comparison.<id>`, and the cancel flag is read.
 
-Claiming is apps.core.jobs.claim, as for fine-tune jobs: a QUEUED comparison is taken at once; a
+It runs as an apps.core.jobs.JobRun, as every job kind: a QUEUED comparison is taken at once; a
 RUNNING one only once its heartbeat is stale (its worker died and the broker redelivered the
 message: tasks are acked late), and it then continues with the cells not yet stored. A
 message for a comparison that ended does nothing, and one whose worker was lost
 TRAINING_MAX_RUNS times fails instead of looping. The heartbeat settings are the training
-ones (TRAINING_HEARTBEAT_S, TRAINING_HEARTBEAT_STALE_S): one notion of a lost worker.
+ones (TRAINING_HEARTBEAT_S, TRAINING_HEARTBEAT_STALE_S): one notion of a lost worker. When its
+worker is told to stop (SIGTERM), the comparison is handed back after the batch in hand
+(JobRun.hand_back): its stored cells are kept and another worker makes the rest.
 """
 
 import logging
-import traceback
 
 from django.conf import settings
 from django.db import close_old_connections
-from django.utils import timezone
 
 from apps.comparison import events, selectors
 from apps.comparison.models import Comparison, Output
-from apps.core.jobs import Heartbeat, claim
+from apps.core.jobs import JobCancelled, JobRun
 
 logger = logging.getLogger(__name__)
 
 
 def run_comparison(comparison_id: int, *, worker: str = "") -> None:
     """What the `comparison.run` task runs: claim, then generate the cells not yet stored."""
-    comparison = claim(Comparison, comparison_id, worker=worker, what="comparison")
-    if comparison is None:
+    run = JobRun.claim(Comparison, comparison_id, worker=worker, what="comparison",
+                       publish=lambda comparison, **_: events.comparison_state(comparison),
+                       every_s=0)  # every batch is stored, published and checks the cancel flag
+    if run is None:
         return  # already ended, cancelled while queued, deleted, or running elsewhere
-    with Heartbeat(comparison):
-        _run(comparison)
+    with run:
+        _run(run)
 
 
-def _run(comparison: Comparison) -> None:
+def _run(run: JobRun) -> None:
     from apps.serving.runner import batcher, model_paths
     from workers.comparison import GridCancelled, GridModel, GridPrompt, run_grid
     from workers.inference import SamplingParams
 
+    comparison = run.job
     comparison_id = comparison.pk
     events.comparison_state(comparison)
+    if run.stopping():  # its worker is stopping (a message it took meanwhile): not a model loaded
+        run.hand_back()
+        return
     contestants = selectors.contestants(comparison)
     prompts = {p.position: p for p in comparison.prompts.all()}
     by_column = {c.position: c for c in contestants}
@@ -71,37 +77,29 @@ def _run(comparison: Comparison) -> None:
             update_conflicts=True, unique_fields=["prompt", "contestant"],
             update_fields=["text", "error", "finish_reason", "prompt_tokens", "completion_tokens", "latency_s",
                            "tokens_per_s", "scores", "created_at"])
-        total = Output.objects.filter(comparison_id=comparison_id).count()
-        alive = Comparison.objects.filter(pk=comparison_id).update(cells_done=total)
         events.cells(comparison_id, [{**selectors.cell_payload(o), "prompt": o.prompt.pk,
                                       "contestant": o.contestant.pk} for o in stored],
                      selectors.model_summaries(Comparison(pk=comparison_id)))
-        current = Comparison.objects.filter(pk=comparison_id).values("cancel_requested", "cells_done").first()
-        if current:
-            events.comparison_state(Comparison(pk=comparison_id, state=Comparison.State.RUNNING,
-                                               cells_done=current["cells_done"], cells_total=comparison.cells_total,
-                                               cancel_requested=current["cancel_requested"]))
-        return not alive or bool(current and current["cancel_requested"])
+        # Written and published; raises JobCancelled when a person asked to stop it.
+        run.progress(Output.objects.filter(comparison_id=comparison_id).count())
+        return run.stopping()  # its worker is stopping: handed back after this batch
 
     try:
         run_grid(models, grid_prompts, SamplingParams(**params), batcher=batcher(), on_cells=on_cells, done=done,
                  batch_size=settings.INFERENCE_MAX_BATCH_SIZE, timeout_s=settings.INFERENCE_TIMEOUT_S)
-    except GridCancelled:
-        _end(comparison_id, Comparison.State.CANCELLED)
+    except JobCancelled:
+        close_old_connections()
+        run.cancel()
+        return
+    except GridCancelled:  # deleted while running (then nothing is written), or its worker is stopping
+        close_old_connections()
+        if not run.hand_back():
+            run.cancel()
         return
     except Exception as exc:  # a model that cannot load, a timeout: the scientist sees why
         logger.exception("comparison %s failed", comparison_id)
-        _end(comparison_id, Comparison.State.FAILED, error=f"{type(exc).__name__}: {exc}"[:2000],
-             trace=traceback.format_exc())
+        close_old_connections()
+        run.fail(f"{type(exc).__name__}: {exc}"[:2000])
         return
-    _end(comparison_id, Comparison.State.SUCCEEDED)
-
-
-def _end(comparison_id: int, state: str, *, error: str = "", trace: str = "") -> None:
     close_old_connections()
-    if trace:
-        logger.info("comparison %s: %s", comparison_id, trace)
-    Comparison.objects.filter(pk=comparison_id).update(state=state, error=error, finished_at=timezone.now())
-    comparison = Comparison.objects.filter(pk=comparison_id).first()
-    if comparison is not None:
-        events.comparison_state(comparison)
+    run.finish()

@@ -51,7 +51,7 @@ class LeasedJob(models.Model):
     same message to two (tasks are acknowledged late and redelivered when a worker dies).
 
     A worker claims a QUEUED job by moving it to RUNNING, counting a run and naming itself; while
-    it works, a Heartbeat thread keeps `heartbeat_at` fresh. Another worker may take a RUNNING job
+    it works, a heartbeat thread keeps `heartbeat_at` fresh. Another worker may take a RUNNING job
     over only once that heartbeat is stale (the first worker died); a job whose worker was lost
     JOB_MAX_RUNS times fails instead of looping. Subclasses declare `State` (with QUEUED, RUNNING,
     FAILED) and `ENDED`, have `error` and `finished_at` fields, and name the Celery task that runs
@@ -73,6 +73,14 @@ class LeasedJob(models.Model):
         abstract = True
 
     @classmethod
+    def broker_priority(cls, pk: int) -> int | None:
+        """The priority the job's message is sent with (None: the broker's default), by its service
+        and again by a hand-back or the reaper, so a message sent again keeps its place among the
+        queue's priorities. With Redis, 0 is served first (kombu's steps 0, 3, 6, 9); a message
+        without one is served as 0. A kind with priorities overrides this."""
+        return None
+
+    @classmethod
     def cancel_asked(cls, pk: int) -> bool:
         """Whether the job asks its worker to stop: its `cancel_requested` flag, where the kind has one
         (a kind stopped another way says so by overriding this)."""
@@ -85,7 +93,7 @@ def _stale_before():
     return timezone.now() - timezone.timedelta(seconds=settings.TRAINING_HEARTBEAT_STALE_S)
 
 
-def claim(model: type[LeasedJob], pk: int, *, worker: str, what: str = "job",
+def _claim(model: type[LeasedJob], pk: int, *, worker: str, what: str = "job",
           on_given_up: Callable[[LeasedJob], None] | None = None, **claimed_fields) -> LeasedJob | None:
     """Take the job for this worker, or None when it is not this worker's to run: ended, deleted,
     or RUNNING under a live heartbeat (a duplicate message). A RUNNING job whose heartbeat is
@@ -120,7 +128,7 @@ def claim(model: type[LeasedJob], pk: int, *, worker: str, what: str = "job",
         time.sleep(min(1.0, settings.TRAINING_HEARTBEAT_STALE_S / 4))
 
 
-class Heartbeat:
+class _Heartbeat:
     """A thread that keeps a claimed job's heartbeat fresh while this worker runs it, however long
     one step of the work takes. It writes only while the row is still this run's."""
 
@@ -130,7 +138,7 @@ class Heartbeat:
         self._thread = threading.Thread(target=self._beat, daemon=True,
                                         name=f"heartbeat-{self.model._meta.model_name}-{self.pk}")
 
-    def __enter__(self) -> "Heartbeat":
+    def __enter__(self) -> "_Heartbeat":
         self._thread.start()
         return self
 
@@ -179,7 +187,18 @@ class JobRun:
     run's count of claims): a run taken over by another worker, or stopped by a person (a state
     written by the service), never overwrites what came after it; a stop keeps the progress made.
     `publish(job, **details)` sends the kind's live event: after each progress write (with the
-    details given to progress) and after the end is committed.
+    details given to progress), after the end is committed, and after a hand-back.
+
+    A kind whose work has steps it can resume from (a checkpoint, stored cells) also hands its job
+    back when its worker is told to stop (SIGTERM: a rolling update, a scale-down): the engine
+    polls `run.should_stop` (a cancel, or the worker stopping), or the runner asks `run.stopping()`
+    at its step boundary, and then
+
+            except JobCancelled:   # or the engine's own stop
+                if run.stopping() and not run.cancelled():
+                    run.hand_back()  # queued again, its progress kept; another worker resumes it
+                else:
+                    run.cancel()
     """
 
     def __init__(self, job: LeasedJob, *, publish: Callable[..., None] | None = None,
@@ -190,14 +209,19 @@ class JobRun:
         self._written_at: float | None = None
         self._checked_at: float | None = None
         self._cancelled = False
-        self._heartbeat = Heartbeat(job)
+        self._stop_checked_at: float | None = None
+        self._stopping = False
+        self._heartbeat = _Heartbeat(job)
 
     @classmethod
     def claim(cls, model: type[LeasedJob], pk: int, *, worker: str, what: str = "job",
               on_given_up: Callable[[LeasedJob], None] | None = None, publish: Callable[..., None] | None = None,
               every_s: float = PROGRESS_EVERY_S, **claimed_fields) -> "JobRun | None":
-        """`claim` the job; a run of it, or None when it is not this worker's to run."""
-        job = claim(model, pk, worker=worker, what=what, on_given_up=on_given_up, **claimed_fields)
+        """Take the job for this worker: a run of it, or None when it is not this worker's to run
+        (ended, deleted, or RUNNING under a live heartbeat: a duplicate message). A RUNNING job
+        whose heartbeat is stale is taken over (its `runs` then counts 2+); one lost JOB_MAX_RUNS
+        times fails instead (`on_given_up(job)` is called). `claimed_fields` are set as it is taken."""
+        job = _claim(model, pk, worker=worker, what=what, on_given_up=on_given_up, **claimed_fields)
         return None if job is None else cls(job, publish=publish, every_s=every_s)
 
     def __enter__(self) -> "JobRun":
@@ -225,6 +249,22 @@ class JobRun:
                 connection.close()
                 raise
         return self._cancelled
+
+    def stopping(self) -> bool:
+        """Whether this run's worker was told to stop (a warm shutdown: SIGTERM), read at most every
+        `every_s` (the first ask reads at once; once told, always): the run then hands its job back
+        (`hand_back`) at its next step boundary instead of holding the stop up, or finishes what it
+        cannot resume. From any of the engine's threads."""
+        now = time.monotonic()
+        if not self._stopping and (self._stop_checked_at is None or now - self._stop_checked_at >= self._every_s):
+            self._stop_checked_at = now
+            self._stopping = _worker_stopping(self.job.worker)
+        return self._stopping
+
+    def should_stop(self) -> bool:
+        """The engine's poll for a kind that hands back: a person asked to stop it (`cancelled`), or
+        its worker is stopping (`stopping`). Once the engine stopped, the runner tells which."""
+        return self.cancelled() or self.stopping()
 
     def progress(self, done: int, total: int | None = None, **details) -> None:
         """The progress callback handed to the engine: `done` (and `total`) kept in the kind's
@@ -254,6 +294,30 @@ class JobRun:
     def cancel(self, **fields) -> bool:
         return self._end(self.model.State.CANCELLED, fields)
 
+    def hand_back(self, **fields) -> bool:
+        """Return the job to the queue, its progress and `fields` kept, and send its message again
+        (with its kind's priority) once committed, so another worker, or this one restarted,
+        resumes it; then publish it, QUEUED. Not a lost worker: the claim that takes it next is not
+        counted toward JOB_MAX_RUNS. False when the row was no longer this run's (taken over,
+        stopped by a person, deleted): nothing is written or sent."""
+        model, pk = self.model, self.job.pk
+        fields = {**self._progress_fields(), **fields}
+        written = self._this_run().filter(state=model.State.RUNNING).update(
+            **fields, state=model.State.QUEUED, worker="", heartbeat_at=None, runs=F("runs") - 1)
+        if not written:
+            return False
+        for name, value in fields.items():
+            setattr(self.job, name, value)
+        self.job.state, self.job.worker, self.job.heartbeat_at = model.State.QUEUED, "", None
+        self.job.runs -= 1
+
+        def sent_again() -> None:
+            _send(model, pk)
+            self._publish(self.job)
+
+        transaction.on_commit(sent_again)
+        return True
+
     def _end(self, state: str, fields: dict) -> bool:
         """Write the end while the row is still this run's, then publish it once committed. False
         when it was not: taken over, deleted, or stopped by a person (the progress made is kept)."""
@@ -275,8 +339,9 @@ class JobRun:
 
 # --- hand-back: a worker that is told to stop (SIGTERM: a rolling update, a scale-down, a
 # container stop) returns its long jobs to the queue at the next step instead of holding the stop
-# up for hours or being killed mid-step. Celery tells only its main process (worker_shutting_down);
-# the task runs in a pool process, so the word is passed through the shared cache.
+# up for hours or being killed mid-step (JobRun.stopping, JobRun.hand_back). Celery tells only its
+# main process (worker_shutting_down, apps.core.tasks); the task runs in a pool process, so the word
+# is passed through the shared cache.
 
 STOPPING_KEEP_S = 24 * 3600
 
@@ -293,22 +358,9 @@ def clear_worker_stopping(worker: str) -> None:
     cache.delete(_stopping_key(worker))
 
 
-def worker_stopping(worker: str) -> bool:
-    """Whether the worker named `worker` (its Celery hostname) was told to stop."""
+def _worker_stopping(worker: str) -> bool:
+    """Whether the worker named `worker` (its Celery hostname) was told to stop (JobRun.stopping)."""
     return bool(worker) and cache.get(_stopping_key(worker)) is not None
-
-
-def hand_back(job: LeasedJob) -> bool:
-    """Return a job this run holds to the queue, its progress kept, and send its message again, so
-    another worker (or this one, restarted) resumes it. Not a lost worker: the claim that takes it
-    next is not counted toward JOB_MAX_RUNS. False when the row was no longer this run's."""
-    model = type(job)
-    written = model.objects.filter(pk=job.pk, runs=job.runs, state=model.State.RUNNING).update(
-        state=model.State.QUEUED, worker="", heartbeat_at=None, runs=F("runs") - 1)
-    if written:
-        job.state, job.worker, job.heartbeat_at, job.runs = model.State.QUEUED, "", None, job.runs - 1
-        transaction.on_commit(lambda: _send(model, job.pk))
-    return bool(written)
 
 
 def leased_kinds() -> list[type[LeasedJob]]:
@@ -317,7 +369,10 @@ def leased_kinds() -> list[type[LeasedJob]]:
 
 
 def _send(model: type[LeasedJob], pk: int) -> None:
-    current_app.send_task(model.TASK, args=[pk], queue=model.QUEUE)
+    """Send the job's message again (a hand-back, the reaper), with the priority its service sent it with."""
+    priority = model.broker_priority(pk)
+    current_app.send_task(model.TASK, args=[pk], queue=model.QUEUE,
+                          **({"priority": priority} if priority is not None else {}))
 
 
 def reap_stale(send: Callable[[type[LeasedJob], int], None] = _send) -> dict[str, int]:
@@ -328,7 +383,7 @@ def reap_stale(send: Callable[[type[LeasedJob], int], None] = _send) -> dict[str
 
 def reap(model: type[LeasedJob], send: Callable[[int], None]) -> int:
     """Send again the message of every RUNNING job whose worker went silent (a whole machine lost,
-    so no redelivery came): `claim` then takes it over. Returns how many."""
+    so no redelivery came): `JobRun.claim` then takes it over. Returns how many."""
     stale = list(model.objects.filter(state=model.State.RUNNING, heartbeat_at__lt=_stale_before())
                  .values_list("pk", flat=True))
     for pk in stale:

@@ -1,5 +1,5 @@
 """Celery tasks of the shared plumbing: the one reaper of jobs whose worker vanished; and the
-worker signals by which a stopping worker hands its long jobs back (apps.core.jobs.hand_back)."""
+worker signals by which a stopping worker hands its long jobs back (apps.core.jobs.JobRun.hand_back)."""
 
 from celery import shared_task
 from celery.signals import worker_ready, worker_shutting_down

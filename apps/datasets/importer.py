@@ -3,8 +3,9 @@
 Rows are written in batches into a version that stays BUILDING (invisible) until the last
 row is in; a failure or a cancel deletes that version and its rows, so nothing half-written
 is left behind. The job row is the record of progress; each batch also publishes progress
-to the job's websocket group. Redelivery of a job that already ended does nothing; a job found
-RUNNING (its worker died) is cleaned up and run again from the start.
+to the job's websocket group. It runs as an apps.core.jobs.JobRun: redelivery of a job that
+already ended, or that a live worker runs, does nothing; a job found RUNNING whose worker died
+(its heartbeat stale) has its half version discarded and is run again from the start.
 """
 
 import gc
@@ -21,10 +22,9 @@ from pathlib import Path
 from django.conf import settings
 from django.db import connection, connections, transaction
 from django.db.models import Max
-from django.utils import timezone
 
 from apps.core import storage
-from apps.core.jobs import Heartbeat, claim
+from apps.core.jobs import JobCancelled, JobRun
 from apps.datasets import events, search_index
 from apps.datasets.bulk import RowWriter, VersionTally, concurrently, first_repeated_id, insert_rows, stored_tallies
 from apps.datasets.models import DatasetRow, DatasetVersion, ImportJob
@@ -48,12 +48,8 @@ logger = logging.getLogger(__name__)
 BATCH_ROWS = 2000
 # A part process writes larger batches: nobody waits on it between them (the parent reports).
 PART_BATCH_ROWS = 10_000
-PROGRESS_INTERVAL_S = 0.5
+PROGRESS_INTERVAL_S = 0.5  # progress written and published, and the cancel flag read, at most this often
 SHORT_FIELDS = {"ext_id": 200, "label": 200}  # indexed columns have a length limit
-
-
-class ImportCancelled(Exception):
-    pass
 
 
 def source_path(job: ImportJob) -> Path:
@@ -88,23 +84,15 @@ def discard_version(version: DatasetVersion | None) -> None:
         version.delete()
 
 
-def _finish(job: ImportJob, state: str, error: str = "") -> None:
-    job.state = state
-    job.error = error
-    job.finished_at = timezone.now()
-    job.save(update_fields=["state", "error", "finished_at", "rows_done", "bad_rows", "version"])
-    events.import_progress(job)
-
-
 def run_import(job_id: int, *, worker: str = "") -> None:
-    """Claim the import (apps.core.jobs.claim: a message redelivered while a live worker runs it
-    does nothing), then load it into a new version under a heartbeat."""
-    if claim(ImportJob, job_id, worker=worker, what="import",
-             on_given_up=lambda lost: _given_up(lost)) is None:
+    """Claim the import (JobRun.claim: a message redelivered while a live worker runs it does
+    nothing), then load it into a new version under a heartbeat."""
+    run = JobRun.claim(ImportJob, job_id, worker=worker, what="import", on_given_up=_given_up,
+                       publish=events.import_progress, every_s=PROGRESS_INTERVAL_S)
+    if run is None:
         return  # deleted, ended, or running under a live worker
-    job = ImportJob.objects.select_related("dataset", "version").get(pk=job_id)
-    with Heartbeat(job):
-        _run(job)
+    with run:
+        _run(run)
 
 
 def _given_up(job: ImportJob) -> None:
@@ -112,7 +100,8 @@ def _given_up(job: ImportJob) -> None:
     transaction.on_commit(lambda: events.import_progress(job))
 
 
-def _run(job: ImportJob) -> None:
+def _run(run: JobRun) -> None:
+    job = run.job
     job_id = job.pk
     if job.runs > 1:  # taken over from a worker that died: its rows go, the import starts again
         logger.warning("import %s lost its worker; starting it again", job_id)
@@ -132,22 +121,19 @@ def _run(job: ImportJob) -> None:
         job.save(update_fields=["version", "rows_done", "rows_total_estimate"])  # not the heartbeat's field
     events.import_progress(job)
     try:
-        _load_rows(job, version, path, fmt)
-    except ImportCancelled:
+        _load_rows(run, version, path, fmt)
+    except JobCancelled:
         discard_version(version)
-        job.version = None
-        _finish(job, ImportJob.State.CANCELLED)
+        run.cancel(version=None, bad_rows=job.bad_rows)
     except IngestError as exc:
         discard_version(version)
-        job.version = None
-        _finish(job, ImportJob.State.FAILED, str(exc))
+        run.fail(str(exc), version=None, bad_rows=job.bad_rows)
     except Exception as exc:  # keep the traceback for the scientist; never leave a half version
         logger.exception("import %s failed", job_id)
         discard_version(version)
-        job.version = None
-        _finish(job, ImportJob.State.FAILED, f"{type(exc).__name__}: {exc}\n\n{traceback.format_exc()}")
+        run.fail(f"{type(exc).__name__}: {exc}\n\n{traceback.format_exc()}", version=None, bad_rows=job.bad_rows)
     else:
-        _finish(job, ImportJob.State.SUCCEEDED)
+        run.finish(version=version, bad_rows=job.bad_rows)
         search_index.after_ready(version)
 
 
@@ -163,14 +149,15 @@ def _parallel_parts(job: ImportJob, path: Path, fmt: SourceFormat) -> list[Part]
     return parts if len(parts) > 1 else []
 
 
-def _load_rows(job: ImportJob, version: DatasetVersion, path: Path, fmt: SourceFormat) -> None:
+def _load_rows(run: JobRun, version: DatasetVersion, path: Path, fmt: SourceFormat) -> None:
+    job = run.job
     started = time.monotonic()
     parts = _parallel_parts(job, path, fmt)
     if parts:
-        position, tally = _load_parts(job, version, path, parts)
+        position, tally = _load_parts(run, version, path, parts)
         bad_rows = BadRows()
     else:
-        position, tally, bad_rows = _load_sequentially(job, version, path, fmt)
+        position, tally, bad_rows = _load_sequentially(run, version, path, fmt)
     if position == 0:
         raise IngestError("no rows to import" + (f" ({len(bad_rows)} bad rows skipped)" if bad_rows else ""))
     # Ids are checked once the rows are stored (an index-free pass in the database), not in a set
@@ -196,38 +183,35 @@ def _load_rows(job: ImportJob, version: DatasetVersion, path: Path, fmt: SourceF
                 job.pk, position, loaded - started, max(len(parts), 1), time.monotonic() - loaded)
 
 
-def _load_sequentially(job: ImportJob, version: DatasetVersion, path: Path, fmt: SourceFormat):
+def _load_sequentially(run: JobRun, version: DatasetVersion, path: Path, fmt: SourceFormat):
     bad_rows = BadRows()
     tally = VersionTally()
     batch: list[tuple] = []
-    started = last_progress = time.monotonic()
+    started = time.monotonic()
     position = 0
     with RowWriter() as writer:
-        for _, row, split in _canonical_rows(job, path, fmt, bad_rows):
+        for _, row, split in _canonical_rows(run.job, path, fmt, bad_rows):
             batch.append(tally.row(version.pk, position, row, split))
             position += 1
             if len(batch) >= BATCH_ROWS:
                 writer.write(batch)
                 batch = []  # the writer thread holds the last one
-                job.rows_done = position
-                now = time.monotonic()
-                if now - last_progress >= PROGRESS_INTERVAL_S:
-                    last_progress = now
-                    _report(job, position, now - started)
+                _report(run, position, time.monotonic() - started)
         writer.write(batch)
     return position, tally, bad_rows
 
 
-def _load_parts(job: ImportJob, version: DatasetVersion, path: Path, parts: list[Part]):
+def _load_parts(run: JobRun, version: DatasetVersion, path: Path, parts: list[Part]):
     """Each part read, checked, hashed and written by a process of its own, in parallel: per-row
     Python work is most of an import, and one process uses one core. Positions and the version
     hash are those reading the file in order gives; the first bad line in file order fails it."""
     with tempfile.TemporaryDirectory(prefix="import-parts-") as scratch:
         digests = [Path(scratch) / f"{index}.digests" for index in range(len(parts))]
-        return _run_parts(job, version, path, parts, digests)
+        return _run_parts(run, version, path, parts, digests)
 
 
-def _run_parts(job: ImportJob, version: DatasetVersion, path: Path, parts: list[Part], digests: list[Path]):
+def _run_parts(run: JobRun, version: DatasetVersion, path: Path, parts: list[Part], digests: list[Path]):
+    job = run.job
     context = multiprocessing.get_context("fork")
     connections.close_all()  # each process opens its own
     stop = context.Event()
@@ -255,9 +239,7 @@ def _run_parts(job: ImportJob, version: DatasetVersion, path: Path, parts: list[
                 answer = results[pipes.index(pipe)] = _receive(pipe)
                 if answer[0] != "ok":
                     stop.set()  # the others need not go on
-            rows = sum(counter.value for counter in counters)
-            job.rows_done = rows
-            _report(job, rows, time.monotonic() - started)
+            _report(run, sum(counter.value for counter in counters), time.monotonic() - started)
     except BaseException:
         stop.set()
         raise
@@ -389,14 +371,12 @@ def _line_of(job: ImportJob, path: Path, fmt: SourceFormat, position: int) -> in
     raise AssertionError(f"no row at position {position}")
 
 
-def _report(job: ImportJob, rows: int, elapsed_s: float) -> None:
-    """Save progress, publish it, and stop if a cancel was asked for."""
-    ImportJob.objects.filter(pk=job.pk).update(rows_done=rows)
-    if ImportJob.objects.filter(pk=job.pk, cancel_requested=True).exists():
-        raise ImportCancelled()
+def _report(run: JobRun, rows: int, elapsed_s: float) -> None:
+    """Progress, with its rate and time left: written and published at most every
+    PROGRESS_INTERVAL_S; raises JobCancelled once a cancel was asked for."""
     rate = rows / elapsed_s if elapsed_s > 0 else None
-    eta = (job.rows_total_estimate - rows) / rate if rate and job.rows_total_estimate else None
-    events.import_progress(job, rows_per_s=rate, eta_s=eta)
+    eta = (run.job.rows_total_estimate - rows) / rate if rate and run.job.rows_total_estimate else None
+    run.progress(rows, rows_per_s=rate, eta_s=eta)
 
 
 def data_root_path(raw: str) -> Path:

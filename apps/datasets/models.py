@@ -121,6 +121,7 @@ class ImportJob(LeasedJob):
     ACTIVE = (State.QUEUED, State.RUNNING)
     ENDED = (State.SUCCEEDED, State.FAILED, State.CANCELLED)
     TASK, QUEUE = "datasets.import", "default"
+    DONE_FIELD = "rows_done"
 
     dataset = models.ForeignKey(Dataset, on_delete=models.CASCADE, related_name="imports")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")

@@ -6,14 +6,11 @@ loaded beside it on demand, evicted LRU under INFERENCE_ADAPTER_BUDGET_BYTES).""
 
 import logging
 import threading
-import time
 from pathlib import Path
 
 from django.conf import settings
-from django.db import connection
-from django.utils import timezone
 
-from apps.core.jobs import Heartbeat, claim
+from apps.core.jobs import JobRun
 from apps.registry.models import RegisteredModel
 from apps.serving import events
 from apps.serving.models import Generation
@@ -46,79 +43,87 @@ def model_paths(model: RegisteredModel) -> tuple[Path, Path | None]:
 
 
 def run_generation(generation_id: int, *, worker: str = "") -> None:
-    claimed = claim(Generation, generation_id, worker=worker, what="generation")
-    if claimed is None:
+    run = JobRun.claim(Generation, generation_id, worker=worker, what="generation", publish=_published,
+                       every_s=CANCEL_CHECK_EVERY_S)
+    if run is None:
         return  # ended, gone, or running under a live worker (a redelivered message)
-    generation = Generation.objects.select_related("model__base_model").get(pk=generation_id)
-    if generation.runs > 1:
+    if run.job.runs > 1:
         # Its worker died mid-answer. Tokens already streamed cannot be taken back, so the answer
         # is not generated again behind the caller's back: the caller learns why and may ask again.
-        _end(generation, error="The worker generating this answer was lost; send the request again.")
+        run.fail("The worker generating this answer was lost; send the request again.")
         return
-    with Heartbeat(claimed):
-        _generate(generation)
+    with run:
+        _generate(run)
 
 
-def _generate(generation: Generation) -> None:
+# The cancel flag (and the worker's stop) is read after the first token, then at most this often,
+# so a stop lands within a fraction of a second without a query per token.
+CANCEL_CHECK_EVERY_S = 0.1
+
+
+def _published(generation: Generation, **_) -> None:
+    if generation.state in Generation.ENDED:  # a hand-back says nothing: the caller keeps waiting
+        events.finished(generation)
+
+
+def _generate(run: JobRun) -> None:
     from workers.inference import InferenceInputError, SamplingParams
 
+    generation = run.job
     generation_id = generation.pk
     if generation.cancel_requested:  # stopped while it waited for a worker: no token is generated
-        generation.finish_reason = "cancelled"
-        _end(generation)
+        run.finish(finish_reason="cancelled")
+        return
+    if run.stopping():  # its worker is stopping (a message it took meanwhile): another answers it
+        run.hand_back()
         return
     params = dict(generation.params)
     if "stop" in params:
         params["stop"] = tuple(params["stop"])
     base, adapter = model_paths(generation.model)
+    stream = _Stream(run)
     try:
         future = batcher().submit(f"model-{generation.model.base_model_id or generation.model_id}", base,
-                                  generation.prompt, SamplingParams(**params),
-                                  on_token=lambda text: events.delta(generation_id, text),
+                                  generation.prompt, SamplingParams(**params), on_token=stream.on_token,
                                   messages=generation.messages, adapter_path=adapter,
-                                  is_cancelled=CancelCheck(generation_id))
+                                  is_cancelled=stream.is_cancelled)
         result = future.result(timeout=settings.INFERENCE_TIMEOUT_S)
     except InferenceInputError as exc:
-        _end(generation, error=str(exc), field=exc.field)
+        run.fail(str(exc), error_field=exc.field)
         return
     except Exception as exc:  # a model that cannot load, a timeout: the caller sees why
         logger.exception("generation %s failed", generation_id)
-        _end(generation, error=f"{type(exc).__name__}: {exc}"[:2000])
+        run.fail(f"{type(exc).__name__}: {exc}"[:2000])
         return
-    generation.output, generation.finish_reason = result.text, result.finish_reason
-    generation.prompt_tokens, generation.completion_tokens = result.prompt_tokens, result.completion_tokens
-    generation.time_to_first_token_s, generation.total_s = result.time_to_first_token_s, result.total_s
-    _end(generation)
-
-
-class CancelCheck:
-    """Asked after every token by the batcher's thread: reads the cancel flag after the first
-    token, then at most every CHECK_EVERY_S, so a stop lands within a fraction of a second
-    without a query per token."""
-
-    CHECK_EVERY_S = 0.1
-
-    def __init__(self, generation_id: int) -> None:
-        self.generation_id = generation_id
-        self.checked_at = -self.CHECK_EVERY_S  # the first token checks at once
-        self.cancelled = False
-
-    def __call__(self) -> bool:
-        now = time.monotonic()
-        if not self.cancelled and now - self.checked_at >= self.CHECK_EVERY_S:
-            self.checked_at = now
-            try:  # on the batcher's own thread: one connection, kept, dropped if it broke
-                self.cancelled = Generation.objects.filter(pk=self.generation_id, cancel_requested=True).exists()
-            except Exception:
-                connection.close()
-                raise
-        return self.cancelled
-
-
-def _end(generation: Generation, *, error: str = "", field: str = "") -> None:
-    generation.state = Generation.State.FAILED if error else Generation.State.SUCCEEDED
-    generation.error, generation.error_field, generation.finished_at = error, field, timezone.now()
+    if stream.handing_back:
+        run.hand_back()
+        return
     # Only what the run produced: a cancel requested meanwhile stays recorded.
-    generation.save(update_fields=["state", "error", "error_field", "finished_at", "output", "finish_reason",
-                                   "prompt_tokens", "completion_tokens", "time_to_first_token_s", "total_s"])
-    events.finished(generation)
+    run.finish(output=result.text, finish_reason=result.finish_reason, prompt_tokens=result.prompt_tokens,
+               completion_tokens=result.completion_tokens, time_to_first_token_s=result.time_to_first_token_s,
+               total_s=result.total_s)
+
+
+class _Stream:
+    """The batcher's callbacks for one answer, on its thread: tokens go to the caller, and after
+    each token it asks whether to stop. A cancel stops it (the answer so far is the answer). A
+    stopping worker hands the answer back only while the caller has seen none of it (the model's
+    first tokens may not yet make text): what was streamed cannot be taken back, so an answer
+    already streaming is finished here, within its timeout."""
+
+    def __init__(self, run: JobRun) -> None:
+        self.run, self.generation_id = run, run.job.pk
+        self.streamed = self.handing_back = False
+
+    def on_token(self, text: str) -> None:
+        if self.handing_back:
+            return  # the end of an answer handed back: another worker answers from the start
+        self.streamed = True
+        events.delta(self.generation_id, text)
+
+    def is_cancelled(self) -> bool:
+        if self.run.cancelled():
+            return True
+        if not self.streamed and self.run.stopping():
+            self.handing_back = True
+        return self.handing_back

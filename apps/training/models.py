@@ -76,6 +76,16 @@ class TrainingJob(LeasedJob):
     def is_active(self) -> bool:
         return self.state in self.ACTIVE
 
+    @classmethod
+    def broker_priority(cls, pk: int) -> int:
+        """Its launch priority as the broker's: sent with it, and again by a hand-back or the reaper."""
+        priority = cls.objects.filter(pk=pk).values_list("priority", flat=True).first()
+        return BROKER_PRIORITY.get(priority, BROKER_PRIORITY[cls.Priority.NORMAL])
+
+
+# Redis serves kombu's priority steps 0, 3, 6, 9 in that order: high, normal, low.
+BROKER_PRIORITY = {TrainingJob.Priority.HIGH: 0, TrainingJob.Priority.NORMAL: 3, TrainingJob.Priority.LOW: 6}
+
 
 class MetricPoint(models.Model):
     """One reported point of a job: keyed by (job, kind, step), so a resumed job that reports a

@@ -1,12 +1,13 @@
 """Runs one fine-tune inside a worker: the adapter between the database, the channel layer
 and the training engine (workers.training).
 
-Claiming is apps.core.jobs.claim: a QUEUED job is taken at once, a RUNNING one only once its
+It runs as an apps.core.jobs.JobRun: a QUEUED job is taken at once, a RUNNING one only once its
 heartbeat is stale (its worker died; the broker redelivered the message or the reaper re-sent
 it), and the engine then resumes from the last complete checkpoint in the job's output folder.
 A message for a job that already ended does nothing (the broker may redeliver it), and a job
 whose worker was lost TRAINING_MAX_RUNS times fails instead of looping (an OOM kill would
-otherwise be redelivered forever).
+otherwise be redelivered forever). When its worker is told to stop, the job checkpoints at the
+next step and is handed back to the queue (JobRun.hand_back), to resume on another worker.
 """
 
 import logging
@@ -18,7 +19,7 @@ from django.conf import settings
 from django.db import close_old_connections, transaction
 from django.utils import timezone
 
-from apps.core.jobs import Heartbeat, claim, hand_back, worker_stopping
+from apps.core.jobs import JobRun
 from apps.training import events
 from apps.training.models import MetricPoint, TrainingJob
 from workers.training import ConfigError, TrainCallbacks, TrainCancelled, TrainConfig, TrainingDataError, train
@@ -36,13 +37,15 @@ def output_dir(job: TrainingJob) -> Path:
 
 
 def run_job(job_id: int, *, worker: str, pid: int) -> None:
-    job = claim(TrainingJob, job_id, worker=worker, what="job", worker_pid=pid,
-                on_given_up=lambda lost: transaction.on_commit(lambda: events.job_state(lost)))
-    if job is None:
+    run = JobRun.claim(TrainingJob, job_id, worker=worker, what="job", worker_pid=pid,
+                       on_given_up=lambda lost: transaction.on_commit(lambda: events.job_state(lost)),
+                       publish=lambda job, **_: events.job_state(job),
+                       every_s=0)  # the cancel flag and the worker's stop are read at every step
+    if run is None:
         return
-    events.job_state(job)
-    with Heartbeat(job):
-        _train(job)
+    events.job_state(run.job)
+    with run:
+        _train(run)
 
 
 def _rows(job: TrainingJob, split: str, limit: int | None = None) -> list[dict]:
@@ -66,12 +69,13 @@ def version_rows(version, split: str, method: str, limit: int | None = None) -> 
     return list(rows[:limit] if limit else rows)
 
 
-def _train(job: TrainingJob) -> None:
+def _train(run: JobRun) -> None:
     from apps.registry.services import adapter_lineage
     from apps.training.speed import preload_engine
 
+    job = run.job
     preload_engine()  # once per worker process; not part of the setup time this job records
-    callbacks = JobCallbacks(job)
+    callbacks = JobCallbacks(job, run)
     try:
         lineage = adapter_lineage(job)  # hashes the base's weights the first time: before the run, not after
         callbacks.start_clock()  # that hash is once per model, not part of the setup this job records
@@ -87,29 +91,28 @@ def _train(job: TrainingJob) -> None:
         close_old_connections()
         if callbacks.handing_back:
             callbacks.log(f"handed back at step {exc.step}: its worker is stopping; another resumes it")
-            hand_back(job)
-            transaction.on_commit(lambda: events.job_state(job))
+            run.hand_back()
             return
         callbacks.log(f"cancelled at step {exc.step}")
-        _end(job, TrainingJob.State.CANCELLED)
+        run.cancel()
         return
     except (TrainingDataError, ConfigError) as exc:
         close_old_connections()
-        _end(job, TrainingJob.State.FAILED, error=str(exc), trace=traceback.format_exc())
+        run.fail(str(exc), traceback=traceback.format_exc())
         return
     except Exception as exc:  # the scientist sees a summary and the traceback on the job page
         logger.exception("job %s failed", job.pk)
         close_old_connections()
-        _end(job, TrainingJob.State.FAILED, error=f"{type(exc).__name__}: {exc}"[:2000],
-             trace=traceback.format_exc())
+        run.fail(f"{type(exc).__name__}: {exc}"[:2000], traceback=traceback.format_exc())
         return
-    _succeed(job, result, timing)
+    _succeed(run, result, timing)
 
 
-def _succeed(job: TrainingJob, result, timing: dict) -> None:
+def _succeed(run: JobRun, result, timing: dict) -> None:
     from apps.registry.services import adapter_register
     from apps.training.speed import record_job_speed
 
+    job = run.job
     close_old_connections()
     with transaction.atomic():
         job.refresh_from_db()
@@ -117,24 +120,19 @@ def _succeed(job: TrainingJob, result, timing: dict) -> None:
         job.adapter, job.metrics, job.current_step = adapter, result.metrics, result.final_step
         job.tokens_trained = result.metrics.get("tokens_trained", job.tokens_trained)
         job.save(update_fields=["adapter", "metrics", "current_step", "tokens_trained"])
-        _end(job, TrainingJob.State.SUCCEEDED)
+        run.finish()
     try:  # the next estimates learn this machine's speed; a failure here must not fail the job
         record_job_speed(job, **timing)
     except Exception:
         logger.exception("job %s: recording its speed failed", job.pk)
 
 
-def _end(job: TrainingJob, state: str, *, error: str = "", trace: str = "") -> None:
-    job.state, job.error, job.traceback, job.finished_at = state, error, trace, timezone.now()
-    job.save(update_fields=["state", "error", "traceback", "finished_at"])
-    transaction.on_commit(lambda: events.job_state(job))
-
-
 class JobCallbacks(TrainCallbacks):
     """The engine's callbacks: each metric point is upserted by (job, kind, step) and published."""
 
-    def __init__(self, job: TrainingJob) -> None:
+    def __init__(self, job: TrainingJob, run: JobRun | None = None) -> None:
         self.job = job
+        self.run = run or JobRun(job, every_s=0)  # its cancel and stop checks
         self.handing_back = False
         self._lines: list[str] = job.log_tail.splitlines()[-LOG_TAIL_LINES:]
         # Timings for the speed this run records (apps.training.speed): loading until the first step, evals.
@@ -172,9 +170,9 @@ class JobCallbacks(TrainCallbacks):
     def should_stop(self) -> bool:
         """A person cancelled the job, or its worker is stopping (then the job is handed back:
         the engine's stop checkpoints either way)."""
-        if TrainingJob.objects.filter(pk=self.job.pk, cancel_requested=True).exists():
+        if self.run.cancelled():
             return True
-        self.handing_back = worker_stopping(self.job.worker)
+        self.handing_back = self.run.stopping()
         return self.handing_back
 
     def log(self, message: str) -> None:

@@ -253,13 +253,8 @@ def _check_quota(user, project: Project) -> None:
                             "or running; wait for one to end or cancel one.")
 
 
-# Redis serves kombu's priority steps 0, 3, 6, 9 in that order: high, normal, low.
-BROKER_PRIORITY = {TrainingJob.Priority.HIGH: 0, TrainingJob.Priority.NORMAL: 3, TrainingJob.Priority.LOW: 6}
-
-
 def _enqueue(job_id: int) -> None:
-    priority = TrainingJob.objects.filter(pk=job_id).values_list("priority", flat=True).first()
-    enqueue(train_task, job_id, queue="gpu", priority=BROKER_PRIORITY.get(priority, 3),
+    enqueue(train_task, job_id, queue="gpu", priority=TrainingJob.broker_priority(job_id),
             on_failure=lambda reason: TrainingJob.objects.filter(pk=job_id).update(
                 state=TrainingJob.State.FAILED, finished_at=timezone.now(), error=reason))
 

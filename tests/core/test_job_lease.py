@@ -2,7 +2,8 @@
 kind that uses it. Two workers handed the same message: one runs. A worker that died is taken
 over once its heartbeat is stale; one lost too often fails; the reaper re-sends what went silent;
 an ended job's message does nothing. A run (JobRun) writes its progress and its end only while
-the row is its own, and a kind that can be cancelled stops at its next progress."""
+the row is its own, and a kind that can be cancelled stops at its next progress. A run whose
+worker is stopping hands its job back, and every message sent again keeps its kind's priority."""
 
 import threading
 import time
@@ -13,7 +14,8 @@ from django.utils import timezone
 
 from apps.annotation.models import AnnotationExport, Campaign, LabelSchema, SuggestionRun
 from apps.comparison.models import Comparison
-from apps.core.jobs import Heartbeat, JobCancelled, JobRun, claim, leased_kinds, reap, reap_stale
+from apps.core import jobs
+from apps.core.jobs import JobCancelled, JobRun, leased_kinds, mark_worker_stopping, reap, reap_stale
 from apps.datasets.models import Dataset, DeriveJob, ExportJob, ImportJob, SearchIndexJob
 from apps.evaluation.models import Judge, JudgeRun
 from apps.serving.models import Generation
@@ -123,7 +125,7 @@ def kind(request, settings):
 
 def claim_and_close(results, model, pk, worker):
     try:
-        results.append(claim(model, pk, worker=worker))
+        results.append(JobRun.claim(model, pk, worker=worker))
     finally:  # a thread's pooled PostgreSQL connection goes back to the pool only when closed
         connection.close()
 
@@ -131,10 +133,10 @@ def claim_and_close(results, model, pk, worker):
 def test_two_workers_given_the_same_message_one_runs_while_the_other_is_alive(kind, project, owner):
     model, make = kind
     job = make(project, owner, "queued")
-    first = claim(model, job.pk, worker="a@host")
-    assert (first.state, first.runs, first.worker) == ("running", 1, "a@host")
+    first = JobRun.claim(model, job.pk, worker="a@host")
+    assert (first.job.state, first.job.runs, first.job.worker) == ("running", 1, "a@host")
     results = []
-    with Heartbeat(first):  # the first worker is alive: its heartbeat stays fresh
+    with first:  # the first worker is alive: its heartbeat stays fresh
         second = threading.Thread(target=claim_and_close, args=(results, model, job.pk, "b@host"))
         second.start()
         second.join(30)
@@ -146,8 +148,8 @@ def test_two_workers_given_the_same_message_one_runs_while_the_other_is_alive(ki
 def test_a_job_whose_worker_died_is_taken_over_once_its_heartbeat_is_stale(kind, project, owner):
     model, make = kind
     job = make(project, owner, "queued")
-    claim(model, job.pk, worker="a@host")  # and then a@host dies: no heartbeat
-    taken = claim(model, job.pk, worker="b@host")  # waits out the stale limit (the test's timeout bounds it)
+    JobRun.claim(model, job.pk, worker="a@host")  # and then a@host dies: no heartbeat
+    taken = JobRun.claim(model, job.pk, worker="b@host").job  # waits out the stale limit (the test's timeout bounds it)
     assert (taken.state, taken.runs, taken.worker) == ("running", 2, "b@host")
 
 
@@ -155,7 +157,7 @@ def test_a_job_lost_too_often_fails_with_the_reason_instead_of_looping(kind, pro
     model, make = kind
     job = make(project, owner, "running")
     model.objects.filter(pk=job.pk).update(runs=3, heartbeat_at=timezone.now() - timezone.timedelta(seconds=60))
-    assert claim(model, job.pk, worker="c@host") is None
+    assert JobRun.claim(model, job.pk, worker="c@host") is None
     job.refresh_from_db()
     assert job.state == "failed" and "was lost 3 times" in job.error and job.finished_at is not None
 
@@ -163,8 +165,8 @@ def test_a_job_lost_too_often_fails_with_the_reason_instead_of_looping(kind, pro
 def test_an_ended_job_or_a_missing_one_is_never_run_again(kind, project, owner):
     model, make = kind
     done = make(project, owner, "succeeded")
-    assert claim(model, done.pk, worker="a@host") is None
-    assert claim(model, 10**9, worker="a@host") is None
+    assert JobRun.claim(model, done.pk, worker="a@host") is None
+    assert JobRun.claim(model, 10**9, worker="a@host") is None
     done.refresh_from_db()
     assert done.state == model.State.SUCCEEDED and done.runs == 0
 
@@ -238,3 +240,70 @@ def test_a_run_asked_to_stop_stops_at_its_next_progress_and_ends_cancelled(name,
     assert job.state == "cancelled" and job.finished_at is not None
     if model.DONE_FIELD:
         assert getattr(job, model.DONE_FIELD) == 2  # the progress made is kept
+
+
+class Broker:
+    """Stands in for Celery's app where a message is sent again (a hand-back, the reaper)."""
+
+    def __init__(self):
+        self.sent = []
+
+    def send_task(self, name, *, args, queue, priority=None):
+        self.sent.append((name, args, queue, priority))
+
+
+@pytest.fixture
+def broker(monkeypatch):
+    broker = Broker()
+    monkeypatch.setattr(jobs, "current_app", broker)
+    return broker
+
+
+def test_a_run_whose_worker_is_stopping_hands_its_job_back_with_its_progress_and_another_takes_it(kind, project,
+                                                                                                  owner, broker):
+    model, make = kind
+    job = make(project, owner, "queued")
+    published = []
+    run = JobRun.claim(model, job.pk, worker="stopping@host", every_s=0,
+                       publish=lambda job, **details: published.append(job.state))
+    with run:
+        run.progress(3, 5)
+        assert not run.stopping() and not run.should_stop()
+        mark_worker_stopping("stopping@host")  # what its worker's warm shutdown does (apps.core.tasks)
+        assert run.stopping() and run.should_stop() and not run.cancelled()
+        assert run.hand_back() is True
+    job.refresh_from_db()
+    assert (job.state, job.worker, job.heartbeat_at, job.runs) == (model.State.QUEUED, "", None, 0)  # not lost
+    if model.DONE_FIELD:
+        assert getattr(job, model.DONE_FIELD) == 3  # the progress made is kept
+    assert broker.sent == [(model.TASK, [job.pk], model.QUEUE, model.broker_priority(job.pk))]
+    assert published[-1] == model.State.QUEUED
+    assert run.finish() is False and run.hand_back() is False  # no longer this run's: nothing written or sent
+    assert len(broker.sent) == 1
+    taken = JobRun.claim(model, job.pk, worker="other@host")
+    assert (taken.job.state, taken.job.runs, taken.job.worker) == ("running", 1, "other@host")
+    assert not taken.stopping()
+
+
+def test_a_cancel_wins_over_a_stopping_worker(project, owner):
+    model, make = KINDS["comparison"]
+    job = make(project, owner, "queued")
+    run = JobRun.claim(model, job.pk, worker="stopping@host", every_s=0)
+    mark_worker_stopping("stopping@host")
+    ask_to_cancel(model, job.pk)
+    assert run.should_stop() and run.cancelled() and run.stopping()
+
+
+@pytest.mark.parametrize("priority, step", [("LOW", 6), ("NORMAL", 3), ("HIGH", 0)])
+def test_a_fine_tune_sent_again_keeps_its_priority_whether_handed_back_or_reaped(project, owner, broker, settings,
+                                                                                 priority, step):
+    """Without one, kombu's Redis transport serves a message as priority 0: a low-priority job sent
+    again would overtake every high-priority one."""
+    settings.TRAINING_HEARTBEAT_STALE_S = 1.0
+    job = make_job(project, owner, state="queued", priority=TrainingJob.Priority[priority])
+    run = JobRun.claim(TrainingJob, job.pk, worker="stopping@host")
+    run.hand_back()
+    TrainingJob.objects.filter(pk=job.pk).update(state="running", heartbeat_at=timezone.now()
+                                                 - timezone.timedelta(seconds=60))
+    reap_stale()
+    assert broker.sent == [("training.run", [job.pk], "gpu", step)] * 2

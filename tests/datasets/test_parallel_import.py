@@ -104,9 +104,9 @@ def test_a_cancel_stops_every_part_and_leaves_nothing(owner, project, tmp_path, 
     path = write_file(tmp_path / "cancel.jsonl", 20000)
     original = importer._report
 
-    def cancel_then_report(job, rows, elapsed_s):
-        ImportJob.objects.filter(pk=job.pk).update(cancel_requested=True)
-        return original(job, rows, elapsed_s)
+    def cancel_then_report(run, rows, elapsed_s):
+        ImportJob.objects.filter(pk=run.job.pk).update(cancel_requested=True)
+        return original(run, rows, elapsed_s)
 
     monkeypatch.setattr(importer, "_report", cancel_then_report)
     job = import_file(owner, project, path, "cancelled")

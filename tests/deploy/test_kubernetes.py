@@ -15,8 +15,7 @@ from kombu.transport.redis import Channel as RedisChannel
 from apps.core import views as core_views
 from apps.core.jobs import ACTIVE_STATES
 from apps.monitoring.broker import _redis_list_names
-from apps.training.models import TrainingJob
-from apps.training.services import BROKER_PRIORITY
+from apps.training.models import BROKER_PRIORITY, TrainingJob
 from tests.deploy.entry_points import DEPLOY, check_celery_command, known_variables, production_uvicorn_command
 from tests.training.fixtures import make_job
 
