@@ -63,7 +63,7 @@ def run_export_job(job_id: int, *, worker: str = "") -> None:
 
     run = JobRun.claim(ExportJob, job_id, worker=worker, what="export")
     if run is None:
-        return  # ended, gone, or written by a live worker (apps.core.jobs.claim)
+        return  # ended, gone, or written by a live worker (apps.core.jobs.JobRun.claim)
     job = ExportJob.objects.select_related("version__dataset").get(pk=job_id)
     folder = Path(settings.ARTIFACT_ROOT) / "exports" / str(job.pk)
     folder.mkdir(parents=True, exist_ok=True)

@@ -195,7 +195,7 @@ def preload_engine() -> None:
 
 def run_calibration(measurement_id: int, *, worker: str) -> None:
     """In a worker: a few real optimizer steps and one evaluation of the requested config on its
-    model and rows, timed, then thrown away. Claimed under the lease (apps.core.jobs.claim): a
+    model and rows, timed, then thrown away. Claimed under the lease (apps.core.jobs.JobRun.claim): a
     redelivered message for a calibration done or running under a live worker does nothing."""
     run = JobRun.claim(SpeedMeasurement, measurement_id, worker=worker, what="calibration")
     if run is None:
