@@ -8,4 +8,5 @@ urlpatterns = [
     path("projects/<int:project_id>/models/", views.model_list, name="list"),
     path("projects/<int:project_id>/models/<int:model_id>/", views.model_detail, name="detail"),
     path("projects/<int:project_id>/models/<int:model_id>/merge/", views.model_merge, name="merge"),
+    path("projects/<int:project_id>/models/<int:model_id>/aliases/", views.alias_move, name="alias-move"),
 ]

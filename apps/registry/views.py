@@ -5,12 +5,12 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
-from apps.core.errors import Invalid
+from apps.core.errors import DomainError, Invalid, NotFound
 from apps.core.http import client_ip
 from apps.core.pages import run_service
 from apps.projects import policy
 from apps.registry import selectors, services
-from apps.registry.models import RegisteredModel
+from apps.registry.models import ModelAlias, RegisteredModel
 
 
 class RegisterForm(forms.Form):
@@ -75,9 +75,17 @@ def model_detail(request: HttpRequest, project_id: int, model_id: int) -> HttpRe
                "target_modules": config.get("target_modules"), **(lineage.get("adapter") or {})}
     if isinstance(adapter["target_modules"], list):
         adapter["target_modules"] = ", ".join(adapter["target_modules"])
+    perms = policy.project_permissions(request.user, model.project)
+    # Aliases: this model's own (it is the name clients ask for), and those pointing at it as a version.
+    head = model.base_model if model.kind == RegisteredModel.Kind.ADAPTER and model.base_model_id else model
     return render(request, "registry/detail.html", {
+        "aliases": model.aliases.select_related("version", "updated_by").order_by("name"),
+        "aliased_as": ModelAlias.objects.filter(version=model).select_related("model").order_by("name"),
+        "alias_head": head, "head_aliases": head.aliases.order_by("name") if head != model else [],
+        "alias_versions": services.alias_versions(model).filter(status=RegisteredModel.Status.READY)
+        .order_by("kind", "name") if "model.alias" in perms else [],
         "project": model.project, "model": model, "info": model.info, "form": form, "estimate": estimate,
-        "perms": policy.project_permissions(request.user, model.project), "tab": "models",
+        "perms": perms, "tab": "models",
         "can_download": model.kind == RegisteredModel.Kind.ADAPTER and policy.can(request.user, "model.download", model),
         "lineage": lineage, "adapter": adapter, "config": sorted(config.items()),
         "metrics": sorted((lineage.get("metrics") or {}).items())})
@@ -95,3 +103,43 @@ def model_merge(request: HttpRequest, project_id: int, model_id: int) -> HttpRes
         return redirect("registry:detail", project_id=project_id, model_id=adapter.pk)
     messages.success(request, f"Merging into “{merged.name}”: a worker writes the standalone model.")
     return redirect("registry:detail", project_id=project_id, model_id=merged.pk)
+
+
+@login_required
+@require_POST
+def alias_move(request: HttpRequest, project_id: int, model_id: int) -> HttpResponse:
+    """Point an alias of this model at a version: first a page that says what will change, then
+    the move itself (one audited action) once confirmed."""
+    model = policy.get_object(request.user, RegisteredModel, model_id, "model.view", project_id=project_id)
+    name = request.POST.get("alias", "").strip()
+    protection = request.POST.get("protection", "")
+    protected = {"protect": True, "unprotect": False}.get(protection)
+    back_id = _int(request.POST.get("back")) or model.pk  # the version's page the promotion was asked from
+    back = redirect("registry:detail", project_id=project_id, model_id=back_id)
+    if request.POST.get("confirm") != "yes":
+        version = services.alias_versions(model).filter(pk=_int(request.POST.get("version"))).first()
+        if version is None:
+            messages.error(request, "Choose a version of this model for the alias.")
+            return back
+        request.nav_section = "models"
+        return render(request, "registry/alias_confirm.html", {
+            "project": model.project, "model": model, "alias": name, "version": version, "protection": protection,
+            "current": model.aliases.filter(name=name).select_related("version").first(), "tab": "models",
+            "perms": policy.project_permissions(request.user, model.project), "back": back_id})
+    try:
+        alias = services.alias_set(user=request.user, model=model, name=name, version=request.POST.get("version"),
+                                   protected=protected, ip_address=client_ip(request))
+    except NotFound:
+        raise
+    except DomainError as exc:
+        messages.error(request, exc.message)
+        return back
+    messages.success(request, f"{alias} now points at “{alias.version.name}”.")
+    return back
+
+
+def _int(value) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
