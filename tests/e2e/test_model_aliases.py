@@ -49,3 +49,37 @@ def test_an_admin_promotes_a_version_to_production_with_confirmation_and_sees_it
     page.get_by_role("button", name=f"Move production to {tiny_model.name}").click()
     expect(page.locator(".messages")).to_contain_text("'model.promote' permission")
     assert ModelAlias.objects.get(name="production").version_id == adapter_model.pk
+
+
+def test_a_site_admin_adds_a_catalogue_model_and_a_project_admin_enables_it(page, project, admin, site_admin):
+    import uuid
+
+    from django.conf import settings
+
+    from apps.registry.models import CatalogueModel
+    from apps.registry.services import run_catalogue_preparation
+    from tests.registry.test_registry import tiny_model_dir
+
+    path, _ = tiny_model_dir(settings.MODEL_ROOTS[0] / f"cat-{uuid.uuid4().hex[:8]}")
+    browser_login(page, "root")
+    page.goto("/models/")
+    catalogue = page.get_by_test_id("site-catalogue")
+    expect(catalogue).to_contain_text("The catalogue is empty.")
+    catalogue.get_by_label("Name").fill("Shared tiny")
+    catalogue.get_by_label("Path").fill(str(path))
+    catalogue.get_by_label("Enabled in every new project").check()
+    catalogue.get_by_role("button", name="Add to the catalogue").click()
+    expect(page.locator(".messages")).to_contain_text("“Shared tiny” is in the catalogue")
+    run_catalogue_preparation(CatalogueModel.objects.get().pk)  # what the worker does
+
+    page.context.clear_cookies()
+    browser_login(page, "adam")
+    page.goto(f"/projects/{project.pk}/models/")
+    entry = page.get_by_test_id("catalogue").locator("tr[data-entry='Shared tiny']")
+    expect(entry).to_contain_text("not enabled")
+    entry.get_by_role("button", name="Enable").click()
+    expect(page.locator(".messages")).to_contain_text("“Shared tiny” is enabled in this project.")
+    expect(page.get_by_test_id("models")).to_contain_text("Shared tiny")
+    page.get_by_test_id("models").get_by_role("link", name="Shared tiny").click()
+    expect(page.get_by_test_id("from-catalogue")).to_be_visible()
+    expect(page.get_by_test_id("model-status")).to_have_text("ready")

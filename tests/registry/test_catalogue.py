@@ -211,3 +211,20 @@ def test_sharing_is_refused_clearly(client, catalogue_adapter, project, admin, o
     client.force_login(outsider)
     assert client.post(f"/api/models/{catalogue_adapter.pk}/shares/", {"project": other_project.pk},
                        content_type="application/json").status_code == 404
+
+
+def test_the_adapter_page_shares_it_with_a_project_the_person_may_add_models_to(client, catalogue_adapter, project,
+                                                                                admin, other_project):
+    MembershipFactory(project=other_project, user=admin, role="admin")
+    client.force_login(admin)
+    page = client.get(f"/projects/{project.pk}/models/{catalogue_adapter.pk}/").content.decode()
+    assert f'<option value="{other_project.pk}">Bravo</option>' in page
+    answer = client.post(f"/projects/{project.pk}/models/{catalogue_adapter.pk}/shares/",
+                         {"project": other_project.pk, "action": "share"})
+    assert answer.status_code == 302
+    shared = RegisteredModel.objects.get(project=other_project, shared_from=catalogue_adapter)
+    page = client.get(f"/projects/{other_project.pk}/models/{shared.pk}/").content.decode()
+    assert "Shared from the project Alpha" in page
+    listing = client.get(f"/projects/{other_project.pk}/models/").content.decode()
+    assert 'data-entry="Tiny base"' in listing and "Support tuned" in listing
+
