@@ -78,13 +78,15 @@ class RegisteredModel(models.Model):
     # lie. Reading them takes a while, so a worker fills it in once ("" until then).
     content_hash = models.CharField(max_length=64, blank=True)
     kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.BASE)
-    base_model = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT, related_name="adapters")
+    # RESTRICT, not PROTECT: a base goes only with its adapters (a project deleted whole takes both).
+    base_model = models.ForeignKey("self", null=True, blank=True, on_delete=models.RESTRICT, related_name="adapters")
     # A catalogue model enabled in this project: the row shares the catalogue entry's weights.
     catalogue = models.ForeignKey(CatalogueModel, null=True, blank=True, on_delete=models.PROTECT,
                                   related_name="project_models")
     # An adapter shared from another project: this row is the grant's face in the receiving project
     # (same weights, the source's lineage plus `shared_from`).
-    shared_from = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT, related_name="shares")
+    # (the source project deleted: the receiving project keeps its row, its lineage says where it came from)
+    shared_from = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="shares")
     # An adapter's lineage: the job that made it, its dataset version (id, hash), config and final metrics.
     lineage = models.JSONField(default=dict, blank=True)
     error = models.TextField(blank=True)
@@ -116,7 +118,8 @@ class ModelAlias(models.Model):
     project = models.ForeignKey("projects.Project", on_delete=models.CASCADE, related_name="model_aliases")
     model = models.ForeignKey(RegisteredModel, on_delete=models.CASCADE, related_name="aliases")
     name = models.CharField(max_length=48)
-    version = models.ForeignKey(RegisteredModel, on_delete=models.PROTECT, related_name="aliased_as")
+    # Models are soft-deleted (and refused while aliased); RESTRICT lets a whole project go at once.
+    version = models.ForeignKey(RegisteredModel, on_delete=models.RESTRICT, related_name="aliased_as")
     protected = models.BooleanField(default=False)
     updated_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
     updated_at = models.DateTimeField(auto_now=True)

@@ -126,3 +126,17 @@ def test_new_model_names_cannot_hold_the_alias_separator(client, project, scient
     answer = client.post(f"/api/projects/{project.pk}/models/", {"name": "a@b", "path": "x"},
                          content_type="application/json")
     assert answer.status_code == 400 and answer.json()["field"] == "name"
+
+
+def test_a_project_with_adapters_aliases_and_shares_is_deleted_whole(project, other_project, owner, family):
+    from apps.projects.services import project_delete
+
+    base, v1, _, _ = family
+    ModelAlias.objects.create(project=project, model=base, version=v1, name="production")
+    received = ready(other_project, "Received", kind="adapter", format="peft", shared_from=v1,
+                     lineage={"shared_from": {"project": project.pk}})
+    project_delete(user=owner, project=project, confirm_name=project.name)
+    assert not RegisteredModel.all_objects.filter(project_id=base.project_id).exists()
+    assert not ModelAlias.objects.exists()
+    received.refresh_from_db()  # the other project keeps its row and where it came from
+    assert received.shared_from_id is None and received.lineage["shared_from"]["project"]
