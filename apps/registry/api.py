@@ -105,14 +105,14 @@ class ModelMemoryEstimateApi(APIView):
 
 # --- the site's catalogue --------------------------------------------------------------------------
 
-class CatalogueListCreateApi(APIView):
+class CatalogueListCreateApi(ListAPIView):
     """Site admins: the models every project may enable, registered once."""
 
-    @extend_schema(responses=CatalogueModelSerializer(many=True))
-    def get(self, request: Request) -> Response:
-        services.require_site_staff(request.user, request.auth)
-        return Response({"results": CatalogueModelSerializer(CatalogueModel.objects.order_by("name"), many=True).data,
-                         "next": None})
+    serializer_class = CatalogueModelSerializer
+
+    def get_queryset(self):
+        services.require_site_staff(self.request.user, self.request.auth)
+        return CatalogueModel.objects.order_by("name", "id")
 
     @extend_schema(request=CatalogueRegisterSerializer, responses={201: CatalogueModelSerializer})
     def post(self, request: Request) -> Response:
@@ -138,14 +138,15 @@ class CatalogueDetailApi(APIView):
         return Response(CatalogueModelSerializer(entry).data)
 
 
-class ProjectCatalogueApi(APIView):
+class ProjectCatalogueApi(ListAPIView):
     """The catalogue as a project sees it; its admins enable a model (nothing copied)."""
 
-    @extend_schema(responses=ProjectCatalogueSerializer(many=True))
-    def get(self, request: Request, project_id: int) -> Response:
-        project = policy.get_project(request.user, project_id, "model.view", token=request.auth)
-        items = selectors.catalogue_for_project(project)
-        return Response({"results": ProjectCatalogueSerializer(items, many=True).data, "next": None})
+    serializer_class = ProjectCatalogueSerializer
+
+    def get_queryset(self):
+        project = policy.get_project(self.request.user, self.kwargs["project_id"], "model.view",
+                                     token=self.request.auth)
+        return selectors.catalogue_for_project(project)
 
     @extend_schema(request=CatalogueEnableSerializer, responses={201: ModelSerializer})
     def post(self, request: Request, project_id: int) -> Response:
@@ -169,12 +170,15 @@ class ProjectCatalogueDisableApi(APIView):
 
 # --- adapters shared with other projects -----------------------------------------------------------
 
-class AdapterSharesApi(APIView):
-    @extend_schema(responses=ShareSerializer(many=True))
-    def get(self, request: Request, model_id: int) -> Response:
-        adapter = policy.get_object(request.user, RegisteredModel, model_id, "model.view", request.auth)
-        shares = services.adapter_shares(user=request.user, adapter=adapter, token=request.auth)
-        return Response({"results": ShareSerializer(shares, many=True).data, "next": None})
+class AdapterSharesApi(ListAPIView):
+    """The other projects an adapter is shared with (its row in each)."""
+
+    serializer_class = ShareSerializer
+
+    def get_queryset(self):
+        user, token = self.request.user, self.request.auth
+        adapter = policy.get_object(user, RegisteredModel, self.kwargs["model_id"], "model.view", token)
+        return services.adapter_shares(user=user, adapter=adapter, token=token)
 
     @extend_schema(request=ShareSerializer, responses={201: ShareSerializer})
     def post(self, request: Request, model_id: int) -> Response:
@@ -197,12 +201,15 @@ class AdapterShareDetailApi(APIView):
 
 # --- aliases ----------------------------------------------------------------------------------------
 
-class ModelAliasesApi(APIView):
-    @extend_schema(responses=AliasSerializer(many=True))
-    def get(self, request: Request, model_id: int) -> Response:
-        model = policy.get_object(request.user, RegisteredModel, model_id, "model.view", request.auth)
-        aliases = model.aliases.select_related("model", "version", "updated_by").order_by("name")
-        return Response({"results": AliasSerializer(aliases, many=True).data, "next": None})
+class ModelAliasesApi(ListAPIView):
+    """A model's aliases: what clients ask for as name@alias, and the version each points at."""
+
+    serializer_class = AliasSerializer
+
+    def get_queryset(self):
+        model = policy.get_object(self.request.user, RegisteredModel, self.kwargs["model_id"], "model.view",
+                                  self.request.auth)
+        return model.aliases.select_related("model", "version", "updated_by").order_by("name", "id")
 
 
 class ModelAliasApi(APIView):

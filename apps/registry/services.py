@@ -553,7 +553,7 @@ def adapter_share(*, user, adapter: RegisteredModel, project_id, token=None,
 
 def adapter_shares(*, user, adapter: RegisteredModel, token=None):
     policy.require(user, "model.share", adapter, token)
-    return adapter.shares.filter(deleted_at__isnull=True).select_related("project").order_by("project__name")
+    return adapter.shares.filter(deleted_at__isnull=True).select_related("project").order_by("project__name", "id")
 
 
 @transaction.atomic
