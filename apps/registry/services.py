@@ -206,9 +206,7 @@ def adapter_merge(*, user, adapter: RegisteredModel, name: str, token=None,
         raise Invalid("Only an adapter can be merged into its base model.", field="model")
     if adapter.status != RegisteredModel.Status.READY or adapter.base_model.status != RegisteredModel.Status.READY:
         raise Invalid("The adapter and its base model must be ready.", field="model")
-    name = " ".join((name or "").split()) or f"{adapter.name} (merged)"[:120]
-    if len(name) > 120:
-        raise Invalid("A model needs a name of at most 120 characters.", field="name")
+    name = _model_name(" ".join((name or "").split()) or f"{adapter.name} (merged)"[:120].replace("@", " "))
     if adapter.project.models.filter(name__iexact=name).exists():
         raise Invalid(f"This project already has a model called “{name}”.", field="name")
     with transaction.atomic():
