@@ -20,6 +20,7 @@ BENCHMARKS = {
     "playground_ttft": "bench.playground_ttft",
     "sync_views": "bench.sync_views",
     "pii_scan": "bench.pii_scan",
+    "pii_phone_library": "bench.pii_phone_library",
 }
 
 

@@ -317,6 +317,15 @@ ARTIFACT_S3_ADDRESSING_STYLE = env_str("ARTIFACT_S3_ADDRESSING_STYLE",
                                        "path" if ARTIFACT_S3_ENDPOINT_URL else "auto")
 if ARTIFACT_S3_ADDRESSING_STYLE not in {"auto", "path", "virtual"}:
     raise ImproperlyConfigured("ARTIFACT_S3_ADDRESSING_STYLE must be auto, path or virtual")
+# Encryption at rest of what Workbench writes to the bucket (S3 server-side encryption, asked per
+# object): AES256 (keys the bucket's service manages) or aws:kms (with ARTIFACT_S3_SSE_KMS_KEY_ID,
+# else the account's default KMS key). Unset: the bucket's own default encryption applies.
+ARTIFACT_S3_SSE = env_str("ARTIFACT_S3_SSE", "")
+ARTIFACT_S3_SSE_KMS_KEY_ID = env_str("ARTIFACT_S3_SSE_KMS_KEY_ID", "")
+if ARTIFACT_S3_SSE not in {"", "AES256", "aws:kms"}:
+    raise ImproperlyConfigured("ARTIFACT_S3_SSE must be AES256 or aws:kms (or unset)")
+if ARTIFACT_S3_SSE_KMS_KEY_ID and ARTIFACT_S3_SSE != "aws:kms":
+    raise ImproperlyConfigured("ARTIFACT_S3_SSE_KMS_KEY_ID needs ARTIFACT_S3_SSE=aws:kms")
 MODEL_ROOTS = [Path(p).resolve() for p in env_list("MODEL_ROOTS", [str(DATA_DIR / "models")])]
 # A JSON Lines import this large or larger is read by several processes (one per core, up to
 # IMPORT_PROCESSES) on PostgreSQL: apps.datasets.importer._load_parts.
@@ -510,11 +519,19 @@ TIME_ZONE = env_str("TIME_ZONE", "UTC")
 USE_I18N = True
 USE_TZ = True
 
+# LOG_FORMAT=json: one JSON object per line (workbench/logs.py) from the web (uvicorn's own
+# loggers included) and the workers (CELERY_WORKER_HIJACK_ROOT_LOGGER is off).
+LOG_FORMAT = env_str("LOG_FORMAT", "plain")
+if LOG_FORMAT not in {"plain", "json"}:
+    raise ImproperlyConfigured("LOG_FORMAT must be plain or json")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
+                   "json": {"()": "workbench.logs.JsonFormatter"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
-    "loggers": {"axes": {"level": "WARNING"}},
+    "loggers": {"axes": {"level": "WARNING"},
+                **({name: {"handlers": ["console"], "propagate": False}
+                    for name in ("uvicorn", "uvicorn.error", "uvicorn.access")} if LOG_FORMAT == "json" else {})},
 }

@@ -1,4 +1,4 @@
-"""Re-checking single-sign-on sessions with their provider."""
+"""Single-sign-on sessions: re-checked with their provider, and their pages allowed to sign out there."""
 
 import logging
 import time
@@ -37,4 +37,16 @@ class SsoRevalidationMiddleware:
                     logout(request)
                 except (requests.RequestException, ValueError) as exc:
                     logger.warning("could not re-check a single-sign-on session: %s", exc)
-        return self.get_response(request)
+        response = self.get_response(request)
+        if request.session.get(BACKEND_SESSION_KEY) == SSO_BACKEND and "Content-Security-Policy" not in response \
+                and response.get("Content-Type", "").startswith("text/html"):
+            from apps.accounts import oidc, sso
+            from apps.core.middleware import CONTENT_SECURITY_POLICY
+
+            # Every page's "Log out" form ends at the provider (RP-initiated logout), and browsers
+            # apply form-action to the redirects after a form's POST.
+            origin = oidc.end_session_origin(request.session.get(sso.SESSION_KEY) or {})
+            if origin:
+                response["Content-Security-Policy"] = CONTENT_SECURITY_POLICY.replace(
+                    "form-action 'self'", f"form-action 'self' {origin}")
+        return response

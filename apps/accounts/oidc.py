@@ -19,7 +19,7 @@ import hmac
 import json
 import logging
 import secrets
-from urllib.parse import urlsplit
+from urllib.parse import urlencode, urlsplit
 
 import jwt
 import requests
@@ -177,6 +177,45 @@ def verify_id_token(id_token: str, *, provider: dict, nonce: str | None) -> dict
 
 # --- allauth's provider, adapter and views ------------------------------------------------------
 
+def _end_session_endpoint(state: dict) -> tuple[dict, str] | None:
+    provider = provider_config(state.get("provider", ""))
+    if provider is None:
+        return None
+    try:
+        endpoint = discovery(provider).get("end_session_endpoint")
+    except (OAuth2Error, requests.RequestException):
+        logger.warning("provider %s unreachable: signing out ends only the local session", provider["id"])
+        return None
+    if not isinstance(endpoint, str) or not endpoint.startswith(("https://", "http://")):
+        return None
+    return provider, endpoint
+
+
+def end_session_origin(state: dict) -> str | None:
+    """The origin signing out of this single-sign-on session leads to (for the pages' CSP), or None.
+    Asked on every page, so an answer (none included: a provider down) is kept for a minute."""
+    key = _cache_key("end-session-origin", state.get("provider", ""))
+    origin = cache.get(key)
+    if origin is None:
+        found = _end_session_endpoint(state)
+        origin = _origin(found[1]) if found else ""
+        cache.set(key, origin, 60)
+    return origin or None
+
+
+def end_session_url(state: dict, *, after_logout: str) -> str | None:
+    """Where to send a person signing out so the provider ends its session too (OIDC RP-Initiated
+    Logout 1.0), or None: the provider offers no end_session_endpoint, cannot be reached, or this
+    session has no ID token to name it by. The local session is ended either way."""
+    found = _end_session_endpoint(state) if state.get("id_token") else None
+    if found is None:
+        return None
+    provider, endpoint = found
+    query = urlencode({"id_token_hint": state["id_token"], "client_id": provider["client_id"],
+                       "post_logout_redirect_uri": after_logout})
+    return f"{endpoint}{'&' if '?' in endpoint else '?'}{query}"
+
+
 class WorkbenchOIDCAdapter(OpenIDConnectOAuth2Adapter):
     # The callback view sets the nonce stashed with the state; "" (none stashed) matches no token.
     expected_nonce: str = ""
@@ -211,6 +250,7 @@ class WorkbenchOIDCAdapter(OpenIDConnectOAuth2Adapter):
         # Every claim is read once, here and in apps/accounts/sso.py; only a few small ones are kept
         # with the account (allauth saves an existing account's data before our checks run).
         login.workbench_claims = {**userinfo, **id_token}
+        login.workbench_id_token = kwargs["response"]["id_token"]  # the hint for RP-initiated logout
         login.account.extra_data = {k: v for k, v in login.workbench_claims.items()
                                     if k in KEPT_CLAIMS and (not isinstance(v, str) or len(v) <= 254)}
         return login

@@ -10,7 +10,9 @@ user info are checked:
   and the site admin flag that came from a group (SsoGroupMapping); hand-made ones stay;
 - a session opened by single sign-on is re-checked with the provider's refresh token every
   SSO_REVALIDATE_S (apps/accounts/middleware.py): a refused refresh ends the session (and its
-  sockets), a granted one brings the groups up to date.
+  sockets), a granted one brings the groups up to date;
+- signing out of such a session sends the person on to the provider's end_session_endpoint with
+  the ID token as the hint (RP-initiated logout), so the provider's session ends too.
 """
 
 from __future__ import annotations
@@ -206,6 +208,7 @@ def remember_session(request, sociallogin) -> None:
     token = sociallogin.token
     request.session[SESSION_KEY] = {"provider": sociallogin.account.provider, "sub": sociallogin.account.uid,
                                     "refresh_token": getattr(token, "token_secret", "") or "",
+                                    "id_token": getattr(sociallogin, "workbench_id_token", ""),
                                     "checked_at": time.time()}
 
 
@@ -251,5 +254,7 @@ def revalidate(request) -> None:
         with transaction.atomic():
             _sync(user=user, provider_id=provider["id"], groups=groups, ip_address=client_ip(request))
     state["refresh_token"] = body.get("refresh_token") or state["refresh_token"]
+    if claims:
+        state["id_token"] = body["id_token"]
     state["checked_at"] = time.time()
     request.session[SESSION_KEY] = state

@@ -14,6 +14,22 @@ from apps.core.errors import Gone, Invalid, NotFound, PermissionDenied
 from apps.core.http import client_ip
 
 
+class LogoutView(auth_views.LogoutView):
+    """Ends the local session; for a session opened by single sign-on, then sends the browser on to
+    the provider to end its session as well (it comes back to the login page)."""
+
+    def post(self, request, *args, **kwargs):
+        from apps.accounts import oidc, sso
+
+        state = request.session.get(sso.SESSION_KEY) or {}
+        response = super().post(request, *args, **kwargs)
+        if state:
+            after_logout = request.build_absolute_uri(reverse("accounts:login"))
+            if url := oidc.end_session_url(state, after_logout=after_logout):
+                return redirect(url)
+        return response
+
+
 class LoginView(auth_views.LoginView):
     """Passwords, and a button per identity provider. With LOCAL_PASSWORD_LOGIN off the password form
     shows only at ?local=1, for the break-glass accounts (the backend refuses everyone else)."""

@@ -65,6 +65,16 @@ def _s3():
                       settings.ARTIFACT_S3_ADDRESSING_STYLE)
 
 
+def upload_encryption() -> dict:
+    """The server-side encryption every upload asks for (ARTIFACT_S3_SSE), as boto3's ExtraArgs."""
+    if not settings.ARTIFACT_S3_SSE:
+        return {}
+    extra = {"ServerSideEncryption": settings.ARTIFACT_S3_SSE}
+    if settings.ARTIFACT_S3_SSE_KMS_KEY_ID:
+        extra["SSEKMSKeyId"] = settings.ARTIFACT_S3_SSE_KMS_KEY_ID
+    return extra
+
+
 def _s3_key(sha256: str) -> str:
     return settings.ARTIFACT_S3_PREFIX + _checked(sha256)
 
@@ -107,7 +117,8 @@ def store_stream(stream: BinaryIO) -> tuple[str, int]:
         if _s3_enabled():
             if not _s3_exists(sha256):  # else deduplicated
                 # Managed transfer: multipart above 8 MB, aborted (nothing left) if it fails.
-                _s3().upload_file(temp.name, settings.ARTIFACT_S3_BUCKET, _s3_key(sha256))
+                _s3().upload_file(temp.name, settings.ARTIFACT_S3_BUCKET, _s3_key(sha256),
+                                  ExtraArgs=upload_encryption())
             target = _cache_path(sha256)  # we just hashed it: a verified copy for local readers
         else:
             target = blob_path(sha256)

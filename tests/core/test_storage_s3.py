@@ -242,3 +242,26 @@ def test_the_local_cache_keeps_under_its_size_evicting_the_least_recently_used(s
     assert cached == sorted([blobs[0], third])
     # An evicted blob comes back from the bucket when read again.
     assert storage.local_blob(blobs[1]).read_bytes() == b"\x01" * 1000
+
+
+@pytest.mark.django_db
+def test_uploads_ask_for_the_server_side_encryption_configured(s3, settings):
+    settings.ARTIFACT_S3_SSE = "AES256"
+    sha256, _ = storage.store_stream(io.BytesIO(b"encrypted at rest"))
+    assert s3.head_object(Bucket=s3.bucket, Key=f"blobs/{sha256}")["ServerSideEncryption"] == "AES256"
+    settings.ARTIFACT_S3_SSE, settings.ARTIFACT_S3_SSE_KMS_KEY_ID = "aws:kms", "alias/workbench"
+    kms, _ = storage.store_stream(io.BytesIO(b"under a KMS key"))
+    head = s3.head_object(Bucket=s3.bucket, Key=f"blobs/{kms}")
+    assert head["ServerSideEncryption"] == "aws:kms" and head["SSEKMSKeyId"].endswith("alias/workbench")
+
+
+@pytest.mark.parametrize(("environment", "message"), [
+    ({"ARTIFACT_S3_SSE": "rot13"}, "ARTIFACT_S3_SSE must be AES256 or aws:kms"),
+    ({"ARTIFACT_S3_SSE_KMS_KEY_ID": "key-1"}, "ARTIFACT_S3_SSE_KMS_KEY_ID needs ARTIFACT_S3_SSE=aws:kms"),
+])
+def test_a_bad_encryption_setting_stops_the_start_naming_it(environment, message):
+    from tests.conftest import child_process_env
+
+    result = subprocess.run([sys.executable, "-c", "import django; django.setup()"], capture_output=True, text=True,
+                            env={**child_process_env(), **environment}, timeout=60)
+    assert result.returncode != 0 and message in result.stderr

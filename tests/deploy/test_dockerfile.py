@@ -113,3 +113,16 @@ def test_locks_pin_every_runtime_dependency_with_hashes():
 def test_web_command_is_the_uvicorn_command_the_product_ships():
     cmd = [rest for keyword, rest in stages()["cpu"] if keyword == "CMD"][-1]
     assert json.loads(cmd) == production_uvicorn_command()
+
+
+def test_the_cpu_image_has_a_pg_dump_as_new_as_the_compose_postgres_server():
+    """`manage.py backup` runs pg_dump from the cpu image; pg_dump refuses a newer server."""
+    import yaml
+
+    server = yaml.safe_load((DEPLOY / "compose.yaml").read_text())["services"]["postgres"]["image"]
+    server_major = int(re.match(r"postgres:(\d+)", server).group(1))
+    cpu = stages()["cpu"]
+    client_major = next(int(rest.split("=")[1]) for keyword, rest in cpu
+                        if keyword == "ARG" and rest.startswith("PG_CLIENT_MAJOR="))
+    assert client_major >= server_major, (client_major, server)
+    assert any(keyword == "RUN" and "postgresql-client-${PG_CLIENT_MAJOR}" in rest for keyword, rest in cpu)

@@ -71,7 +71,8 @@ def corp(oidc_provider, settings):
 
 def register_client(provider, *origins: str) -> None:
     provider.control("client", client_id=CLIENT_ID, client_secret=CLIENT_SECRET,
-                     redirect_uris=[f"{origin}/accounts/sso/corp/callback/" for origin in origins])
+                     redirect_uris=[f"{origin}/accounts/sso/corp/callback/" for origin in origins],
+                     post_logout_redirect_uris=[f"{origin}/accounts/login/" for origin in origins])
 
 
 def provider_user(provider, username: str, *, email: str | None = None, groups=(), active: bool = True,

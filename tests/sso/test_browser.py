@@ -24,7 +24,7 @@ def chromium():
     os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
 
 
-def test_a_person_signs_in_with_the_provider_in_the_browser_and_lands_in_their_groups_project(
+def test_a_person_signs_in_with_the_provider_in_the_browser_lands_in_their_groups_project_and_signs_out_of_both(
         chromium, live_asgi, corp, project, owner, site_admin, settings):
     from apps.accounts import services
     from tests.sso.conftest import provider_user
@@ -48,6 +48,14 @@ def test_a_person_signs_in_with_the_provider_in_the_browser_and_lands_in_their_g
         page.get_by_role("link", name=project.name).click()
         page.wait_for_url(f"{live_asgi}/projects/{project.pk}/**")
         assert "vera" in page.content()
+
+        # Logging out passes by the provider, which ends its session, and lands on the login page;
+        # signing in again asks for the provider's password.
+        page.get_by_role("button", name="Log out").click()
+        page.wait_for_url(f"{live_asgi}/accounts/login/")
+        page.get_by_role("button", name="Sign in with Corp ID").click()
+        page.wait_for_url(f"{corp.url}/login/**")
+        assert page.get_by_label("Provider password").is_visible()
     finally:
         context.close()
 

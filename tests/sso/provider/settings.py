@@ -45,6 +45,11 @@ OAUTH2_PROVIDER = {
     "OIDC_RSA_PRIVATE_KEYS_INACTIVE": [],
     "PKCE_REQUIRED": True,
     "ROTATE_REFRESH_TOKEN": True,
+    # RP-initiated logout: a valid id_token_hint ends the session without asking; the page to
+    # return to must be one the client registered.
+    "OIDC_RP_INITIATED_LOGOUT_ENABLED": True,
+    "OIDC_RP_INITIATED_LOGOUT_ALWAYS_PROMPT": False,
+    "OIDC_RP_INITIATED_LOGOUT_STRICT_REDIRECT_URIS": True,
     "SCOPES": {"openid": "OpenID Connect", "profile": "Profile", "email": "Email"},
     "OAUTH2_VALIDATOR_CLASS": "tests.sso.provider.views.ClaimsValidator",
 }

@@ -103,6 +103,7 @@ def control(request, action: str):
             name="workbench", client_id=data["client_id"], client_secret=data["client_secret"],
             client_type=Application.CLIENT_CONFIDENTIAL, authorization_grant_type=Application.GRANT_AUTHORIZATION_CODE,
             redirect_uris=" ".join(data["redirect_uris"]), algorithm=Application.RS256_ALGORITHM,
+            post_logout_redirect_uris=" ".join(data.get("post_logout_redirect_uris", [])),
             skip_authorization=True)
     elif action == "fault":
         FAULT["mode"] = data.get("mode", "")
