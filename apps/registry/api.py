@@ -105,6 +105,7 @@ class ModelMemoryEstimateApi(APIView):
 
 # --- the site's catalogue --------------------------------------------------------------------------
 
+@extend_schema(tags=["models"])
 class CatalogueListCreateApi(ListAPIView):
     """Site admins: the models every project may enable, registered once."""
 
@@ -124,6 +125,7 @@ class CatalogueListCreateApi(ListAPIView):
         return Response(CatalogueModelSerializer(entry).data, status=status.HTTP_201_CREATED)
 
 
+@extend_schema(tags=["models"])
 class CatalogueDetailApi(APIView):
     @extend_schema(request=CatalogueUpdateSerializer, responses=CatalogueModelSerializer)
     def patch(self, request: Request, entry_id: int) -> Response:
