@@ -72,12 +72,15 @@ def test_a_killed_rank_restarts_the_group_from_its_checkpoint_and_every_step_is_
     job = wait_for(lambda: (j := TrainingJob.objects.get(pk=job_id)).checkpoint_step and j.current_step > 18
                    and j, timeout=360, interval=0.02, what="a checkpoint and a few more steps")
     os.kill(rank_pid(job_id, 1), signal.SIGKILL)
-    killed_at, checkpoint = job.current_step, job.checkpoint_step
+    checkpoint = job.checkpoint_step  # at least this one was written before the kill
 
     job = ended(client, job_id, timeout=480)
     assert job["state"] == "succeeded", (job["error"], job["traceback"])
     assert job["runs"] == 1 and job["info"]["devices"] == 2  # a fresh torchrun resumed it within the claim
-    assert checkpoint <= job["info"]["resumed_from_step"] < killed_at < 60
+    # Resumed mid-run from a checkpoint written before the kill. (The step the kill hit is not known
+    # from outside: the rank may have run on past the last step the runner had relayed.)
+    resumed_from = job["info"]["resumed_from_step"]
+    assert checkpoint <= resumed_from < 60 and resumed_from % 15 == 0
     assert train_steps(job_id) == list(range(1, 61))  # the steps after the checkpoint were replaced
 
 
