@@ -16,7 +16,7 @@ from django.utils import timezone
 from apps.comparison.models import Comparison, Contestant, Output, Pair, Prompt, Vote
 from apps.comparison.tasks import compare_task
 from apps.core.errors import Conflict, Invalid, NotFound, QuotaExceeded
-from apps.core.jobs import enqueue
+from apps.core.jobs import ask_to_cancel, enqueue
 from apps.datasets.models import Dataset, DatasetVersion
 from apps.datasets.selectors import readable_version
 from apps.projects import policy
@@ -177,13 +177,7 @@ def comparison_cancel(*, user, comparison: Comparison, token=None, ip_address: s
     """A queued comparison ends at once; a running one stops after its current batch."""
     policy.require(user, "compare.run", comparison, token)
     with transaction.atomic():
-        comparison = Comparison.objects.select_for_update().get(pk=comparison.pk)
-        if comparison.state == Comparison.State.QUEUED:
-            comparison.state, comparison.finished_at = Comparison.State.CANCELLED, timezone.now()
-        elif comparison.state != Comparison.State.RUNNING:
-            raise Conflict(f"This comparison already {comparison.state}.")
-        comparison.cancel_requested = True
-        comparison.save(update_fields=["state", "finished_at", "cancel_requested"])
+        comparison = ask_to_cancel(Comparison, comparison.pk, what="comparison")
         audit_record(actor=user, action="comparison.cancel", project=comparison.project, target=comparison,
                      ip_address=ip_address)
     from apps.comparison import events

@@ -15,6 +15,8 @@ from django.db import connection, models, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from apps.core.errors import Conflict
+
 logger = logging.getLogger(__name__)
 
 
@@ -41,6 +43,20 @@ class JobState(models.TextChoices):
 
 ACTIVE_STATES = (JobState.QUEUED, JobState.RUNNING)
 ENDED_STATES = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
+
+
+def ask_to_cancel(model: type[models.Model], pk: int, *, what: str, ends_at_once=(JobState.QUEUED,)):
+    """A person's cancel, in the caller's transaction: a job in `ends_at_once` (not yet taken by a
+    worker) is cancelled now; a RUNNING one gets `cancel_requested` and its worker stops it at its
+    next check. Conflict when it has already ended. Returns the row, locked and saved."""
+    job = model.objects.select_for_update().get(pk=pk)
+    if job.state in ends_at_once:
+        job.state, job.finished_at = model.State.CANCELLED, timezone.now()
+    elif job.state != model.State.RUNNING:
+        raise Conflict(f"This {what} already {job.state}.")
+    job.cancel_requested = True
+    job.save(update_fields=["state", "finished_at", "cancel_requested"])
+    return job
 
 
 # --- the lease: exactly one worker runs a job ---------------------------------------------------

@@ -8,7 +8,7 @@ from django.utils import timezone
 
 from apps.core import storage
 from apps.core.errors import Conflict, Invalid, NotFound
-from apps.core.jobs import enqueue
+from apps.core.jobs import ask_to_cancel, enqueue
 from apps.datasets import importer
 from apps.datasets.models import Dataset, ImportJob
 from apps.datasets.tasks import derive_version_task, export_version_task, import_dataset_task
@@ -155,14 +155,8 @@ def import_cancel(*, user, job: ImportJob, token=None, ip_address: str | None = 
     """Ask a running import to stop (within a batch); a queued or draft one stops at once."""
     policy.require(user, "dataset.import", job.dataset, token)
     with transaction.atomic():
-        job = ImportJob.objects.select_for_update().get(pk=job.pk)
-        if job.state in (ImportJob.State.DRAFT, ImportJob.State.QUEUED):
-            job.state = ImportJob.State.CANCELLED
-            job.finished_at = timezone.now()
-        elif job.state != ImportJob.State.RUNNING:
-            raise Conflict(f"This import already {job.state}.")
-        job.cancel_requested = True
-        job.save(update_fields=["state", "finished_at", "cancel_requested"])
+        job = ask_to_cancel(ImportJob, job.pk, what="import", ends_at_once=(ImportJob.State.DRAFT,
+                                                                             ImportJob.State.QUEUED))
         audit_record(actor=user, action="dataset.import_cancel", project=job.dataset.project, target=job.dataset,
                      ip_address=ip_address, after={"import": job.pk})
     return job

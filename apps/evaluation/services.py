@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from apps.comparison.models import Comparison
 from apps.core.errors import Conflict, Invalid, NotFound
-from apps.core.jobs import enqueue
+from apps.core.jobs import ask_to_cancel, enqueue
 from apps.evaluation import selectors
 from apps.evaluation.models import Judge, JudgeRun
 from apps.evaluation.tasks import judge_run_task
@@ -142,12 +142,6 @@ def judge_run_cancel(*, user, run: JudgeRun, token=None, ip_address: str | None 
     """A queued run ends at once; a running one stops after the item it is judging."""
     policy.require(user, "compare.run", run.project, token)
     with transaction.atomic():
-        run = JudgeRun.objects.select_for_update().get(pk=run.pk)
-        if run.state == JudgeRun.State.QUEUED:
-            run.state, run.finished_at = JudgeRun.State.CANCELLED, timezone.now()
-        elif run.state != JudgeRun.State.RUNNING:
-            raise Conflict(f"This run already {run.state}.")
-        run.cancel_requested = True
-        run.save(update_fields=["state", "finished_at", "cancel_requested"])
+        run = ask_to_cancel(JudgeRun, run.pk, what="run")
         audit_record(actor=user, action="judge.cancel", project=run.project, target=run, ip_address=ip_address)
     return run

@@ -18,7 +18,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from apps.core.errors import Conflict, DomainError, Invalid, NotFound, PermissionDenied, QuotaExceeded
-from apps.core.jobs import enqueue
+from apps.core.jobs import ask_to_cancel, enqueue
 from apps.datasets.models import DatasetVersion
 from apps.datasets.selectors import readable_version
 from apps.projects import policy
@@ -291,13 +291,7 @@ def job_cancel(*, user, job: TrainingJob, token=None, ip_address: str | None = N
     its last checkpoint (the worker marks it cancelled)."""
     policy.require(user, "job.cancel", job, token)
     with transaction.atomic():
-        job = TrainingJob.objects.select_for_update().get(pk=job.pk)
-        if job.state == TrainingJob.State.QUEUED:
-            job.state, job.finished_at = TrainingJob.State.CANCELLED, timezone.now()
-        elif job.state != TrainingJob.State.RUNNING:
-            raise Conflict(f"This job already {job.state}.")
-        job.cancel_requested = True
-        job.save(update_fields=["state", "finished_at", "cancel_requested"])
+        job = ask_to_cancel(TrainingJob, job.pk, what="job")
         audit_record(actor=user, action="job.cancel", project=job.project, target=job, ip_address=ip_address)
     from apps.training import events
 
