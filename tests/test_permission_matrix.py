@@ -149,6 +149,71 @@ def _arrange_adapter(world: World) -> dict:
     return {"model_id": adapter.pk}
 
 
+def _placeholder_info() -> dict:
+    from workers.models import ModelInfo
+
+    return ModelInfo(format="hf_dir", path="/placeholder", architecture="LlamaForCausalLM", model_type="llama",
+                     parameters=1000, hidden_size=8, layers=1, heads=2, kv_heads=2, head_dim=4, intermediate_size=16,
+                     vocab_size=32, context_length=64).as_dict()
+
+
+def _arrange_catalogue(world: World) -> dict:
+    """A ready catalogue model, not enabled in world.project."""
+    from apps.registry.models import CatalogueModel
+
+    entry = CatalogueModel.objects.create(name="Catalogued", format="hf_dir", source_path="/c", weights_path="/c",
+                                          status="ready", info=_placeholder_info())
+    world.entry_id = entry.pk
+    return {"entry_id": entry.pk}
+
+
+def _arrange_enabled_catalogue(world: World) -> dict:
+    from apps.registry.models import CatalogueModel
+    from apps.registry.services import enable_defaults_for_new_project
+
+    values = _arrange_catalogue(world)
+    CatalogueModel.objects.filter(pk=values["entry_id"]).update(default_enabled=True)
+    enable_defaults_for_new_project(world.project)
+    return values
+
+
+def _arrange_catalogue_adapter(world: World) -> dict:
+    """A catalogue base enabled in world.project and a ready adapter of it there."""
+    from apps.registry.models import RegisteredModel
+
+    _arrange_enabled_catalogue(world)
+    base = world.project.models.get(catalogue_id=world.entry_id)
+    adapter = RegisteredModel.objects.create(project=world.project, name="Tuned", format="peft", kind="adapter",
+                                             base_model=base, source_path="/a", weights_path="/a", status="ready",
+                                             info=base.info, created_by=world.owner)
+    world.base_id, world.adapter_id = base.pk, adapter.pk
+    return {"model_id": adapter.pk}
+
+
+def _arrange_shared_adapter(world: World) -> dict:
+    """The adapter shared with another project (Zulu), whose row of it exists."""
+    from apps.registry.models import RegisteredModel
+
+    values = _arrange_catalogue_adapter(world)
+    zulu = ProjectFactory(name="Zulu")
+    adapter = RegisteredModel.objects.get(pk=world.adapter_id)
+    RegisteredModel.objects.create(project=zulu, name="Tuned", format="peft", kind="adapter", shared_from=adapter,
+                                   source_path="/a", weights_path="/a", status="ready", info=adapter.info)
+    return {**values, "target_id": zulu.pk}
+
+
+def _arrange_alias(protected: bool):
+    """The catalogue base with its adapter; `staging` of the base points at the base itself."""
+    def arrange(world: World) -> dict:
+        from apps.registry.models import ModelAlias
+
+        _arrange_catalogue_adapter(world)
+        ModelAlias.objects.create(project=world.project, model_id=world.base_id, version_id=world.base_id,
+                                  name="staging", protected=protected)
+        return {"model_id": world.base_id, "alias": "staging"}
+    return arrange
+
+
 def _arrange_job(state: str):
     """A job of world.project (on a placeholder model and a prompt/response version) in `state`."""
     def arrange(world: World) -> dict:
@@ -414,6 +479,30 @@ ENDPOINTS = [
              checks=("model.view", "model.download"), arrange=_arrange_adapter),
     Endpoint("model-merge", "POST", "/api/models/<int:model_id>/merge/", "model.register",
              lambda w: {"name": "Merged"}, 202, checks=("model.view", "model.register"), arrange=_arrange_adapter),
+    # the site's catalogue as a project sees it; adapters shared with other projects; aliases
+    Endpoint("project-catalogue", "GET", f"{P}/catalogue/", "model.view", _no_body, 200, arrange=_arrange_catalogue),
+    Endpoint("project-catalogue-enable", "POST", f"{P}/catalogue/", "model.enable",
+             lambda w: {"catalogue_model": w.entry_id}, 201, arrange=_arrange_catalogue),
+    Endpoint("project-catalogue-disable", "DELETE", f"{P}/catalogue/<int:entry_id>/", "model.enable", _no_body, 204,
+             arrange=_arrange_enabled_catalogue),
+    Endpoint("model-shares", "GET", "/api/models/<int:model_id>/shares/", "model.share", _no_body, 200,
+             checks=("model.view", "model.share"), arrange=_arrange_shared_adapter),
+    # A permitted share names this same project: refused (400, field project) once every check has passed.
+    Endpoint("model-share", "POST", "/api/models/<int:model_id>/shares/", "model.share",
+             lambda w: {"project": w.project.pk}, 400, checks=("model.view", "model.share", "model.register"),
+             arrange=_arrange_catalogue_adapter, audit_writes=0),
+    Endpoint("model-unshare", "DELETE", "/api/models/<int:model_id>/shares/<int:target_id>/", "model.share",
+             _no_body, 204, checks=("model.view", "model.share"), arrange=_arrange_shared_adapter),
+    Endpoint("model-aliases", "GET", "/api/models/<int:model_id>/aliases/", "model.view", _no_body, 200,
+             arrange=_arrange_alias(False)),
+    Endpoint("model-alias-move", "PUT", "/api/models/<int:model_id>/aliases/<str:alias>/", "model.alias",
+             lambda w: {"version": w.adapter_id}, 200, checks=("model.view", "model.alias"),
+             arrange=_arrange_alias(False)),
+    Endpoint("model-alias-move-protected", "PUT", "/api/models/<int:model_id>/aliases/<str:alias>/", "model.promote",
+             lambda w: {"version": w.adapter_id}, 200, checks=("model.view", "model.alias", "model.promote"),
+             arrange=_arrange_alias(True)),
+    Endpoint("model-alias-delete", "DELETE", "/api/models/<int:model_id>/aliases/<str:alias>/", "model.alias",
+             _no_body, 204, checks=("model.view", "model.alias"), arrange=_arrange_alias(False)),
     Endpoint("model-memory-estimate", "GET", "/api/models/<int:model_id>/memory-estimate/", "model.view", _no_body,
              200, arrange=_arrange_adapter),
     Endpoint("dataset-get", "GET", "/api/datasets/<int:dataset_id>/", "dataset.view", _no_body, 200,
@@ -727,7 +816,8 @@ def test_every_project_scoped_endpoint_in_the_url_conf_has_a_row():
                             if hasattr(view_class, method) and (route, method.upper()) not in EXEMPT}
     dummy = {"project_id": 1, "dataset_id": 2, "membership_id": 3, "role_id": 4, "grant_id": 5, "number": 6,
              "job_id": 7, "comparison_id": 8, "campaign_id": 9, "item_id": 10, "schema_id": 11, "annotation_id": 12,
-             "export_id": 13, "model_id": 14, "judge_id": 15, "run_id": 16}
+             "export_id": 13, "model_id": 14, "entry_id": 15, "target_id": 16, "alias": "production",
+             "judge_id": 17, "run_id": 18}
     in_table = {(resolve(fill(e.url, dummy)).route, e.method) for e in ENDPOINTS}
     assert in_url_conf, "found no project-scoped API routes: the walk above is broken"
     assert in_url_conf - in_table == set(), "project-scoped endpoints without a row in ENDPOINTS"

@@ -29,6 +29,10 @@ PERMISSIONS: dict[str, str] = {
     "model.delete": "Delete models and adapters",
     "model.download": "Download trained weights (an adapter's files)",
     "model.generate": "Generate with models: the playground and the OpenAI-compatible API",
+    "model.enable": "Enable models of the site's catalogue for the project (and disable them)",
+    "model.share": "Share the project's adapters with another project (a grant to that project)",
+    "model.alias": "Create and move the project's model aliases (not the protected ones)",
+    "model.promote": "Move protected aliases (production) and protect or unprotect aliases",
     "job.view": "See fine-tune jobs and their metrics",
     "job.launch": "Launch fine-tune jobs",
     "job.cancel": "Cancel fine-tune jobs",
@@ -42,12 +46,13 @@ VIEWER = frozenset({"project.view", "dataset.view", "model.view", "job.view", "c
 ANNOTATOR = frozenset({"project.view", "annotation.submit", "compare.vote"})
 SCIENTIST = VIEWER | ANNOTATOR | {
     "dataset.import", "dataset.edit", "dataset.export", "model.register", "model.download", "model.generate",
+    "model.alias",
     "job.launch",
     "job.cancel", "compare.run", "campaign.manage", "annotation.review", "provider.use",
 }
 ADMIN = SCIENTIST | {
     "project.edit", "project.archive", "member.manage", "role.manage", "token.manage",
-    "audit.view", "dataset.delete", "model.delete",
+    "audit.view", "dataset.delete", "model.delete", "model.enable", "model.share", "model.promote",
 }
 OWNER = frozenset(PERMISSIONS)
 

@@ -9,15 +9,24 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from apps.core.errors import NotFound
 from apps.core.http import client_ip
 from apps.projects import policy
-from apps.registry import services
-from apps.registry.models import RegisteredModel
+from apps.registry import selectors, services
+from apps.registry.models import CatalogueModel, RegisteredModel
 from apps.registry.serializers import (
+    AliasSerializer,
+    AliasSetSerializer,
+    CatalogueEnableSerializer,
+    CatalogueModelSerializer,
+    CatalogueRegisterSerializer,
+    CatalogueUpdateSerializer,
     MemoryEstimateQuerySerializer,
     ModelMergeSerializer,
     ModelRegisterSerializer,
     ModelSerializer,
+    ProjectCatalogueSerializer,
+    ShareSerializer,
 )
 
 
@@ -92,3 +101,134 @@ class ModelMemoryEstimateApi(APIView):
         query = MemoryEstimateQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
         return Response(services.model_memory_estimate(model=model, **query.validated_data))
+
+
+# --- the site's catalogue --------------------------------------------------------------------------
+
+@extend_schema(tags=["models"])
+class CatalogueListCreateApi(ListAPIView):
+    """Site admins: the models every project may enable, registered once."""
+
+    serializer_class = CatalogueModelSerializer
+
+    def get_queryset(self):
+        services.require_site_staff(self.request.user, self.request.auth)
+        return CatalogueModel.objects.order_by("name", "id")
+
+    @extend_schema(request=CatalogueRegisterSerializer, responses={201: CatalogueModelSerializer})
+    def post(self, request: Request) -> Response:
+        services.require_site_staff(request.user, request.auth)
+        data = CatalogueRegisterSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        entry = services.catalogue_register(user=request.user, token=request.auth, ip_address=client_ip(request),
+                                            **data.validated_data)
+        return Response(CatalogueModelSerializer(entry).data, status=status.HTTP_201_CREATED)
+
+
+@extend_schema(tags=["models"])
+class CatalogueDetailApi(APIView):
+    @extend_schema(request=CatalogueUpdateSerializer, responses=CatalogueModelSerializer)
+    def patch(self, request: Request, entry_id: int) -> Response:
+        services.require_site_staff(request.user, request.auth)
+        entry = CatalogueModel.objects.filter(pk=entry_id).first()
+        if entry is None:
+            raise NotFound()
+        data = CatalogueUpdateSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        entry = services.catalogue_update(user=request.user, entry=entry, token=request.auth,
+                                          ip_address=client_ip(request), **data.validated_data)
+        return Response(CatalogueModelSerializer(entry).data)
+
+
+class ProjectCatalogueApi(ListAPIView):
+    """The catalogue as a project sees it; its admins enable a model (nothing copied)."""
+
+    serializer_class = ProjectCatalogueSerializer
+
+    def get_queryset(self):
+        project = policy.get_project(self.request.user, self.kwargs["project_id"], "model.view",
+                                     token=self.request.auth)
+        return selectors.catalogue_for_project(project)
+
+    @extend_schema(request=CatalogueEnableSerializer, responses={201: ModelSerializer})
+    def post(self, request: Request, project_id: int) -> Response:
+        project = policy.get_project(request.user, project_id, token=request.auth)
+        data = CatalogueEnableSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        model = services.catalogue_enable(user=request.user, project=project, token=request.auth,
+                                          entry_id=data.validated_data["catalogue_model"],
+                                          ip_address=client_ip(request))
+        return Response(ModelSerializer(model, context={"request": request}).data, status=status.HTTP_201_CREATED)
+
+
+class ProjectCatalogueDisableApi(APIView):
+    @extend_schema(responses={204: None})
+    def delete(self, request: Request, project_id: int, entry_id: int) -> Response:
+        project = policy.get_project(request.user, project_id, token=request.auth)
+        services.catalogue_disable(user=request.user, project=project, entry_id=entry_id, token=request.auth,
+                                   ip_address=client_ip(request))
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+# --- adapters shared with other projects -----------------------------------------------------------
+
+class AdapterSharesApi(ListAPIView):
+    """The other projects an adapter is shared with (its row in each)."""
+
+    serializer_class = ShareSerializer
+
+    def get_queryset(self):
+        user, token = self.request.user, self.request.auth
+        adapter = policy.get_object(user, RegisteredModel, self.kwargs["model_id"], "model.view", token)
+        return services.adapter_shares(user=user, adapter=adapter, token=token)
+
+    @extend_schema(request=ShareSerializer, responses={201: ShareSerializer})
+    def post(self, request: Request, model_id: int) -> Response:
+        adapter = policy.get_object(request.user, RegisteredModel, model_id, "model.view", request.auth)
+        data = ShareSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        shared = services.adapter_share(user=request.user, adapter=adapter, token=request.auth,
+                                        project_id=data.validated_data["project_id"], ip_address=client_ip(request))
+        return Response(ShareSerializer(shared).data, status=status.HTTP_201_CREATED)
+
+
+class AdapterShareDetailApi(APIView):
+    @extend_schema(responses={204: None})
+    def delete(self, request: Request, model_id: int, target_id: int) -> Response:
+        adapter = policy.get_object(request.user, RegisteredModel, model_id, "model.view", request.auth)
+        services.adapter_unshare(user=request.user, adapter=adapter, project_id=target_id, token=request.auth,
+                                 ip_address=client_ip(request))
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+# --- aliases ----------------------------------------------------------------------------------------
+
+class ModelAliasesApi(ListAPIView):
+    """A model's aliases: what clients ask for as name@alias, and the version each points at."""
+
+    serializer_class = AliasSerializer
+
+    def get_queryset(self):
+        model = policy.get_object(self.request.user, RegisteredModel, self.kwargs["model_id"], "model.view",
+                                  self.request.auth)
+        return model.aliases.select_related("model", "version", "updated_by").order_by("name", "id")
+
+
+class ModelAliasApi(APIView):
+    """Create an alias or move it onto another version (one audited action); remove it."""
+
+    @extend_schema(request=AliasSetSerializer, responses=AliasSerializer)
+    def put(self, request: Request, model_id: int, alias: str) -> Response:
+        model = policy.get_object(request.user, RegisteredModel, model_id, "model.view", request.auth)
+        data = AliasSetSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        moved = services.alias_set(user=request.user, model=model, name=alias, token=request.auth,
+                                   ip_address=client_ip(request), **data.validated_data)
+        return Response(AliasSerializer(moved).data)
+
+    @extend_schema(responses={204: None})
+    def delete(self, request: Request, model_id: int, alias: str) -> Response:
+        model = policy.get_object(request.user, RegisteredModel, model_id, "model.view", request.auth)
+        services.alias_delete(user=request.user, model=model, name=alias, token=request.auth,
+                              ip_address=client_ip(request))
+        return Response(status=status.HTTP_204_NO_CONTENT)

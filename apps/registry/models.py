@@ -10,6 +10,36 @@ class LiveModelManager(models.Manager):
         return super().get_queryset().filter(deleted_at__isnull=True)
 
 
+class CatalogueModel(models.Model):
+    """A base model of the whole site, registered once by a site admin (from the model roots or
+    the local Hugging Face cache). A project uses it once its admins enable it: the project gets a
+    RegisteredModel row pointing at the same weights (`catalogue`), nothing is copied.
+
+    The fields a worker fills in (status, info, weights_path, content_hash) mirror RegisteredModel's
+    and are copied onto every project's row when they change (`catalogue_sync`)."""
+
+    name = models.CharField(max_length=120)
+    format = models.CharField(max_length=16)
+    source_path = models.CharField(max_length=1000)
+    weights_path = models.CharField(max_length=1000, blank=True)
+    status = models.CharField(max_length=16)
+    info = models.JSONField(default=dict)
+    content_hash = models.CharField(max_length=64, blank=True)
+    error = models.TextField(blank=True)
+    # Enabled in every project created from now on (the demo model is).
+    default_enabled = models.BooleanField(default=False)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name", "id"]
+        default_permissions = ()
+        constraints = [models.UniqueConstraint(Lower("name"), name="unique_catalogue_model_name")]
+
+    def __str__(self) -> str:
+        return self.name
+
+
 class RegisteredModel(models.Model):
     """A base model registered in a project: inspected by a worker after registration,
     loadable when READY.
@@ -48,7 +78,15 @@ class RegisteredModel(models.Model):
     # lie. Reading them takes a while, so a worker fills it in once ("" until then).
     content_hash = models.CharField(max_length=64, blank=True)
     kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.BASE)
-    base_model = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT, related_name="adapters")
+    # RESTRICT, not PROTECT: a base goes only with its adapters (a project deleted whole takes both).
+    base_model = models.ForeignKey("self", null=True, blank=True, on_delete=models.RESTRICT, related_name="adapters")
+    # A catalogue model enabled in this project: the row shares the catalogue entry's weights.
+    catalogue = models.ForeignKey(CatalogueModel, null=True, blank=True, on_delete=models.PROTECT,
+                                  related_name="project_models")
+    # An adapter shared from another project: this row is the grant's face in the receiving project
+    # (same weights, the source's lineage plus `shared_from`).
+    # (the source project deleted: the receiving project keeps its row, its lineage says where it came from)
+    shared_from = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="shares")
     # An adapter's lineage: the job that made it, its dataset version (id, hash), config and final metrics.
     lineage = models.JSONField(default=dict, blank=True)
     error = models.TextField(blank=True)
@@ -64,3 +102,33 @@ class RegisteredModel(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+ALIAS_NAME = r"^[a-z0-9][a-z0-9._-]{0,47}$"
+
+
+class ModelAlias(models.Model):
+    """A project's name for one version of a model: `production`, `staging`, `team-a`. `model`
+    is the name clients ask for (`<model name>@<alias>`), `version` the model or adapter served
+    (the model itself or a version made from it). A bare model name means its `production` alias
+    when it has one. Protected aliases move only for holders of `model.promote`."""
+
+    PRODUCTION = "production"
+
+    project = models.ForeignKey("projects.Project", on_delete=models.CASCADE, related_name="model_aliases")
+    model = models.ForeignKey(RegisteredModel, on_delete=models.CASCADE, related_name="aliases")
+    name = models.CharField(max_length=48)
+    # Models are soft-deleted (and refused while aliased); RESTRICT lets a whole project go at once.
+    version = models.ForeignKey(RegisteredModel, on_delete=models.RESTRICT, related_name="aliased_as")
+    protected = models.BooleanField(default=False)
+    updated_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    updated_at = models.DateTimeField(auto_now=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name", "id"]
+        default_permissions = ()
+        constraints = [models.UniqueConstraint(fields=["model", "name"], name="unique_alias_per_model")]
+
+    def __str__(self) -> str:
+        return f"{self.model.name}@{self.name}"

@@ -23,3 +23,61 @@ def model_root_entries() -> list[str]:
             if len(found) >= MAX_ROOT_ENTRIES:
                 return found
     return found
+
+
+def resolve_model_ref(user, project, ref, token=None, *, ready: bool = True):
+    """The model version a client means by `ref`, as the principal may see it in `project`:
+    an id, a name (case-insensitive), or `name@alias`. A bare name means its `production`
+    alias when it has one, the model itself otherwise. Read from the database on every call (no
+    cache), so an alias moved is followed by the next request. NotFound when nothing matches."""
+    from apps.core.errors import NotFound
+    from apps.projects import policy
+    from apps.registry.models import ModelAlias, RegisteredModel
+
+    models = policy.visible_in_project(user, RegisteredModel, project, "model.view", token)
+    wanted = models.filter(status=RegisteredModel.Status.READY) if ready else models
+    if isinstance(ref, int) or (isinstance(ref, str) and ref.isdigit()):
+        found = wanted.filter(pk=int(ref)).first()
+        if found is not None:
+            return found
+    if not isinstance(ref, str) or not ref.strip():
+        raise NotFound(f"No ready model called {str(ref)[:120]!r} in this project.")
+    ref = ref.strip()
+    alias_name = None
+    model = models.filter(name__iexact=ref).first()
+    if model is None and "@" in ref:
+        name, alias_name = ref.rsplit("@", 1)
+        model = models.filter(name__iexact=name.strip()).first()
+    if model is None:
+        raise NotFound(f"No ready model called {ref[:120]!r} in this project.")
+    alias = ModelAlias.objects.filter(model=model, name=(alias_name or ModelAlias.PRODUCTION).lower()).first()
+    if alias is None and alias_name is not None:
+        raise NotFound(f"“{model.name}” has no alias {alias_name[:48]!r}.")
+    version = model if alias is None else wanted.filter(pk=alias.version_id).first()
+    if version is None or (ready and version.status != RegisteredModel.Status.READY):
+        raise NotFound(f"No ready model called {ref[:120]!r} in this project.")
+    return version
+
+
+def served_names(user, project, token=None) -> list[tuple[str, object]]:
+    """(the id a client may ask for, its model row) for every ready model and every alias of one
+    the principal sees in the project: what /v1/models lists."""
+    from apps.projects import policy
+    from apps.registry.models import ModelAlias, RegisteredModel
+
+    ready = {m.pk: m for m in policy.visible_in_project(user, RegisteredModel, project, "model.view", token)
+             .filter(status=RegisteredModel.Status.READY)}
+    names = [(m.name, m) for m in ready.values()]
+    visible = policy.visible_in_project(user, RegisteredModel, project, "model.view", token)
+    for alias in ModelAlias.objects.filter(project=project, model__in=visible).select_related("model"):
+        if alias.version_id in ready:
+            names.append((f"{alias.model.name}@{alias.name}", ready[alias.version_id]))
+    return sorted(names, key=lambda pair: pair[0].lower())
+
+
+def catalogue_for_project(project) -> list[dict]:
+    """Every catalogue model, with the project's row of it (None where not enabled)."""
+    from apps.registry.models import CatalogueModel, RegisteredModel
+
+    rows = {m.catalogue_id: m for m in RegisteredModel.objects.filter(project=project, catalogue__isnull=False)}
+    return [{"entry": entry, "model": rows.get(entry.pk)} for entry in CatalogueModel.objects.order_by("name")]

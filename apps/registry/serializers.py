@@ -1,7 +1,7 @@
 from rest_framework import serializers
 
 from apps.projects.serializers import ManagerOnlyFieldsMixin
-from apps.registry.models import RegisteredModel
+from apps.registry.models import CatalogueModel, ModelAlias, RegisteredModel
 
 
 class ModelSerializer(ManagerOnlyFieldsMixin, serializers.ModelSerializer):
@@ -13,8 +13,8 @@ class ModelSerializer(ManagerOnlyFieldsMixin, serializers.ModelSerializer):
 
     class Meta:
         model = RegisteredModel
-        fields = ["id", "project", "name", "kind", "format", "status", "base_model", "source_path", "info", "lineage",
-                  "error", "created_at"]
+        fields = ["id", "project", "name", "kind", "format", "status", "base_model", "catalogue", "shared_from",
+                  "source_path", "info", "lineage", "error", "created_at"]
 
 
 class ModelRegisterSerializer(serializers.Serializer):
@@ -40,3 +40,70 @@ class MemoryEstimateQuerySerializer(serializers.Serializer):
 class ModelMergeSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=120, required=False, allow_blank=True, default="",
                                  help_text="the merged model's name (default: the adapter's, merged)")
+
+
+class CatalogueModelSerializer(serializers.ModelSerializer):
+    """A catalogue model as site admins see it (with where its files lie)."""
+
+    class Meta:
+        model = CatalogueModel
+        fields = ["id", "name", "format", "status", "source_path", "info", "content_hash", "error", "default_enabled",
+                  "created_at"]
+
+
+class CatalogueRegisterSerializer(ModelRegisterSerializer):
+    default_enabled = serializers.BooleanField(default=False, help_text="enabled in every project created from now on")
+
+
+class CatalogueUpdateSerializer(serializers.Serializer):
+    default_enabled = serializers.BooleanField()
+
+
+class ProjectCatalogueSerializer(serializers.Serializer):
+    """A catalogue model as a project sees it: whether it is enabled here, and as which model."""
+
+    id = serializers.IntegerField(source="entry.id")
+    name = serializers.CharField(source="entry.name")
+    format = serializers.CharField(source="entry.format")
+    status = serializers.CharField(source="entry.status")
+    info = serializers.JSONField(source="entry.info")
+    enabled = serializers.SerializerMethodField()
+    model = serializers.SerializerMethodField(help_text="the project's model row of it, when enabled")
+
+    def get_enabled(self, item) -> bool:
+        return item["model"] is not None and item["model"].deleted_at is None
+
+    def get_model(self, item) -> int | None:
+        return item["model"].pk if self.get_enabled(item) else None
+
+
+class CatalogueEnableSerializer(serializers.Serializer):
+    catalogue_model = serializers.IntegerField(help_text="the catalogue model to enable in this project")
+
+
+class ShareSerializer(serializers.Serializer):
+    project = serializers.IntegerField(source="project_id", help_text="the project the adapter is shared with")
+    project_name = serializers.CharField(source="project.name", read_only=True)
+    model = serializers.IntegerField(source="pk", read_only=True, help_text="its model row in that project")
+
+
+class AliasSerializer(serializers.ModelSerializer):
+    ref = serializers.SerializerMethodField(help_text="what clients ask for: name@alias")
+    model_name = serializers.CharField(source="model.name", read_only=True)
+    version_name = serializers.CharField(source="version.name", read_only=True)
+    updated_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+
+    class Meta:
+        model = ModelAlias
+        fields = ["name", "ref", "model", "model_name", "version", "version_name", "protected", "updated_by",
+                  "updated_at"]
+
+    def get_ref(self, alias) -> str:
+        return f"{alias.model.name}@{alias.name}"
+
+
+class AliasSetSerializer(serializers.Serializer):
+    version = serializers.IntegerField(help_text="the model version the alias points at: the model itself, one of "
+                                                 "its adapters or a model merged from one")
+    protected = serializers.BooleanField(required=False, allow_null=True, default=None,
+                                         help_text="only holders of model.promote move a protected alias")

@@ -1,6 +1,7 @@
 """Registering models: path checks here; inspection (metadata only, nothing loaded, no code
 run) and the conversion of GGUF files in a worker."""
 
+import os
 import re
 from pathlib import Path
 
@@ -8,13 +9,13 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from apps.core.errors import Invalid
+from apps.core.errors import Invalid, NotFound
 from apps.core.jobs import enqueue
 from apps.projects import policy
 from apps.projects.audit import audit_record
 from apps.projects.models import Project
-from apps.registry.models import RegisteredModel
-from apps.registry.tasks import convert_model_task, inspect_model_task, merge_adapter_task
+from apps.registry.models import ALIAS_NAME, CatalogueModel, ModelAlias, RegisteredModel
+from apps.registry.tasks import convert_model_task, inspect_model_task, merge_adapter_task, prepare_catalogue_task
 
 
 def model_register(*, user, project: Project, name: str, path: str = "", hub_id: str = "", revision: str = "",
@@ -29,25 +30,11 @@ def model_register(*, user, project: Project, name: str, path: str = "", hub_id:
     Refused with a clear reason (and nothing registered): a path outside the roots or through a
     symlink out of them, pickle-only checkpoints, a hub id not in the cache while downloads are off.
     """
-    from workers.models import ModelSafetyError, model_format, resolve_model_path
-
     policy.require(user, "model.register", project, token)
-    name = " ".join((name or "").split())
-    if not name or len(name) > 120:
-        raise Invalid("A model needs a name of at most 120 characters.", field="name")
+    name = _model_name(name)
     if project.models.filter(name__iexact=name).exists():
         raise Invalid(f"This project already has a model called “{name}”.", field="name")
-    roots = model_roots()
-    field = "path"
-    if hub_id:
-        if path:
-            raise Invalid("Give a path or a hub id, not both.", field="hub_id")
-        path, field = str(_hub_snapshot(hub_id, revision or "main")), "hub_id"
-    try:
-        resolved = resolve_model_path(path or "", [*roots, settings.HF_HUB_CACHE] if hub_id else roots)
-        model_type = model_format(resolved)
-    except ModelSafetyError as exc:
-        raise Invalid(str(exc), field=field) from None
+    resolved, model_type = _resolve_source(path, hub_id, revision)
     try:
         with transaction.atomic():
             model = RegisteredModel.objects.create(
@@ -59,6 +46,33 @@ def model_register(*, user, project: Project, name: str, path: str = "", hub_id:
     except IntegrityError:
         raise Invalid(f"This project already has a model called “{name}”.", field="name") from None
     return model
+
+
+def _model_name(name: str) -> str:
+    name = " ".join((name or "").split())
+    if not name or len(name) > 120:
+        raise Invalid("A model needs a name of at most 120 characters.", field="name")
+    if "@" in name:  # `name@alias` is how clients ask for an alias
+        raise Invalid("A model name cannot hold “@”: clients ask for aliases as name@alias.", field="name")
+    return name
+
+
+def _resolve_source(path: str, hub_id: str, revision: str) -> tuple[Path, str]:
+    """(the checked path, its format) of a model to register: a path inside the model roots or a
+    hub id from the local Hugging Face cache; Invalid naming the field otherwise."""
+    from workers.models import ModelSafetyError, model_format, resolve_model_path
+
+    roots = model_roots()
+    field = "path"
+    if hub_id:
+        if path:
+            raise Invalid("Give a path or a hub id, not both.", field="hub_id")
+        path, field = str(_hub_snapshot(hub_id, revision or "main")), "hub_id"
+    try:
+        resolved = resolve_model_path(path or "", [*roots, settings.HF_HUB_CACHE] if hub_id else roots)
+        return resolved, model_format(resolved)
+    except ModelSafetyError as exc:
+        raise Invalid(str(exc), field=field) from None
 
 
 def model_roots() -> list[Path]:
@@ -78,13 +92,13 @@ def _enqueue_inspection(model_id: int) -> None:
         pk=model_id).update(status=RegisteredModel.Status.FAILED, error=reason))
 
 
-def run_inspection(model_id: int) -> None:
+def run_inspection(model_id: int, *, catalogue: bool = False) -> None:
     """In a worker: read a registered model's metadata (config, safetensors or GGUF headers; no
     weights, no code), then make it READY, or CONVERTING for a GGUF file (converted here too),
     or FAILED with the reason a person can act on."""
     from workers.models import ModelSafetyError, inspect_model, resolve_model_path
 
-    model = RegisteredModel.objects.filter(pk=model_id).first()
+    model = (CatalogueModel if catalogue else RegisteredModel).objects.filter(pk=model_id).first()
     if model is None or model.status != RegisteredModel.Status.CHECKING:
         return  # deleted, or already inspected: a redelivered message does nothing
     # Checked again: the path may have changed since it was registered. Files inside a directory
@@ -96,14 +110,16 @@ def run_inspection(model_id: int) -> None:
     except ModelSafetyError as exc:
         model.status, model.error = RegisteredModel.Status.FAILED, str(exc)[:2000]
         model.save(update_fields=["status", "error"])
+        _sync_if_catalogue(model)
         return
     is_gguf = info.format == "gguf"
     model.info, model.format = info.as_dict(), info.format
     model.status = RegisteredModel.Status.CONVERTING if is_gguf else RegisteredModel.Status.READY
     model.weights_path = "" if is_gguf else str(source)
     model.save(update_fields=["info", "format", "status", "weights_path"])
+    _sync_if_catalogue(model)
     if is_gguf:
-        run_conversion(model.pk)
+        run_conversion(model.pk, catalogue=catalogue)
 
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
@@ -142,6 +158,10 @@ def _enqueue_conversion(model_id: int) -> None:
 def registration_resume(model: RegisteredModel) -> None:
     """Queue again the inspection or conversion of a model still waiting for it (its worker
     stopped mid-way); a late duplicate message does nothing."""
+    if isinstance(model, CatalogueModel):
+        if model.status in (RegisteredModel.Status.CHECKING, RegisteredModel.Status.CONVERTING):
+            _enqueue_catalogue_preparation(model.pk)
+        return
     if model.status == RegisteredModel.Status.CHECKING:
         _enqueue_inspection(model.pk)
     elif model.status == RegisteredModel.Status.CONVERTING and model.format == RegisteredModel.Format.GGUF:
@@ -158,11 +178,11 @@ def conversion_dir(model: RegisteredModel) -> Path:
     return Path(settings.ARTIFACT_ROOT) / "models" / key
 
 
-def run_conversion(model_id: int) -> None:
+def run_conversion(model_id: int, *, catalogue: bool = False) -> None:
     """In a worker: convert a registered GGUF file once into a safetensors directory."""
     from workers.models import convert_gguf_to_safetensors
 
-    model = RegisteredModel.objects.filter(pk=model_id).first()
+    model = (CatalogueModel if catalogue else RegisteredModel).objects.filter(pk=model_id).first()
     if model is None or model.status != RegisteredModel.Status.CONVERTING:
         return  # deleted, or already done: a redelivered message does nothing
     try:
@@ -170,9 +190,11 @@ def run_conversion(model_id: int) -> None:
     except Exception as exc:  # the scientist sees the reason on the model page
         model.status, model.error = RegisteredModel.Status.FAILED, f"{type(exc).__name__}: {exc}"
         model.save(update_fields=["status", "error"])
+        _sync_if_catalogue(model)
         return
     model.status, model.weights_path, model.error = RegisteredModel.Status.READY, str(out), ""
     model.save(update_fields=["status", "weights_path", "error"])
+    _sync_if_catalogue(model)
 
 
 def adapter_merge(*, user, adapter: RegisteredModel, name: str, token=None,
@@ -184,9 +206,7 @@ def adapter_merge(*, user, adapter: RegisteredModel, name: str, token=None,
         raise Invalid("Only an adapter can be merged into its base model.", field="model")
     if adapter.status != RegisteredModel.Status.READY or adapter.base_model.status != RegisteredModel.Status.READY:
         raise Invalid("The adapter and its base model must be ready.", field="model")
-    name = " ".join((name or "").split()) or f"{adapter.name} (merged)"[:120]
-    if len(name) > 120:
-        raise Invalid("A model needs a name of at most 120 characters.", field="name")
+    name = _model_name(" ".join((name or "").split()) or f"{adapter.name} (merged)"[:120].replace("@", " "))
     if adapter.project.models.filter(name__iexact=name).exists():
         raise Invalid(f"This project already has a model called “{name}”.", field="name")
     with transaction.atomic():
@@ -233,11 +253,10 @@ def run_merge(model_id: int) -> None:
 def model_delete(*, user, model: RegisteredModel, token=None, ip_address: str | None = None) -> None:
     """Soft delete: later adapters and jobs keep pointing at it."""
     policy.require(user, "model.delete", model, token)
+    _refuse_if_aliased(model)
     audit_record(actor=user, action="model.delete", project=model.project, target=model, ip_address=ip_address,
                  before={"name": model.name})
-    model.deleted_at = timezone.now()
-    model.name = f"{model.name[:90]} (deleted #{model.pk})"
-    model.save(update_fields=["deleted_at", "name"])
+    _soft_delete(model)
 
 
 def model_memory_estimate(*, model: RegisteredModel, precision: str, batch_size: int, seq_len: int, lora_rank: int,
@@ -265,6 +284,9 @@ def model_content_hash(model: RegisteredModel) -> str:
     if not model.content_hash:
         model.content_hash = weights_content_hash(Path(model.weights_path))
         RegisteredModel.all_objects.filter(pk=model.pk).update(content_hash=model.content_hash)
+        if model.catalogue_id:  # the same weights in every project that enabled it
+            CatalogueModel.objects.filter(pk=model.catalogue_id).update(content_hash=model.content_hash)
+            RegisteredModel.all_objects.filter(catalogue_id=model.catalogue_id).update(content_hash=model.content_hash)
     return model.content_hash
 
 
@@ -317,3 +339,298 @@ def adapter_archive_files(model: RegisteredModel) -> list[tuple[Path, str]]:
     folder = "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in model.name).strip("-") or "adapter"
     return [(path, f"{folder}/{path.relative_to(directory)}") for path in sorted(directory.rglob("*"))
             if path.is_file() and not path.is_symlink()]
+
+
+# --- the site's catalogue ------------------------------------------------------------------------
+
+def require_site_staff(user, token=None) -> None:
+    """Site admins (staff, signed in: an API token carries project permissions only) manage the
+    catalogue; anyone else is told nothing exists."""
+    if token is not None or not (user is not None and user.is_authenticated and user.is_active and user.is_staff):
+        raise NotFound()
+
+
+CATALOGUE_FIELDS = ("format", "source_path", "weights_path", "status", "info", "content_hash", "error")
+
+
+def catalogue_register(*, user, name: str, path: str = "", hub_id: str = "", revision: str = "",
+                       default_enabled: bool = False, token=None, ip_address: str | None = None) -> CatalogueModel:
+    """A site admin registers a base model once for every project: checked like a project's
+    registration (`model_register`), then inspected (and a GGUF converted) once by a worker."""
+    require_site_staff(user, token)
+    return catalogue_add(actor=user, name=name, path=path, hub_id=hub_id, revision=revision,
+                         default_enabled=default_enabled, ip_address=ip_address)
+
+
+def catalogue_add(*, actor, name: str, path: str = "", hub_id: str = "", revision: str = "",
+                  default_enabled: bool = False, ip_address: str | None = None) -> CatalogueModel:
+    """`catalogue_register` without the site admin check: for the start command (the demo model)."""
+    name = _model_name(name)
+    if CatalogueModel.objects.filter(name__iexact=name).exists():
+        raise Invalid(f"The catalogue already has a model called “{name}”.", field="name")
+    resolved, model_type = _resolve_source(path, hub_id, revision)
+    try:
+        with transaction.atomic():
+            entry = CatalogueModel.objects.create(name=name, format=model_type, source_path=str(resolved),
+                                                  status=RegisteredModel.Status.CHECKING,
+                                                  default_enabled=bool(default_enabled),
+                                                  created_by=actor if getattr(actor, "pk", None) else None)
+            audit_record(actor=actor, action="catalogue.register", target=entry, ip_address=ip_address,
+                         after={"name": name, "path": str(resolved), "format": model_type,
+                                "default_enabled": entry.default_enabled})
+            transaction.on_commit(lambda: _enqueue_catalogue_preparation(entry.pk))
+    except IntegrityError:
+        raise Invalid(f"The catalogue already has a model called “{name}”.", field="name") from None
+    return entry
+
+
+def catalogue_update(*, user, entry: CatalogueModel, default_enabled: bool, token=None,
+                     ip_address: str | None = None) -> CatalogueModel:
+    require_site_staff(user, token)
+    before = {"default_enabled": entry.default_enabled}
+    entry.default_enabled = bool(default_enabled)
+    entry.save(update_fields=["default_enabled"])
+    audit_record(actor=user, action="catalogue.update", target=entry, ip_address=ip_address, before=before,
+                 after={"default_enabled": entry.default_enabled})
+    return entry
+
+
+def _enqueue_catalogue_preparation(entry_id: int) -> None:
+    def fail(reason: str) -> None:
+        CatalogueModel.objects.filter(pk=entry_id).update(status=RegisteredModel.Status.FAILED, error=reason)
+        _sync_if_catalogue(CatalogueModel.objects.get(pk=entry_id))
+
+    enqueue(prepare_catalogue_task, entry_id, queue="default", on_failure=fail)
+
+
+def run_catalogue_preparation(entry_id: int) -> None:
+    """In a worker: inspect a catalogue model (and convert a GGUF), once for every project."""
+    entry = CatalogueModel.objects.filter(pk=entry_id).first()
+    if entry is None:
+        return
+    if entry.status == RegisteredModel.Status.CHECKING:
+        run_inspection(entry_id, catalogue=True)
+    elif entry.status == RegisteredModel.Status.CONVERTING:
+        run_conversion(entry_id, catalogue=True)
+
+
+def _sync_if_catalogue(entry) -> None:
+    """What a worker learnt about a catalogue model, onto every project's row of it (the rows
+    share its weights: nothing else to do for them)."""
+    if isinstance(entry, CatalogueModel):
+        RegisteredModel.all_objects.filter(catalogue=entry).update(
+            **{field: getattr(entry, field) for field in CATALOGUE_FIELDS})
+
+
+def _catalogue_row(project: Project, entry: CatalogueModel, *, actor, ip_address: str | None = None
+                   ) -> tuple[RegisteredModel, bool]:
+    """(the project's row of a catalogue model, whether it was made now). A project model of the
+    same name on the same file (the demo project's, registered before the catalogue existed) is
+    adopted rather than duplicated."""
+    existing = project.models.filter(catalogue=entry).first()
+    if existing is not None:
+        return existing, False
+    same_name = project.models.filter(name__iexact=entry.name).first()
+    if same_name is not None:
+        if (os.path.realpath(same_name.source_path) != os.path.realpath(entry.source_path)
+                or same_name.kind != RegisteredModel.Kind.BASE):
+            raise Invalid(f"This project already has another model called “{entry.name}”.", field="catalogue_model")
+        same_name.catalogue = entry
+        same_name.save(update_fields=["catalogue"])
+        return same_name, False
+    row = RegisteredModel.objects.create(project=project, name=entry.name, kind=RegisteredModel.Kind.BASE,
+                                         catalogue=entry, created_by=actor if getattr(actor, "pk", None) else None,
+                                         **{field: getattr(entry, field) for field in CATALOGUE_FIELDS})
+    audit_record(actor=actor, action="model.enable", project=project, target=row, ip_address=ip_address,
+                 after={"catalogue_model": entry.pk, "name": entry.name})
+    return row, True
+
+
+@transaction.atomic
+def catalogue_enable(*, user, project: Project, entry_id, token=None, ip_address: str | None = None
+                     ) -> RegisteredModel:
+    """A project admin enables a catalogue model: the project gets a model row on its weights
+    (nothing copied), usable at once (or when the catalogue's worker is done with it)."""
+    policy.require(user, "model.enable", project, token)
+    entry = _catalogue_entry(entry_id)
+    return _catalogue_row(project, entry, actor=user, ip_address=ip_address)[0]
+
+
+@transaction.atomic
+def catalogue_disable(*, user, project: Project, entry_id, token=None, ip_address: str | None = None) -> None:
+    """The catalogue model leaves the project (its row is soft-deleted: jobs and adapters made on it
+    keep their lineage)."""
+    policy.require(user, "model.enable", project, token)
+    entry = _catalogue_entry(entry_id)
+    row = project.models.filter(catalogue=entry).first()
+    if row is None:
+        raise NotFound("This catalogue model is not enabled in the project.")
+    _refuse_if_aliased(row)
+    audit_record(actor=user, action="model.disable", project=project, target=row, ip_address=ip_address,
+                 before={"catalogue_model": entry.pk, "name": row.name})
+    _soft_delete(row)
+
+
+def _catalogue_entry(entry_id) -> CatalogueModel:
+    try:
+        return CatalogueModel.objects.get(pk=int(entry_id))
+    except (CatalogueModel.DoesNotExist, ValueError, TypeError, OverflowError):
+        raise Invalid("No such catalogue model.", field="catalogue_model") from None
+
+
+def enable_defaults_for_new_project(project: Project) -> None:
+    """A new project starts with every catalogue model marked default (the demo model)."""
+    for entry in CatalogueModel.objects.filter(default_enabled=True):
+        try:
+            _catalogue_row(project, entry, actor=None)
+        except Invalid:
+            continue
+
+
+def _soft_delete(model: RegisteredModel) -> None:
+    model.deleted_at = timezone.now()
+    model.name = f"{model.name[:90]} (deleted #{model.pk})"
+    model.save(update_fields=["deleted_at", "name"])
+
+
+def _refuse_if_aliased(model: RegisteredModel) -> None:
+    alias = ModelAlias.objects.filter(version=model).select_related("model").first()
+    if alias is not None:
+        raise Invalid(f"The alias {alias.model.name}@{alias.name} points at “{model.name}”: move it first.",
+                      field="model")
+
+
+# --- adapters shared with another project ---------------------------------------------------------
+
+def adapter_share(*, user, adapter: RegisteredModel, project_id, token=None,
+                  ip_address: str | None = None) -> RegisteredModel:
+    """Grant another project an adapter: it gets a model row on the same files (nothing copied),
+    on its own row of the same catalogue base, with the adapter's lineage and where it came from.
+    The sharer needs `model.share` here and `model.register` there (the receiving project's models
+    are its own business); a project they cannot see is a 404."""
+    policy.require(user, "model.share", adapter, token)
+    target = policy.get_project(user, project_id, token=token)
+    policy.require(user, "model.register", target, token)
+    if target.pk == adapter.project_id:
+        raise Invalid("Share with another project: this adapter is already in this one.", field="project")
+    if adapter.kind != RegisteredModel.Kind.ADAPTER or adapter.shared_from_id:
+        raise Invalid("Only a project's own adapters are shared (base models come from the catalogue).",
+                      field="model")
+    if adapter.status != RegisteredModel.Status.READY:
+        raise Invalid("Only a ready adapter can be shared.", field="model")
+    base = adapter.base_model
+    if base.catalogue_id is None:
+        raise Invalid(f"Its base model “{base.name}” is this project's own: only adapters of catalogue models can "
+                      "be shared.", field="model")
+    with transaction.atomic():
+        existing = target.models.filter(shared_from=adapter).first()
+        if existing is not None:
+            return existing
+        target_base = target.models.filter(catalogue_id=base.catalogue_id).first()
+        if target_base is None:
+            if not policy.can(user, "model.enable", target, token):
+                raise Invalid(f"“{base.name}” is not enabled in {target.name}: its admins enable it from the "
+                              "catalogue first.", field="project")
+            target_base = _catalogue_row(target, base.catalogue, actor=user, ip_address=ip_address)[0]
+        name = adapter.name
+        if target.models.filter(name__iexact=name).exists():
+            name = f"{adapter.name[:80]} (from {adapter.project.name[:30]})"
+        if target.models.filter(name__iexact=name).exists():
+            raise Invalid(f"{target.name} already has a model called “{name}”.", field="project")
+        shared = RegisteredModel.objects.create(
+            project=target, name=name, format=adapter.format, kind=RegisteredModel.Kind.ADAPTER,
+            base_model=target_base, source_path=adapter.source_path, weights_path=adapter.weights_path,
+            status=adapter.status, info=adapter.info, content_hash=adapter.content_hash, shared_from=adapter,
+            created_by=user, lineage={**adapter.lineage, "shared_from": {
+                "project": adapter.project_id, "project_name": adapter.project.name, "model": adapter.pk,
+                "model_name": adapter.name}})
+        audit_record(actor=user, action="model.share", project=adapter.project, target=adapter,
+                     ip_address=ip_address, after={"project": target.pk, "shared_model": shared.pk})
+    return shared
+
+
+def adapter_shares(*, user, adapter: RegisteredModel, token=None):
+    policy.require(user, "model.share", adapter, token)
+    return adapter.shares.filter(deleted_at__isnull=True).select_related("project").order_by("project__name", "id")
+
+
+@transaction.atomic
+def adapter_unshare(*, user, adapter: RegisteredModel, project_id, token=None, ip_address: str | None = None) -> None:
+    """Take the grant back: the other project's row of it is soft-deleted."""
+    policy.require(user, "model.share", adapter, token)
+    shared = adapter.shares.filter(project_id=_int_or_none(project_id), deleted_at__isnull=True).first()
+    if shared is None:
+        raise NotFound("This adapter is not shared with that project.")
+    audit_record(actor=user, action="model.unshare", project=adapter.project, target=adapter,
+                 ip_address=ip_address, before={"project": shared.project_id, "shared_model": shared.pk})
+    ModelAlias.objects.filter(version=shared).delete()  # aliases over there no longer reach it
+    _soft_delete(shared)
+
+
+def _int_or_none(value) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+# --- aliases ---------------------------------------------------------------------------------------
+
+ALIAS_PATTERN = re.compile(ALIAS_NAME)
+
+
+def alias_versions(model: RegisteredModel):
+    """What an alias of `model` may point at: the model itself and the versions made from it (its
+    adapters, the models merged from them)."""
+    from django.db.models import Q
+
+    return RegisteredModel.objects.filter(project_id=model.project_id).filter(
+        Q(pk=model.pk) | Q(base_model_id=model.pk) | Q(lineage__base_model=model.pk, lineage__has_key="merged_from"))
+
+
+def alias_set(*, user, model: RegisteredModel, name: str, version, protected: bool | None = None, token=None,
+              ip_address: str | None = None) -> ModelAlias:
+    """Create an alias of `model` or move it onto `version` (an id): one audited action. A protected
+    alias moves, and protection changes, only for holders of `model.promote`."""
+    policy.require(user, "model.alias", model, token)
+    name = (name or "").strip()
+    if not ALIAS_PATTERN.match(name):
+        raise Invalid("An alias is 1-48 lower-case letters, digits, '.', '_' or '-', starting with a letter or "
+                      "digit (production, staging, team-a).", field="name")
+    target = alias_versions(model).filter(pk=_int_or_none(version)).first() if _int_or_none(version) else None
+    if target is None or not policy.can(user, "model.view", target, token):
+        raise Invalid(f"version is not a version of “{model.name}” in this project (the model itself, its adapters "
+                      "or their merges).", field="version")
+    if target.status != RegisteredModel.Status.READY:
+        raise Invalid(f"“{target.name}” is {target.status}: an alias points at a ready version.", field="version")
+    with transaction.atomic():
+        alias = ModelAlias.objects.select_for_update().filter(model=model, name=name).first()
+        protecting = protected is not None and protected != (alias.protected if alias else False)
+        if (alias is not None and alias.protected) or protecting:
+            policy.require(user, "model.promote", model, token)
+        before = None if alias is None else {"version": alias.version_id, "version_name": alias.version.name,
+                                             "protected": alias.protected}
+        if alias is None:
+            alias = ModelAlias(project_id=model.project_id, model=model, name=name)
+        alias.version, alias.updated_by = target, user if user.is_authenticated else None
+        if protected is not None:
+            alias.protected = bool(protected)
+        alias.save()
+        audit_record(actor=user, action="model.alias_move" if before else "model.alias_create",
+                     project=model.project, target=alias, ip_address=ip_address, before=before,
+                     after={"alias": f"{model.name}@{name}", "version": target.pk, "version_name": target.name,
+                            "protected": alias.protected})
+    return alias
+
+
+@transaction.atomic
+def alias_delete(*, user, model: RegisteredModel, name: str, token=None, ip_address: str | None = None) -> None:
+    policy.require(user, "model.alias", model, token)
+    alias = ModelAlias.objects.select_for_update().filter(model=model, name=name).first()
+    if alias is None:
+        raise NotFound(f"“{model.name}” has no alias {str(name)[:48]!r}.")
+    if alias.protected:
+        policy.require(user, "model.promote", model, token)
+    audit_record(actor=user, action="model.alias_delete", project=model.project, target=alias, ip_address=ip_address,
+                 before={"alias": str(alias), "version": alias.version_id, "protected": alias.protected})
+    alias.delete()

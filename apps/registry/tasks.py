@@ -22,3 +22,10 @@ def merge_adapter_task(model_id: int) -> None:
     from apps.registry.services import run_merge
 
     run_merge(model_id)
+
+
+@shared_task(name="registry.prepare_catalogue")
+def prepare_catalogue_task(entry_id: int) -> None:
+    from apps.registry.services import run_catalogue_preparation
+
+    run_catalogue_preparation(entry_id)

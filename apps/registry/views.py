@@ -5,12 +5,12 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
-from apps.core.errors import Invalid
+from apps.core.errors import DomainError, Invalid, NotFound
 from apps.core.http import client_ip
 from apps.core.pages import run_service
 from apps.projects import policy
 from apps.registry import selectors, services
-from apps.registry.models import RegisteredModel
+from apps.registry.models import CatalogueModel, ModelAlias, RegisteredModel
 
 
 class RegisterForm(forms.Form):
@@ -30,13 +30,33 @@ class EstimateForm(forms.Form):
     lora_rank = forms.IntegerField(min_value=1, max_value=1024, initial=16, label="LoRA rank")
 
 
+class CatalogueForm(RegisterForm):
+    default_enabled = forms.BooleanField(required=False, label="Enabled in every new project",
+                                         help_text="New projects start with it (the demo model is).")
+
+
 @login_required
+@require_http_methods(["GET", "POST"])
 def all_models(request: HttpRequest) -> HttpResponse:
-    """Models across my projects (through a role with model.view)."""
+    """Models across my projects (through a role with model.view); for site admins, the site's
+    catalogue too, where they register a base model once for every project."""
     request.nav_section = "models"
     project_ids = policy.project_ids_with(request.user, "model.view")
-    return render(request, "registry/all.html", {"models": RegisteredModel.objects.filter(
-        project_id__in=project_ids).select_related("project").order_by("project__name", "name")})
+    staff = request.user.is_active and request.user.is_staff
+    form = CatalogueForm(request.POST or None) if staff else None
+    if request.method == "POST":
+        services.require_site_staff(request.user)
+        if form.is_valid():
+            entry = run_service(form, lambda: services.catalogue_register(
+                user=request.user, ip_address=client_ip(request), **form.cleaned_data))
+            if entry:
+                messages.success(request, f"“{entry.name}” is in the catalogue: a worker is checking its files.")
+                return redirect("registry:all")
+    return render(request, "registry/all.html", {
+        "models": RegisteredModel.objects.filter(project_id__in=project_ids).select_related("project")
+        .order_by("project__name", "name"),
+        "catalogue": CatalogueModel.objects.order_by("name") if staff else None, "form": form,
+        "root_entries": selectors.model_root_entries() if staff else []}, status=400 if form and form.errors else 200)
 
 
 @login_required
@@ -54,7 +74,8 @@ def model_list(request: HttpRequest, project_id: int) -> HttpResponse:
     return render(request, "registry/list.html", {
         "project": project, "perms": policy.project_permissions(request.user, project), "tab": "models",
         "models": policy.visible_in_project(request.user, RegisteredModel, project, "model.view").order_by("name"),
-        "form": form, "root_entries": selectors.model_root_entries()}, status=400 if form.errors else 200)
+        "form": form, "root_entries": selectors.model_root_entries(),
+        "catalogue": selectors.catalogue_for_project(project)}, status=400 if form.errors else 200)
 
 
 @login_required
@@ -75,9 +96,18 @@ def model_detail(request: HttpRequest, project_id: int, model_id: int) -> HttpRe
                "target_modules": config.get("target_modules"), **(lineage.get("adapter") or {})}
     if isinstance(adapter["target_modules"], list):
         adapter["target_modules"] = ", ".join(adapter["target_modules"])
+    perms = policy.project_permissions(request.user, model.project)
+    # Aliases: this model's own (it is the name clients ask for), and those pointing at it as a version.
+    head = model.base_model if model.kind == RegisteredModel.Kind.ADAPTER and model.base_model_id else model
     return render(request, "registry/detail.html", {
+        "aliases": model.aliases.select_related("version", "updated_by").order_by("name"),
+        "aliased_as": ModelAlias.objects.filter(version=model).select_related("model").order_by("name"),
+        "shares": adapter_shares_for(request.user, model, perms), "share_targets": share_targets(request.user, model, perms),
+        "alias_head": head, "head_aliases": head.aliases.order_by("name") if head != model else [],
+        "alias_versions": services.alias_versions(model).filter(status=RegisteredModel.Status.READY)
+        .order_by("kind", "name") if "model.alias" in perms else [],
         "project": model.project, "model": model, "info": model.info, "form": form, "estimate": estimate,
-        "perms": policy.project_permissions(request.user, model.project), "tab": "models",
+        "perms": perms, "tab": "models",
         "can_download": model.kind == RegisteredModel.Kind.ADAPTER and policy.can(request.user, "model.download", model),
         "lineage": lineage, "adapter": adapter, "config": sorted(config.items()),
         "metrics": sorted((lineage.get("metrics") or {}).items())})
@@ -95,3 +125,98 @@ def model_merge(request: HttpRequest, project_id: int, model_id: int) -> HttpRes
         return redirect("registry:detail", project_id=project_id, model_id=adapter.pk)
     messages.success(request, f"Merging into “{merged.name}”: a worker writes the standalone model.")
     return redirect("registry:detail", project_id=project_id, model_id=merged.pk)
+
+
+@login_required
+@require_POST
+def alias_move(request: HttpRequest, project_id: int, model_id: int) -> HttpResponse:
+    """Point an alias of this model at a version: first a page that says what will change, then
+    the move itself (one audited action) once confirmed."""
+    model = policy.get_object(request.user, RegisteredModel, model_id, "model.view", project_id=project_id)
+    name = request.POST.get("alias", "").strip()
+    protection = request.POST.get("protection", "")
+    protected = {"protect": True, "unprotect": False}.get(protection)
+    back_id = _int(request.POST.get("back")) or model.pk  # the version's page the promotion was asked from
+    back = redirect("registry:detail", project_id=project_id, model_id=back_id)
+    if request.POST.get("confirm") != "yes":
+        version = services.alias_versions(model).filter(pk=_int(request.POST.get("version"))).first()
+        if version is None:
+            messages.error(request, "Choose a version of this model for the alias.")
+            return back
+        request.nav_section = "models"
+        return render(request, "registry/alias_confirm.html", {
+            "project": model.project, "model": model, "alias": name, "version": version, "protection": protection,
+            "current": model.aliases.filter(name=name).select_related("version").first(), "tab": "models",
+            "perms": policy.project_permissions(request.user, model.project), "back": back_id})
+    try:
+        alias = services.alias_set(user=request.user, model=model, name=name, version=request.POST.get("version"),
+                                   protected=protected, ip_address=client_ip(request))
+    except NotFound:
+        raise
+    except DomainError as exc:
+        messages.error(request, exc.message)
+        return back
+    messages.success(request, f"{alias} now points at “{alias.version.name}”.")
+    return back
+
+
+def _int(value) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+@login_required
+@require_POST
+def catalogue_toggle(request: HttpRequest, project_id: int, entry_id: int) -> HttpResponse:
+    """Enable a catalogue model in the project, or disable it."""
+    project = policy.get_project(request.user, project_id)
+    enable = request.POST.get("action") == "enable"
+    try:
+        if enable:
+            model = services.catalogue_enable(user=request.user, project=project, entry_id=entry_id,
+                                              ip_address=client_ip(request))
+            messages.success(request, f"“{model.name}” is enabled in this project.")
+        else:
+            services.catalogue_disable(user=request.user, project=project, entry_id=entry_id,
+                                       ip_address=client_ip(request))
+            messages.success(request, "Disabled in this project.")
+    except (Invalid, NotFound) as exc:
+        messages.error(request, exc.message)
+    return redirect("registry:list", project_id=project.pk)
+
+
+@login_required
+@require_POST
+def adapter_share(request: HttpRequest, project_id: int, model_id: int) -> HttpResponse:
+    adapter = policy.get_object(request.user, RegisteredModel, model_id, "model.view", project_id=project_id)
+    try:
+        if request.POST.get("action") == "unshare":
+            services.adapter_unshare(user=request.user, adapter=adapter, project_id=request.POST.get("project"),
+                                     ip_address=client_ip(request))
+            messages.success(request, "No longer shared with that project.")
+        else:
+            shared = services.adapter_share(user=request.user, adapter=adapter, project_id=request.POST.get("project"),
+                                            ip_address=client_ip(request))
+            messages.success(request, f"Shared with {shared.project.name} as “{shared.name}”.")
+    except DomainError as exc:
+        messages.error(request, exc.message if not isinstance(exc, NotFound) else "No such project.")
+    return redirect("registry:detail", project_id=project_id, model_id=adapter.pk)
+
+
+def adapter_shares_for(user, model: RegisteredModel, perms) -> list:
+    if "model.share" not in perms or model.kind != RegisteredModel.Kind.ADAPTER:
+        return []
+    return list(services.adapter_shares(user=user, adapter=model))
+
+
+def share_targets(user, model: RegisteredModel, perms) -> list:
+    """The other projects this person may add the adapter to (model.register there)."""
+    if ("model.share" not in perms or model.kind != RegisteredModel.Kind.ADAPTER or model.shared_from_id
+            or not (model.base_model and model.base_model.catalogue_id)):
+        return []
+    from apps.projects.models import Project
+
+    ids = [pk for pk in policy.project_ids_with(user, "model.register") if pk != model.project_id]
+    return list(Project.objects.filter(pk__in=ids).order_by("name"))

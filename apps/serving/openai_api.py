@@ -81,11 +81,11 @@ async def models(request: HttpRequest) -> HttpResponse:
     user, token, project = auth
 
     def listing():
-        from apps.registry.models import RegisteredModel
+        from apps.registry.selectors import served_names
 
-        return [{"id": m.name, "object": "model", "created": int(m.created_at.timestamp()), "owned_by": project.name}
-                for m in policy.visible_in_project(user, RegisteredModel, project, "model.view", token)
-                .filter(status=RegisteredModel.Status.READY).order_by("name")]
+        # Each ready model by name, and each alias of one as name@alias (read afresh: a moved alias shows at once).
+        return [{"id": name, "object": "model", "created": int(m.created_at.timestamp()), "owned_by": project.name}
+                for name, m in served_names(user, project, token)]
 
     return JsonResponse({"object": "list", "data": await sync_to_async(listing)()})
 

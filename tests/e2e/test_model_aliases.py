@@ -1,0 +1,85 @@
+"""A project admin moves the production alias of a model to a fine-tuned version on the model
+page, confirms, and sees it; a scientist cannot move the protected alias and is told why."""
+
+import pytest
+from playwright.sync_api import expect
+
+from apps.projects.models import AuditEvent
+from apps.registry.models import ModelAlias
+from apps.registry.services import alias_set
+from tests.comparison.fixtures import adapter_model_fixture  # noqa: F401
+from tests.conftest import browser_login
+
+pytestmark = pytest.mark.e2e
+
+
+def test_an_admin_promotes_a_version_to_production_with_confirmation_and_sees_it(
+        page, project, owner, admin, scientist, tiny_model, adapter_model):
+    alias_set(user=owner, model=tiny_model, name="production", version=tiny_model.pk, protected=True)
+
+    browser_login(page, "adam")
+    page.goto(f"/projects/{project.pk}/models/{tiny_model.pk}/")
+    row = page.get_by_test_id("alias-table").locator("tr[data-alias=production]")
+    expect(row).to_contain_text(tiny_model.name)
+    expect(row).to_contain_text("protected")
+    page.get_by_label("Alias").fill("production")
+    page.get_by_label("Version").select_option(label=f"{adapter_model.name} (adapter)")
+    page.get_by_role("button", name="Move alias…").click()
+
+    confirm = page.get_by_test_id("alias-confirm")
+    expect(confirm).to_contain_text(f"It points at {tiny_model.name} now; it will point at {adapter_model.name}")
+    assert ModelAlias.objects.get(name="production").version_id == tiny_model.pk  # nothing moved yet
+    page.get_by_role("button", name=f"Move production to {adapter_model.name}").click()
+
+    expect(page.locator(".messages")).to_contain_text(f"now points at “{adapter_model.name}”")
+    row = page.get_by_test_id("alias-table").locator("tr[data-alias=production]")
+    expect(row).to_contain_text(adapter_model.name)
+    expect(row).to_contain_text("by adam")
+    assert AuditEvent.objects.filter(action="model.alias_move", project=project).count() == 1
+    page.get_by_role("link", name=adapter_model.name).first.click()
+    expect(page.get_by_test_id("aliased-as")).to_contain_text(f"{tiny_model.name}@production")
+
+    # A scientist asks to move it back from the version's page: confirmed, then refused, naming the permission.
+    page.context.clear_cookies()
+    browser_login(page, "sofia")
+    page.goto(f"/projects/{project.pk}/models/{tiny_model.pk}/")
+    page.get_by_label("Version").select_option(label=tiny_model.name)
+    page.get_by_role("button", name="Move alias…").click()
+    expect(page.get_by_test_id("alias-confirm")).to_contain_text("model.promote")
+    page.get_by_role("button", name=f"Move production to {tiny_model.name}").click()
+    expect(page.locator(".messages")).to_contain_text("'model.promote' permission")
+    assert ModelAlias.objects.get(name="production").version_id == adapter_model.pk
+
+
+def test_a_site_admin_adds_a_catalogue_model_and_a_project_admin_enables_it(page, project, admin, site_admin):
+    import uuid
+
+    from django.conf import settings
+
+    from apps.registry.models import CatalogueModel
+    from apps.registry.services import run_catalogue_preparation
+    from tests.registry.test_registry import tiny_model_dir
+
+    path, _ = tiny_model_dir(settings.MODEL_ROOTS[0] / f"cat-{uuid.uuid4().hex[:8]}")
+    browser_login(page, "root")
+    page.goto("/models/")
+    catalogue = page.get_by_test_id("site-catalogue")
+    expect(catalogue).to_contain_text("The catalogue is empty.")
+    catalogue.get_by_label("Name").fill("Shared tiny")
+    catalogue.get_by_label("Path").fill(str(path))
+    catalogue.get_by_label("Enabled in every new project").check()
+    catalogue.get_by_role("button", name="Add to the catalogue").click()
+    expect(page.locator(".messages")).to_contain_text("“Shared tiny” is in the catalogue")
+    run_catalogue_preparation(CatalogueModel.objects.get().pk)  # what the worker does
+
+    page.context.clear_cookies()
+    browser_login(page, "adam")
+    page.goto(f"/projects/{project.pk}/models/")
+    entry = page.get_by_test_id("catalogue").locator("tr[data-entry='Shared tiny']")
+    expect(entry).to_contain_text("not enabled")
+    entry.get_by_role("button", name="Enable").click()
+    expect(page.locator(".messages")).to_contain_text("“Shared tiny” is enabled in this project.")
+    expect(page.get_by_test_id("models")).to_contain_text("Shared tiny")
+    page.get_by_test_id("models").get_by_role("link", name="Shared tiny").click()
+    expect(page.get_by_test_id("from-catalogue")).to_be_visible()
+    expect(page.get_by_test_id("model-status")).to_have_text("ready")
