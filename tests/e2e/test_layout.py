@@ -44,6 +44,10 @@ def test_api_docs_render_from_local_files_only(page, live_asgi, viewer):
     browser_login(page, "victor")
     page.goto("/api/docs/")
     expect(page.get_by_text("Workbench API").first).to_be_visible()
+    tags = page.locator(".opblock-tag")
+    expect(tags.filter(has_text="models")).to_be_visible()  # every tag is listed, folded
+    expect(tags.filter(has_text="tokens")).to_be_visible()
+    tags.filter(has_text="projects").first.click()
     expect(page.locator(".opblock-summary-path", has_text="/api/projects/").first).to_be_visible()
     assert outside == []
 
