@@ -214,6 +214,16 @@ def _arrange_alias(protected: bool):
     return arrange
 
 
+def _arrange_alias_canary(world: World) -> dict:
+    """`staging` of the base with its adapter as a 10% canary."""
+    from apps.registry.models import ModelAlias
+
+    values = _arrange_alias(False)(world)
+    ModelAlias.objects.filter(model_id=world.base_id, name="staging").update(
+        canary_version_id=world.adapter_id, canary_weight=10)
+    return values
+
+
 def _arrange_job(state: str):
     """A job of world.project (on a placeholder model and a prompt/response version) in `state`."""
     def arrange(world: World) -> dict:
@@ -503,6 +513,13 @@ ENDPOINTS = [
              arrange=_arrange_alias(True)),
     Endpoint("model-alias-delete", "DELETE", "/api/models/<int:model_id>/aliases/<str:alias>/", "model.alias",
              _no_body, 204, checks=("model.view", "model.alias"), arrange=_arrange_alias(False)),
+    Endpoint("alias-canary", "GET", "/api/models/<int:model_id>/aliases/<str:alias>/canary/", "model.view",
+             _no_body, 200, arrange=_arrange_alias(False)),
+    Endpoint("alias-canary-start", "PUT", "/api/models/<int:model_id>/aliases/<str:alias>/canary/", "model.alias",
+             lambda w: {"version": w.adapter_id, "weight": 10}, 200, checks=("model.view", "model.alias"),
+             arrange=_arrange_alias(False)),
+    Endpoint("alias-canary-stop", "DELETE", "/api/models/<int:model_id>/aliases/<str:alias>/canary/", "model.alias",
+             _no_body, 200, checks=("model.view", "model.alias"), arrange=_arrange_alias_canary),
     Endpoint("model-memory-estimate", "GET", "/api/models/<int:model_id>/memory-estimate/", "model.view", _no_body,
              200, arrange=_arrange_adapter),
     Endpoint("dataset-get", "GET", "/api/datasets/<int:dataset_id>/", "dataset.view", _no_body, 200,

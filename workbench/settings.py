@@ -278,6 +278,8 @@ CELERY_BEAT_SCHEDULE = {
     "jobs-reap-stale": {"task": "core.reap_stale", "schedule": 60.0, "options": {"queue": "default", "expires": 60}},
     "monitoring-evaluate-alerts": {"task": "monitoring.evaluate_alerts", "schedule": 60.0,
                                    "options": {"queue": "default", "expires": 60}},
+    "serving-canary-check": {"task": "serving.canary_check", "schedule": env_float("CANARY_CHECK_INTERVAL_S", 10.0),
+                             "options": {"queue": "default", "expires": 30}},
 }
 
 # --- Monitoring -------------------------------------------------------------------------

@@ -9,6 +9,7 @@ api_patterns = [
     path("", include("apps.projects.api_urls")),
     path("", include("apps.datasets.api_urls")),
     path("", include("apps.registry.api_urls")),
+    path("", include("apps.serving.api_urls")),
     path("", include("apps.training.api_urls")),
     path("", include("apps.annotation.api_urls")),
     path("", include("apps.comparison.api_urls")),

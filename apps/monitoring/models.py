@@ -15,6 +15,7 @@ class Alert(models.Model):
         WORKER_LOST = "worker_lost", "Worker lost"
         QUEUE_WAIT = "queue_wait", "Queue wait"
         HTTP_ERROR_RATE = "http_error_rate", "HTTP error rate"
+        CANARY_ROLLED_BACK = "canary_rolled_back", "Canary rolled back"
 
     rule = models.CharField(max_length=32, choices=Rule.choices)
     subject = models.CharField(max_length=200)  # what it is about: "training-job:12", "queue:gpu", "http"

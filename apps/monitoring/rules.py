@@ -14,6 +14,7 @@ from django.db.models import Max
 
 from apps.monitoring import http_metrics, selectors
 from apps.monitoring.models import Alert
+from apps.projects.models import AuditEvent
 from apps.training.models import TrainingJob
 
 
@@ -103,9 +104,25 @@ def http_error_rate(now: datetime) -> list[Firing]:
                    f"{window.minutes} min ({window.error_rate:.0%}, limit {threshold:.0%}).")]
 
 
+def canary_rolled_back(now: datetime) -> list[Firing]:
+    """A canary rolled back automatically (its thresholds breached) in the last
+    ALERT_JOB_FAILED_WINDOW_MIN minutes: one alert per alias, naming the breach."""
+    since = now - timedelta(minutes=settings.ALERT_JOB_FAILED_WINDOW_MIN)
+    latest: dict[str, AuditEvent] = {}
+    for event in AuditEvent.objects.filter(action="model.alias_rollback", actor__isnull=True,
+                                           created_at__gte=since).select_related("project").order_by("created_at"):
+        latest[event.target_id] = event
+    return [Firing(Alert.Rule.CANARY_ROLLED_BACK, f"model-alias:{alias_id}",
+                   f"The canary of {(event.after or {}).get('alias', event.target_repr)} in "
+                   f"{event.project.name if event.project else 'a deleted project'} was rolled back: "
+                   f"{(event.after or {}).get('reason', 'a threshold was breached')}.")
+            for alias_id, event in latest.items()]
+
+
 RULES: dict[str, Callable[[datetime], list[Firing]]] = {
     Alert.Rule.JOB_FAILED: job_failed,
     Alert.Rule.WORKER_LOST: worker_lost,
     Alert.Rule.QUEUE_WAIT: queue_wait,
     Alert.Rule.HTTP_ERROR_RATE: http_error_rate,
+    Alert.Rule.CANARY_ROLLED_BACK: canary_rolled_back,
 }

@@ -121,6 +121,20 @@ class ModelAlias(models.Model):
     # Models are soft-deleted (and refused while aliased); RESTRICT lets a whole project go at once.
     version = models.ForeignKey(RegisteredModel, on_delete=models.RESTRICT, related_name="aliased_as")
     protected = models.BooleanField(default=False)
+    # A canary: `canary_weight` percent of end users (sticky: a hash of the caller) are served
+    # `canary_version` instead of `version`. `rollout_steps` are the weights still to come, one per
+    # `rollout_interval_s` while healthy; reaching 100 promotes it. A breach of a threshold, over
+    # the canary's own requests since it started (`min_requests` at least), rolls it back.
+    canary_version = models.ForeignKey(RegisteredModel, null=True, blank=True, on_delete=models.RESTRICT,
+                                       related_name="canary_of")
+    canary_weight = models.PositiveSmallIntegerField(default=0)
+    canary_started_at = models.DateTimeField(null=True, blank=True)
+    canary_stepped_at = models.DateTimeField(null=True, blank=True)
+    rollout_steps = models.JSONField(default=list, blank=True)
+    rollout_interval_s = models.PositiveIntegerField(default=0)
+    max_error_rate = models.FloatField(null=True, blank=True)
+    max_p99_latency_s = models.FloatField(null=True, blank=True)
+    min_requests = models.PositiveIntegerField(default=20)
     updated_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
     updated_at = models.DateTimeField(auto_now=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -128,7 +142,8 @@ class ModelAlias(models.Model):
     class Meta:
         ordering = ["name", "id"]
         default_permissions = ()
-        constraints = [models.UniqueConstraint(fields=["model", "name"], name="unique_alias_per_model")]
+        constraints = [models.UniqueConstraint(fields=["model", "name"], name="unique_alias_per_model"),
+                       models.CheckConstraint(condition=models.Q(canary_weight__lte=100), name="canary_weight_percent")]
 
     def __str__(self) -> str:
         return f"{self.model.name}@{self.name}"

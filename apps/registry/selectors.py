@@ -1,5 +1,6 @@
 """Reads of the model registry."""
 
+import hashlib
 from pathlib import Path
 
 from django.conf import settings
@@ -30,6 +31,13 @@ def resolve_model_ref(user, project, ref, token=None, *, ready: bool = True):
     an id, a name (case-insensitive), or `name@alias`. A bare name means its `production`
     alias when it has one, the model itself otherwise. Read from the database on every call (no
     cache), so an alias moved is followed by the next request. NotFound when nothing matches."""
+    return resolve_served(user, project, ref, token, ready=ready)[0]
+
+
+def resolve_served(user, project, ref, token=None, *, ready: bool = True, caller: str = ""):
+    """(version, alias or None) for `ref` as resolve_model_ref reads it; where the alias has a
+    canary, `caller` (who the end user is) decides which of its two versions answers, the same one
+    every time for the same caller."""
     from apps.core.errors import NotFound
     from apps.projects import policy
     from apps.registry.models import ModelAlias, RegisteredModel
@@ -39,7 +47,7 @@ def resolve_model_ref(user, project, ref, token=None, *, ready: bool = True):
     if isinstance(ref, int) or (isinstance(ref, str) and ref.isdigit()):
         found = wanted.filter(pk=int(ref)).first()
         if found is not None:
-            return found
+            return found, None
     if not isinstance(ref, str) or not ref.strip():
         raise NotFound(f"No ready model called {str(ref)[:120]!r} in this project.")
     ref = ref.strip()
@@ -53,10 +61,25 @@ def resolve_model_ref(user, project, ref, token=None, *, ready: bool = True):
     alias = ModelAlias.objects.filter(model=model, name=(alias_name or ModelAlias.PRODUCTION).lower()).first()
     if alias is None and alias_name is not None:
         raise NotFound(f"“{model.name}” has no alias {alias_name[:48]!r}.")
-    version = model if alias is None else wanted.filter(pk=alias.version_id).first()
+    if alias is None:
+        version = model
+    else:
+        chosen = alias.canary_version_id if canary_serves(alias, caller) else alias.version_id
+        version = wanted.filter(pk=chosen).first()
+        if version is None and chosen != alias.version_id:  # a canary no longer ready: the stable answers
+            version = wanted.filter(pk=alias.version_id).first()
     if version is None or (ready and version.status != RegisteredModel.Status.READY):
         raise NotFound(f"No ready model called {ref[:120]!r} in this project.")
-    return version
+    return version, alias
+
+
+def canary_serves(alias, caller: str) -> bool:
+    """Whether this caller is in the alias's canary share: a hash of (alias, caller) onto 0-99,
+    so a caller stays on one version while the weight holds, and a step up only adds callers."""
+    if not alias.canary_version_id or alias.canary_weight <= 0:
+        return False
+    digest = hashlib.sha256(f"{alias.pk}:{caller}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") % 100 < alias.canary_weight
 
 
 def served_names(user, project, token=None) -> list[tuple[str, object]]:

@@ -95,8 +95,8 @@ class AliasSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = ModelAlias
-        fields = ["name", "ref", "model", "model_name", "version", "version_name", "protected", "updated_by",
-                  "updated_at"]
+        fields = ["name", "ref", "model", "model_name", "version", "version_name", "protected", "canary_version",
+                  "canary_weight", "updated_by", "updated_at"]
 
     def get_ref(self, alias) -> str:
         return f"{alias.model.name}@{alias.name}"

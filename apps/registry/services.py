@@ -9,7 +9,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from apps.core.errors import Invalid, NotFound
+from apps.core.errors import Conflict, Invalid, NotFound
 from apps.core.jobs import enqueue
 from apps.projects import policy
 from apps.projects.audit import audit_record
@@ -615,6 +615,8 @@ def alias_set(*, user, model: RegisteredModel, name: str, version, protected: bo
         alias.version, alias.updated_by = target, user if user.is_authenticated else None
         if protected is not None:
             alias.protected = bool(protected)
+        if before is not None and before["version"] != target.pk:
+            _clear_canary(alias)  # a move by hand ends any rollout: the alias now means `target`
         alias.save()
         audit_record(actor=user, action="model.alias_move" if before else "model.alias_create",
                      project=model.project, target=alias, ip_address=ip_address, before=before,
@@ -634,3 +636,142 @@ def alias_delete(*, user, model: RegisteredModel, name: str, token=None, ip_addr
     audit_record(actor=user, action="model.alias_delete", project=model.project, target=alias, ip_address=ip_address,
                  before={"alias": str(alias), "version": alias.version_id, "protected": alias.protected})
     alias.delete()
+
+
+# --- canary rollouts -------------------------------------------------------------------------------
+
+def _number(value, field: str, *, low: float, high: float, integer: bool = False, what: str):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (integer and not isinstance(value, int)) \
+            or not low <= value <= high:
+        raise Invalid(f"{field} is {what}.", field=field)
+    return value
+
+
+def alias_canary_start(*, user, model: RegisteredModel, name: str, version, weight, steps=None, interval_s=0,
+                       max_error_rate=None, max_p99_latency_s=None, min_requests=20, token=None,
+                       ip_address: str | None = None) -> ModelAlias:
+    """Send `weight` percent of the alias's callers to `version`, the rest staying on the alias's
+    version; `steps` (rising weights, the last 100) are taken one per `interval_s` while the
+    canary stays within its thresholds, and 100 promotes it. One audited action; a protected
+    alias needs `model.promote`."""
+    policy.require(user, "model.alias", model, token)
+    weight = _number(weight, "weight", low=1, high=99, integer=True,
+                     what="the canary's share of traffic, a whole percent from 1 to 99 (the alias's version "
+                          "keeps the rest, so the two sum to 100)")
+    steps = [] if steps is None else steps
+    if not isinstance(steps, list) or len(steps) > 20:
+        raise Invalid("steps is a list of at most 20 rising percentages ending at 100.", field="steps")
+    previous = weight
+    for step in steps:
+        _number(step, "steps", low=previous + 1, high=100, integer=True,
+                what="a list of rising whole percentages above weight, ending at 100")
+        previous = step
+    if steps and steps[-1] != 100:
+        raise Invalid("steps end at 100: the last step promotes the canary.", field="steps")
+    interval_s = _number(interval_s, "interval_s", low=1 if steps else 0, high=7 * 24 * 3600, integer=True,
+                         what="the seconds between steps, from 1 to a week (0 without steps)")
+    if max_error_rate is not None:
+        _number(max_error_rate, "max_error_rate", low=0, high=1, what="a share of failed requests from 0 to 1")
+    if max_p99_latency_s is not None:
+        _number(max_p99_latency_s, "max_p99_latency_s", low=0.000001, high=3600,
+                what="a 99th-percentile request time in seconds, above 0")
+    min_requests = _number(min_requests, "min_requests", low=1, high=1_000_000, integer=True,
+                           what="how many canary requests are judged before a rollback, at least 1")
+    with transaction.atomic():
+        alias = ModelAlias.objects.select_for_update().filter(model=model, name=str(name)).first()
+        if alias is None:
+            raise NotFound(f"“{model.name}” has no alias {str(name)[:48]!r}.")
+        if alias.protected:
+            policy.require(user, "model.promote", model, token)
+        target = alias_versions(model).filter(pk=_int_or_none(version)).first() if _int_or_none(version) else None
+        if target is None or not policy.can(user, "model.view", target, token):
+            raise Invalid(f"version is not a version of “{model.name}” in this project (the model itself, its "
+                          "adapters or their merges).", field="version")
+        if target.status != RegisteredModel.Status.READY:
+            raise Invalid(f"“{target.name}” is {target.status}: a canary is a ready version.", field="version")
+        if target.pk == alias.version_id:
+            raise Invalid(f"{model.name}@{alias.name} already serves “{target.name}”.", field="version")
+        before = _canary_state(alias)
+        now = timezone.now()
+        alias.canary_version, alias.canary_weight = target, weight
+        if before["canary_version"] != target.pk:
+            alias.canary_started_at = now  # a new canary is judged on its own requests only
+        alias.canary_stepped_at, alias.rollout_steps, alias.rollout_interval_s = now, steps, interval_s
+        alias.max_error_rate, alias.max_p99_latency_s, alias.min_requests = max_error_rate, max_p99_latency_s, \
+            min_requests
+        alias.updated_by = user if user.is_authenticated else None
+        alias.save()
+        audit_record(actor=user, action="model.alias_canary", project=model.project, target=alias,
+                     ip_address=ip_address, before=before, after=_canary_state(alias))
+    return alias
+
+
+def alias_canary_stop(*, user, model: RegisteredModel, name: str, token=None,
+                      ip_address: str | None = None) -> ModelAlias:
+    """Roll a canary back by hand: every caller is served the alias's version again."""
+    policy.require(user, "model.alias", model, token)
+    with transaction.atomic():
+        alias = ModelAlias.objects.select_for_update().filter(model=model, name=str(name)).first()
+        if alias is None:
+            raise NotFound(f"“{model.name}” has no alias {str(name)[:48]!r}.")
+        if alias.protected:
+            policy.require(user, "model.promote", model, token)
+        if alias.canary_version_id is None:
+            raise Conflict(f"{model.name}@{alias.name} has no canary.")
+        return _end_canary(alias, action="model.alias_rollback", actor=user, ip_address=ip_address,
+                           reason="rolled back by hand")
+
+
+def alias_canary_decide(alias_id: int, *, breach: str | None, now=None) -> str | None:
+    """What the canary's health says (serving judges it): a breach rolls it back; otherwise the
+    next step is taken once its interval has passed, and 100 promotes it. Returns what happened:
+    "rolled_back", "stepped", "promoted" or None. Audited as the system (no actor)."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        alias = ModelAlias.objects.select_for_update().select_related("model__project").filter(pk=alias_id).first()
+        if alias is None or alias.canary_version_id is None:
+            return None
+        if breach:
+            _end_canary(alias, action="model.alias_rollback", actor=None, reason=breach)
+            return "rolled_back"
+        due = alias.rollout_steps and alias.canary_stepped_at and \
+            (now - alias.canary_stepped_at).total_seconds() >= alias.rollout_interval_s
+        if not due:
+            return None
+        before = _canary_state(alias)
+        weight, *rest = alias.rollout_steps
+        if weight >= 100:
+            canary = alias.canary_version
+            _end_canary(alias, action="model.alias_promote", actor=None, promote=True,
+                        reason=f"rollout finished: every step held its thresholds; {canary.name} now serves all")
+            return "promoted"
+        alias.canary_weight, alias.rollout_steps, alias.canary_stepped_at = weight, rest, now
+        alias.save(update_fields=["canary_weight", "rollout_steps", "canary_stepped_at", "updated_at"])
+        audit_record(actor=None, action="model.alias_canary_step", project=alias.model.project, target=alias,
+                     before=before, after=_canary_state(alias))
+        return "stepped"
+
+
+def _canary_state(alias: ModelAlias) -> dict:
+    return {"alias": f"{alias.model.name}@{alias.name}", "version": alias.version_id,
+            "canary_version": alias.canary_version_id, "canary_weight": alias.canary_weight,
+            "rollout_steps": list(alias.rollout_steps or []), "rollout_interval_s": alias.rollout_interval_s,
+            "max_error_rate": alias.max_error_rate, "max_p99_latency_s": alias.max_p99_latency_s,
+            "min_requests": alias.min_requests}
+
+
+def _end_canary(alias: ModelAlias, *, action: str, actor, reason: str, promote: bool = False,
+                ip_address: str | None = None) -> ModelAlias:
+    before = _canary_state(alias)
+    if promote:
+        alias.version_id = alias.canary_version_id
+    _clear_canary(alias)
+    alias.save()
+    audit_record(actor=actor, action=action, project=alias.model.project, target=alias, ip_address=ip_address,
+                 before=before, after={**_canary_state(alias), "reason": reason})
+    return alias
+
+
+def _clear_canary(alias: ModelAlias) -> None:
+    alias.canary_version, alias.canary_weight, alias.canary_started_at = None, 0, None
+    alias.canary_stepped_at, alias.rollout_steps, alias.rollout_interval_s = None, [], 0

@@ -23,6 +23,9 @@ class Generation(LeasedJob):
 
     project = models.ForeignKey("projects.Project", on_delete=models.CASCADE, related_name="generations")
     model = models.ForeignKey("registry.RegisteredModel", on_delete=models.CASCADE, related_name="generations")
+    # The alias the caller asked for (name@alias, or a bare name's production), when one chose `model`.
+    alias = models.ForeignKey("registry.ModelAlias", null=True, blank=True, on_delete=models.SET_NULL,
+                              related_name="generations")
     user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
     source = models.CharField(max_length=16, choices=Source.choices)
     messages = models.JSONField(null=True, blank=True)  # chat: [{role, content}]
@@ -43,7 +46,7 @@ class Generation(LeasedJob):
 
     class Meta:
         ordering = ["-created_at", "-id"]
-        indexes = [models.Index(fields=["project", "created_at"])]
+        indexes = [models.Index(fields=["project", "created_at"]), models.Index(fields=["alias", "model", "created_at"])]
 
     def result(self) -> dict:
         return {"id": self.pk, "state": self.state, "text": self.output, "finish_reason": self.finish_reason,

@@ -114,16 +114,19 @@ def _parse(request: HttpRequest, chat: bool) -> dict:
     if not isinstance(body.get("stream", False), bool):
         raise Invalid("stream is true or false.", field="stream")
     params = {ours: body[theirs] for theirs, ours in PARAM_NAMES.items() if body.get(theirs) is not None}
+    caller = body.get("user")  # the end user, as OpenAI's clients name it: keeps them on one canary side
+    if caller is not None and (not isinstance(caller, str) or len(caller) > 256):
+        raise Invalid("user is a string of at most 256 characters naming the end user.", field="user")
     if chat:
         return {"model": body["model"], "messages": body.get("messages"), "prompt": None, "params": params,
-                "stream": body.get("stream", False)}
+                "stream": body.get("stream", False), "caller": caller}
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1:
         prompt = prompt[0]
     if not isinstance(prompt, str):
         raise Invalid("The prompt is one string.", field="prompt")
     return {"model": body["model"], "messages": None, "prompt": prompt, "params": params,
-            "stream": body.get("stream", False)}
+            "stream": body.get("stream", False), "caller": caller}
 
 
 async def _complete(request: HttpRequest, *, chat: bool) -> HttpResponse:
@@ -137,7 +140,8 @@ async def _complete(request: HttpRequest, *, chat: bool) -> HttpResponse:
         call = _parse(request, chat)
         generation = await sync_to_async(services.generation_create)(
             user=user, project=project, model_ref=call["model"], source=Generation.Source.API, token=token,
-            messages=call["messages"], prompt=call["prompt"], params=call["params"])
+            messages=call["messages"], prompt=call["prompt"], params=call["params"],
+            caller=f"user:{call['caller']}" if call["caller"] else f"token:{token.pk}")
     except DomainError as exc:
         return _domain_error(exc)
 

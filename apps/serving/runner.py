@@ -13,6 +13,7 @@ from django.conf import settings
 from apps.core.jobs import JobRun
 from apps.registry.models import RegisteredModel
 from apps.serving import events
+from apps.serving.canary import canary_check
 from apps.serving.models import Generation
 
 logger = logging.getLogger(__name__)
@@ -54,6 +55,17 @@ def run_generation(generation_id: int, *, worker: str = "") -> None:
         return
     with run:
         _generate(run)
+    if run.job.alias_id is not None:
+        _judge_canary(run.job.alias_id)
+
+
+def _judge_canary(alias_id: int) -> None:
+    """An answer through an alias may be the one that breaks its canary's threshold: judge it now
+    rather than at the next periodic check. Never the answer's failure."""
+    try:
+        canary_check(alias_id)
+    except Exception:
+        logger.exception("judging the canary of alias %s failed", alias_id)
 
 
 # The cancel flag (and the worker's stop) is read after the first token, then at most this often,

@@ -11,7 +11,7 @@ from apps.core.jobs import enqueue
 from apps.projects import policy
 from apps.projects.models import Project
 from apps.registry.models import RegisteredModel
-from apps.registry.selectors import resolve_model_ref
+from apps.registry.selectors import resolve_model_ref, resolve_served
 from apps.serving.models import Generation
 from apps.serving.tasks import generate_task
 
@@ -47,13 +47,14 @@ def sampling_params(values: dict):
 
 
 def generation_create(*, user, project: Project, model_ref, source: str, messages=None, prompt=None,
-                      params: dict | None = None, token=None) -> Generation:
-    """Check and record one generation; `generation_enqueue` sends it to a worker."""
+                      params: dict | None = None, token=None, caller: str = "") -> Generation:
+    """Check and record one generation; `generation_enqueue` sends it to a worker. `caller` names
+    the end user for an alias's canary split (the client's `user` field; by default the account)."""
     from workers.inference import InferenceInputError
     from workers.inference.prompts import validate_messages
 
     policy.require(user, "model.generate", project, token)
-    model = servable_model(user, project, model_ref, token)
+    model, alias = resolve_served(user, project, model_ref, token, caller=caller or f"user:{user.pk}")
     if (messages is None) == (prompt is None):
         raise Invalid("Send either chat messages or a prompt.", field="messages")
     if messages is not None:
@@ -64,8 +65,8 @@ def generation_create(*, user, project: Project, model_ref, source: str, message
     elif not isinstance(prompt, str) or not prompt:
         raise Invalid("The prompt is a non-empty string.", field="prompt")
     sampling = sampling_params(params or {})
-    return Generation.objects.create(project=project, model=model, user=user, source=source, messages=messages,
-                                     prompt=prompt, params=_as_json(sampling))
+    return Generation.objects.create(project=project, model=model, alias=alias, user=user, source=source,
+                                     messages=messages, prompt=prompt, params=_as_json(sampling))
 
 
 def generation_cancel(*, user, project: Project, generation_id, token=None) -> bool:

@@ -1,4 +1,5 @@
-"""Celery tasks of serving: one generation on an `inference` worker (the engine is imported when it runs)."""
+"""Celery tasks of serving: one generation on an `inference` worker (the engine is imported when it runs);
+the periodic check of canary rollouts."""
 
 from celery import shared_task
 
@@ -8,3 +9,10 @@ def generate_task(self, generation_id: int) -> None:
     from apps.serving.runner import run_generation
 
     run_generation(generation_id, worker=self.request.hostname or "")
+
+
+@shared_task(name="serving.canary_check")
+def canary_check_task() -> dict[str, int]:
+    from apps.serving.canary import canary_check_all
+
+    return canary_check_all()

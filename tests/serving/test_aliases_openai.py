@@ -84,3 +84,52 @@ def test_moving_a_protected_alias_without_model_promote_is_403_naming_it(
     assert api.models.list().data == []
     with pytest.raises(openai.NotFoundError):
         api.chat.completions.create(model=f"{tiny_model.name}@production", messages=MESSAGES, max_tokens=2)
+
+
+def test_a_canary_splits_callers_stickily_and_rolls_back_by_itself_when_it_breaches(
+        owner, project, tiny_model, adapter_model, inference_worker, live_asgi):
+    """A 50% canary with a p99 threshold no answer can meet: the `user` field keeps each caller on
+    one side; after the canary's third answer the worker's own judgement rolls the alias back, and
+    every caller is served the stable version from the next request, with no restart."""
+    from apps.projects.models import AuditEvent
+    from apps.registry.models import ModelAlias
+    from apps.registry.selectors import canary_serves
+
+    api = openai.OpenAI(base_url=f"{live_asgi}/v1", max_retries=0, timeout=60,
+                        api_key=token(owner, project, ("project.view", "model.view", "model.generate")))
+    admin = {"Authorization": f"Bearer {token(owner, project, ('model.view', 'model.alias'))}"}
+    base = tiny_model.name
+    assert requests.put(f"{live_asgi}/api/models/{tiny_model.pk}/aliases/production/",
+                        json={"version": tiny_model.pk}, headers=admin, timeout=10).status_code == 200
+    started = requests.put(f"{live_asgi}/api/models/{tiny_model.pk}/aliases/production/canary/",
+                           json={"version": adapter_model.pk, "weight": 50, "max_p99_latency_s": 0.000001,
+                                 "min_requests": 3}, headers=admin, timeout=10)
+    assert started.status_code == 200, started.content
+    alias = ModelAlias.objects.get(model=tiny_model, name="production")
+    callers = [f"person-{i}" for i in range(40)]
+    on_canary = [c for c in callers if canary_serves(alias, f"user:{c}")][:3]
+    on_stable = [c for c in callers if not canary_serves(alias, f"user:{c}")][:2]
+    assert len(on_canary) == 3 and len(on_stable) == 2
+
+    def answer(caller: str) -> int:
+        reply = api.chat.completions.create(model=base, messages=MESSAGES, max_tokens=2, temperature=0, user=caller)
+        return Generation.objects.get(pk=int(reply.id.split("-")[1])).model_id
+
+    assert [answer(c) for c in on_stable] == [tiny_model.pk] * 2
+    assert answer(on_canary[0]) == adapter_model.pk
+    assert answer(on_canary[0]) == adapter_model.pk  # sticky: the same caller, the same side
+    assert answer(on_canary[1]) == adapter_model.pk  # the canary's third answer breaches the p99
+    deadline = time.monotonic() + 30
+    while ModelAlias.objects.get(pk=alias.pk).canary_version_id is not None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert ModelAlias.objects.get(pk=alias.pk).canary_version_id is None
+    assert [answer(c) for c in on_canary] == [tiny_model.pk] * 3  # rolled back for everyone
+    rollback = AuditEvent.objects.get(project=project, action="model.alias_rollback")
+    assert rollback.actor is None and "p99 latency" in rollback.after["reason"]
+    health = requests.get(f"{live_asgi}/api/models/{tiny_model.pk}/aliases/production/canary/", headers=admin,
+                          timeout=10).json()
+    assert health["canary_version"] is None and health["version"] == tiny_model.pk
+
+    with pytest.raises(openai.BadRequestError) as bad:
+        api.chat.completions.create(model=base, messages=MESSAGES, max_tokens=2, user="x" * 300)
+    assert bad.value.status_code == 400 and bad.value.body["param"] == "user"

@@ -1,0 +1,7 @@
+from django.urls import path
+
+from apps.serving import api
+
+urlpatterns = [
+    path("models/<int:model_id>/aliases/<str:alias>/canary/", api.AliasCanaryApi.as_view(), name="api-alias-canary"),
+]
