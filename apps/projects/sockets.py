@@ -101,7 +101,9 @@ class PolicyConsumer(AsyncJsonWebsocketConsumer):
         address = connections.scope_address(self.scope)
         while True:
             try:
-                delay = await database_sync_to_async(sso.socket_recheck)(
+                # Not thread-sensitive: the provider's answer may take seconds, and must not hold up
+                # every other socket's database work in this process meanwhile.
+                delay = await database_sync_to_async(sso.socket_recheck, thread_sensitive=False)(
                     session_key, user_id=self.scope["user"].pk, ip_address=address)
             except Exception:  # a database or cache hiccup: try again later, the socket stays as it is
                 logger.exception("could not re-check the session of a websocket")
