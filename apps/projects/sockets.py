@@ -121,7 +121,7 @@ class PolicyConsumer(AsyncJsonWebsocketConsumer):
         return await get_user(self.scope)
 
     async def close(self, code=None, reason=None):
-        if getattr(self, "closing", False):  # once: a session check and a revocation may both decide to
+        if getattr(self, "closing", False):  # a session check and a revocation may both close it: once
             return
         self.closing = True
         # Leave the groups first: nothing more is forwarded once we decided to close.
