@@ -443,6 +443,9 @@ def _sso_providers() -> list[dict]:
 
 
 SSO_PROVIDERS = _sso_providers()
+if SSO_PROVIDERS and not PROVIDER_KEYS:
+    # A single-sign-on session keeps its refresh token encrypted with these (apps/accounts/sso.py).
+    raise ImproperlyConfigured("PROVIDER_KEYS must be set to use SSO_PROVIDERS (refresh tokens are kept encrypted)")
 # Create an account on a first sign-in (else an admin creates it, or links an existing one).
 SSO_AUTO_CREATE = env_bool("SSO_AUTO_CREATE", False)
 # Only people whose email is in these domains may sign in with a provider (empty: any domain).

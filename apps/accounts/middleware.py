@@ -7,14 +7,17 @@ import requests
 from django.conf import settings
 from django.contrib.auth import BACKEND_SESSION_KEY, logout
 
+from apps.core.http import client_ip
+
 logger = logging.getLogger(__name__)
 SSO_BACKEND = "apps.accounts.backends.SsoBackend"
 
 
 class SsoRevalidationMiddleware:
     """Every SSO_REVALIDATE_S a session that single sign-on opened is checked with its provider
-    (apps.accounts.sso.revalidate). A refusal logs the person out (Django's logout: their sockets
-    close too); an unreachable provider is logged and tried again on the next request."""
+    (apps.accounts.sso.recheck; its open websockets check it too, apps/projects/sockets.py). A
+    refusal logs the person out (Django's logout: their sockets close too); an unreachable provider
+    is logged and tried again on the next request."""
 
     def __init__(self, get_response):
         self.get_response = get_response
@@ -28,7 +31,8 @@ class SsoRevalidationMiddleware:
             state = request.session.get(sso.SESSION_KEY) or {}
             if time.time() - state.get("checked_at", 0) >= interval:
                 try:
-                    sso.revalidate(request)
+                    checked = sso.recheck(request.session.session_key, user=request.user,
+                                          ip_address=client_ip(request))
                 except sso.RevalidationFailed as failed:
                     from apps.projects.audit import audit_record
 
@@ -37,6 +41,10 @@ class SsoRevalidationMiddleware:
                     logout(request)
                 except (requests.RequestException, ValueError) as exc:
                     logger.warning("could not re-check a single-sign-on session: %s", exc)
+                else:
+                    if checked is not None and checked != state:
+                        # Stored already; this request's copy of the session must not write the old one back.
+                        request.session[sso.SESSION_KEY] = checked
         response = self.get_response(request)
         if request.session.get(BACKEND_SESSION_KEY) == SSO_BACKEND and "Content-Security-Policy" not in response \
                 and response.get("Content-Type", "").startswith("text/html"):

@@ -9,6 +9,11 @@ from apps.projects.events import access_revoked
 @receiver(user_logged_out)
 def close_sockets_on_logout(sender, request, user, **kwargs):
     if user is not None:
+        # Django sends this signal before it flushes the session: the stored session goes first, or
+        # a socket re-checking it at once would still find it and stay open.
+        session = getattr(request, "session", None)
+        if session is not None:
+            session.delete()
         access_revoked(user_id=user.pk, project_id=None)
 
 

@@ -9,31 +9,41 @@ user info are checked:
 - the provider's groups (the claim named per provider) set the memberships that came from groups
   and the site admin flag that came from a group (SsoGroupMapping); hand-made ones stay;
 - a session opened by single sign-on is re-checked with the provider's refresh token every
-  SSO_REVALIDATE_S (apps/accounts/middleware.py): a refused refresh ends the session (and its
-  sockets), a granted one brings the groups up to date;
+  SSO_REVALIDATE_S, by its page and API requests (apps/accounts/middleware.py) and by its open
+  websockets (apps/projects/sockets.py), so a session that only holds a socket is checked too: a
+  refused refresh ends the session and closes its sockets, a granted one brings the groups up to
+  date (a membership a group no longer gives closes the sockets that needed it). The refresh token
+  is kept encrypted with PROVIDER_KEYS;
 - signing out of such a session sends the person on to the provider's end_session_endpoint with
   the ID token as the hint (RP-initiated logout), so the provider's session ends too.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import re
 import time
+from importlib import import_module
 
 import requests
 from django.conf import settings
-from django.contrib.auth import get_user_model
+from django.contrib.auth import BACKEND_SESSION_KEY, get_user_model
+from django.contrib.auth import SESSION_KEY as SESSION_USER_KEY
+from django.contrib.sessions.backends.base import UpdateError
+from django.core.cache import cache
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from apps.accounts.models import SsoGroupMapping, SsoLinkApproval, SsoProfile
+from apps.core.crypto import InvalidToken, fernet
 from apps.core.http import client_ip
 from apps.projects.audit import audit_record
 from apps.projects.services import memberships_sync_from_groups, strongest_role
 
 logger = logging.getLogger(__name__)
 User = get_user_model()
+SSO_BACKEND = "apps.accounts.backends.SsoBackend"
 
 MAX_GROUPS = 1000
 MAX_GROUP_LENGTH = 256
@@ -203,11 +213,28 @@ def _sync(*, user, provider_id: str, groups: list[str], ip_address: str | None) 
 
 # --- the session, re-checked with the provider ----------------------------------------------------
 
+def _seal(refresh_token: str) -> str:
+    """The refresh token as the session keeps it: encrypted with PROVIDER_KEYS (apps/core/crypto.py),
+    so neither the session row nor its cache entry holds it in the clear."""
+    return fernet().encrypt(refresh_token.encode()).decode() if refresh_token else ""
+
+
+def _unseal(state: dict) -> str:
+    sealed = state.get("refresh_token_sealed") or ""
+    if not sealed:
+        return state.get("refresh_token") or ""  # a session from before tokens were sealed: sealed at its next check
+    try:
+        return fernet().decrypt(sealed.encode()).decode()
+    except InvalidToken:
+        raise RevalidationFailed("the refresh token cannot be decrypted with PROVIDER_KEYS") from None
+
+
 def remember_session(request, sociallogin) -> None:
-    """After a sign-in: what re-checking this session needs (kept server-side, in the session)."""
+    """After a sign-in: what re-checking this session needs (kept server-side, in the session; the
+    refresh token encrypted)."""
     token = sociallogin.token
     request.session[SESSION_KEY] = {"provider": sociallogin.account.provider, "sub": sociallogin.account.uid,
-                                    "refresh_token": getattr(token, "token_secret", "") or "",
+                                    "refresh_token_sealed": _seal(getattr(token, "token_secret", "") or ""),
                                     "id_token": getattr(sociallogin, "workbench_id_token", ""),
                                     "checked_at": time.time()}
 
@@ -216,19 +243,20 @@ class RevalidationFailed(Exception):
     pass
 
 
-def revalidate(request) -> None:
+def revalidate(state: dict, *, user, ip_address: str | None) -> dict:
     """Ask the provider again (refresh token grant), check the new ID token as at sign-in (less the
-    nonce) and bring the groups up to date. RevalidationFailed: the provider refused (the person
-    was disabled or signed out there), or the session cannot be re-checked at all. A provider that
-    cannot be reached is not a refusal: the check is tried again on the next request."""
+    nonce) and bring the groups up to date; returns the session's new state. RevalidationFailed: the
+    provider refused (the person was disabled or signed out there), or the session cannot be
+    re-checked at all. A provider that cannot be reached is not a refusal (requests' errors and
+    ValueError pass through): the check is tried again later."""
     from apps.accounts import oidc
 
-    state = request.session.get(SESSION_KEY) or {}
     provider = oidc.provider_config(state.get("provider", ""))
-    if provider is None or not state.get("refresh_token"):
+    refresh_token = _unseal(state)
+    if provider is None or not refresh_token:
         raise RevalidationFailed("no provider or refresh token to re-check this session with")
     config = oidc.discovery(provider)
-    data = {"grant_type": "refresh_token", "refresh_token": state["refresh_token"],
+    data = {"grant_type": "refresh_token", "refresh_token": refresh_token,
             "client_id": provider["client_id"], "client_secret": provider["secret"]}
     response = requests.post(config["token_endpoint"], data=data, timeout=settings.SOCIALACCOUNT_REQUESTS_TIMEOUT)
     if response.status_code in (400, 401):
@@ -243,7 +271,7 @@ def revalidate(request) -> None:
             raise RevalidationFailed(str(exc)) from None
         if claims["sub"] != state.get("sub"):
             raise RevalidationFailed("the refreshed ID token is about someone else")
-    user = request.user
+    user.refresh_from_db(fields=["is_active"])
     if not user.is_active:
         raise RevalidationFailed("the account is deactivated")
     if claims and provider["groups_claim"] in claims:
@@ -252,9 +280,93 @@ def revalidate(request) -> None:
         except SsoRefused as refused:
             raise RevalidationFailed(refused.reason) from None
         with transaction.atomic():
-            _sync(user=user, provider_id=provider["id"], groups=groups, ip_address=client_ip(request))
-    state["refresh_token"] = body.get("refresh_token") or state["refresh_token"]
+            _sync(user=user, provider_id=provider["id"], groups=groups, ip_address=ip_address)
+    new_state = {key: value for key, value in state.items() if key != "refresh_token"}
+    new_state["refresh_token_sealed"] = _seal(body.get("refresh_token") or refresh_token)
     if claims:
-        state["id_token"] = body["id_token"]
-    state["checked_at"] = time.time()
-    request.session[SESSION_KEY] = state
+        new_state["id_token"] = body["id_token"]
+    new_state["checked_at"] = time.time()
+    return new_state
+
+
+def _session_store(session_key: str | None):
+    return import_module(settings.SESSION_ENGINE).SessionStore(session_key=session_key)
+
+
+def is_sso_session(session) -> bool:
+    return session.get(BACKEND_SESSION_KEY) == SSO_BACKEND
+
+
+def recheck(session_key: str | None, *, user, ip_address: str | None) -> dict | None:
+    """Re-check the stored session `session_key` if SSO_REVALIDATE_S has passed since its last check,
+    and store its new state at once; returns the state (checked now or recently), or None: not a
+    single-sign-on session (any more), or another request or socket of this session is checking it
+    right now. One check at a time per session (the provider rotates the refresh token, so a second
+    refresh with the same token would be refused), and the state is read afresh under that lock: a
+    page request and a socket of one session, in different processes, do not refresh twice.
+    RevalidationFailed: the caller ends the session (end_session)."""
+    interval = settings.SSO_REVALIDATE_S
+    if not session_key or interval <= 0:
+        return None
+    lock = f"sso:recheck:{hashlib.sha256(session_key.encode()).hexdigest()[:32]}"
+    if not cache.add(lock, 1, timeout=2 * settings.SOCIALACCOUNT_REQUESTS_TIMEOUT + 10):
+        return None
+    try:
+        store = _session_store(session_key)
+        if not is_sso_session(store) or str(store.get(SESSION_USER_KEY)) != str(user.pk):
+            return None
+        state = store.get(SESSION_KEY) or {}  # none: cannot be re-checked, so it ends
+        if time.time() - state.get("checked_at", 0) < interval:
+            return state
+        state = revalidate(state, user=user, ip_address=ip_address)
+        store[SESSION_KEY] = state
+        try:
+            store.save(must_create=False)
+        except UpdateError:  # ended meanwhile (a sign-out while the provider answered): stays ended
+            return None
+        return state
+    finally:
+        cache.delete(lock)
+
+
+def end_session(session_key: str | None, *, user, state: dict, reason: str) -> None:
+    """A re-check failed where no request is at hand (a socket's check): the session ends as a sign-out
+    ends it, and every socket of this person re-checks its own session and closes if it was this one."""
+    from apps.projects.events import access_revoked
+
+    audit_record(actor=user, action="sso.session_ended", target=user,
+                 after={"provider": state.get("provider"), "reason": reason[:300]})
+    if session_key:
+        _session_store(session_key).delete()
+    access_revoked(user_id=user.pk, project_id=None)
+
+
+def socket_recheck(session_key: str | None, *, user_id: int, ip_address: str | None) -> float | None:
+    """For an open websocket of a single-sign-on session (apps/projects/sockets.py): re-check the
+    session when SSO_REVALIDATE_S has passed since its last check (by a page, an API request or
+    another socket). Returns the seconds until the next check is due, or None: the session has ended
+    (signed out, the account deactivated, or the provider refused it now), and the socket closes."""
+    interval = settings.SSO_REVALIDATE_S
+    store = _session_store(session_key)
+    if not session_key or str(store.get(SESSION_USER_KEY)) != str(user_id):
+        return None
+    user = User.objects.filter(pk=user_id, is_active=True).first()
+    if user is None:
+        return None
+    if interval <= 0 or not is_sso_session(store):
+        return float(max(interval, 60))
+    state = store.get(SESSION_KEY) or {}
+    due = state.get("checked_at", 0) + interval - time.time()
+    if due > 0:
+        return due
+    try:
+        checked = recheck(session_key, user=user, ip_address=ip_address)
+    except RevalidationFailed as failed:
+        end_session(session_key, user=user, state=state, reason=str(failed))
+        return None
+    except (requests.RequestException, ValueError) as exc:
+        logger.warning("could not re-check a single-sign-on session: %s", exc)
+        return float(interval)
+    if checked is None:  # being checked elsewhere right now, or ended meanwhile: look again soon
+        return 1.0
+    return checked.get("checked_at", 0) + interval - time.time()

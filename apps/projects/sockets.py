@@ -3,11 +3,13 @@
 import asyncio
 import logging
 import time
+from importlib import import_module
 
 from asgiref.sync import sync_to_async
 from channels.auth import get_user
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.conf import settings
 from django.contrib.auth import get_user_model
 
 from apps.core import connections
@@ -61,12 +63,15 @@ class PolicyConsumer(AsyncJsonWebsocketConsumer):
             await self.channel_layer.group_add(group, self.channel_name)
             self.joined.append(group)
         await self.accept()
+        if await database_sync_to_async(self._single_sign_on)():
+            self.session_checker = asyncio.ensure_future(self._keep_session_checked())
         await self.on_accepted()
 
     async def disconnect(self, code):
         await self._leave_groups()
-        if getattr(self, "refresher", None):
-            self.refresher.cancel()
+        for task in (getattr(self, "refresher", None), getattr(self, "session_checker", None)):
+            if task is not None:
+                task.cancel()
         if getattr(self, "counted", None):
             await sync_to_async(connections.release, thread_sensitive=False)(**self.counted)
             self.counted = None
@@ -79,7 +84,46 @@ class PolicyConsumer(AsyncJsonWebsocketConsumer):
             except Exception:  # Redis away for a moment: the entry outlives a few missed refreshes
                 logger.warning("could not refresh the open-socket count", exc_info=True)
 
+    def _single_sign_on(self) -> bool:
+        from apps.accounts import sso
+
+        return sso.is_sso_session(self.scope["session"])
+
+    async def _keep_session_checked(self) -> None:
+        """A socket of a single-sign-on session re-checks the session with the provider every
+        SSO_REVALIDATE_S as its page requests do (apps.accounts.sso.socket_recheck), so a session
+        that only holds sockets is checked too: when the session ends (the provider refused it, a
+        sign-out, the account deactivated) the socket closes with CLOSE_UNAUTHORIZED, and a
+        membership its groups no longer give closes it with CLOSE_FORBIDDEN (access_revoked)."""
+        from apps.accounts import sso
+
+        session_key = self.scope["session"].session_key
+        address = connections.scope_address(self.scope)
+        while True:
+            try:
+                # Not thread-sensitive: the provider's answer may take seconds, and must not hold up
+                # every other socket's database work in this process meanwhile.
+                delay = await database_sync_to_async(sso.socket_recheck, thread_sensitive=False)(
+                    session_key, user_id=self.scope["user"].pk, ip_address=address)
+            except Exception:  # a database or cache hiccup: try again later, the socket stays as it is
+                logger.exception("could not re-check the session of a websocket")
+                delay = 5.0
+            if delay is None:
+                await self.close(code=CLOSE_UNAUTHORIZED)
+                return
+            await asyncio.sleep(max(delay, 1.0))
+
+    async def _current_user(self):
+        """This socket's user as its session stands now: the scope's copy of the session was read
+        at connect and would still name the user after a sign-out ended it."""
+        session = self.scope["session"]
+        session._wrapped = import_module(settings.SESSION_ENGINE).SessionStore(session.session_key)
+        return await get_user(self.scope)
+
     async def close(self, code=None, reason=None):
+        if getattr(self, "closing", False):  # a session check and a revocation may both close it: once
+            return
+        self.closing = True
         # Leave the groups first: nothing more is forwarded once we decided to close.
         await self._leave_groups()
         await super().close(code=code, reason=reason)
@@ -119,7 +163,7 @@ class PolicyConsumer(AsyncJsonWebsocketConsumer):
     async def access_revoked(self, message):
         """Sent to `user.<id>` when this person's access changed (membership removed, grant
         revoked, logout, password change): re-check the session and the policy, close if gone."""
-        current = await get_user(self.scope)  # anonymous once the session ended or the password changed
+        current = await self._current_user()  # anonymous once the session ended or the password changed
         if not current.is_authenticated or current.pk != self.scope["user"].pk:
             await self.close(code=CLOSE_UNAUTHORIZED)
             return

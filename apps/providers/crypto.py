@@ -5,21 +5,8 @@ front, running `manage.py rotate_provider_keys` (every row re-encrypted with the
 then dropping the old one. A key is decrypted only to build the client of one call.
 """
 
-from cryptography.fernet import Fernet, InvalidToken, MultiFernet
-from django.conf import settings
-from django.core.exceptions import ImproperlyConfigured
-
-
-def _fernet() -> MultiFernet:
-    keys = settings.PROVIDER_KEYS
-    if not keys:
-        raise ImproperlyConfigured("PROVIDER_KEYS must be set to store provider API keys "
-                                   "(python -c 'from cryptography.fernet import Fernet; print(Fernet.generate_key().decode())')")
-    try:
-        return MultiFernet([Fernet(key.encode() if isinstance(key, str) else key) for key in keys])
-    except ValueError:
-        raise ImproperlyConfigured("PROVIDER_KEYS holds a value that is not a Fernet key "
-                                   "(32 url-safe base64-encoded bytes)") from None
+from apps.core.crypto import InvalidToken
+from apps.core.crypto import fernet as _fernet
 
 
 class KeyUnreadable(Exception):

@@ -41,6 +41,8 @@ def production_env(tmp_path, **overrides) -> dict:
     ({"DATABASE_URL": None}, "DATABASE_URL must be set"),
     ({"REDIS_URL": None}, "REDIS_URL must be set"),
     ({"DEBUG": "maybe"}, "DEBUG must be a boolean"),
+    ({"SSO_PROVIDERS": "corp", "SSO_CORP_DISCOVERY_URL": "https://id.example.org/o", "SSO_CORP_CLIENT_ID": "wb"},
+     "PROVIDER_KEYS must be set to use SSO_PROVIDERS"),
 ])
 def test_production_refuses_to_start_with_unsafe_settings(tmp_path, overrides, complaint):
     result = run_django(production_env(tmp_path, **overrides))

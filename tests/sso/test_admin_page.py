@@ -9,17 +9,25 @@ pytestmark = [pytest.mark.django_db, pytest.mark.timeout(60)]
 
 
 @pytest.mark.parametrize("who", ["anonymous", "owner", "admin", "viewer", "outsider"])
-def test_only_site_admins_reach_the_page(client, corp, request, who, project):
+def test_only_site_admins_reach_the_page(client, corp, request, who, project, site_admin):
+    """Every form of the page (add a mapping, delete one, approve a link), not only the first."""
+    from apps.accounts import services
+
+    kept = services.sso_mapping_create(by=site_admin, provider_id="corp", group="kept", project=project,
+                                       role="viewer")
     if who != "anonymous":
         client.force_login(request.getfixturevalue(who))
-    get = client.get("/accounts/sso/")
-    post = client.post("/accounts/sso/", {"form": "mapping", "mapping-provider_id": "corp", "mapping-group": "g",
-                                          "mapping-project": project.pk, "mapping-role": "owner"})
-    if who == "anonymous":
-        assert get.status_code == 302 and post.status_code == 302
-    else:
-        assert get.status_code == 403 and post.status_code == 403
-    assert not SsoGroupMapping.objects.exists()
+    answers = [client.get("/accounts/sso/"),
+               client.post("/accounts/sso/", {"form": "mapping", "mapping-provider_id": "corp", "mapping-group": "g",
+                                              "mapping-project": project.pk, "mapping-role": "owner"}),
+               client.post("/accounts/sso/", {"form": "delete", "mapping": kept.pk}),
+               client.post("/accounts/sso/", {"form": "link", "link-username": "olivia", "link-provider_id": "corp",
+                                              "link-email": "attacker@evil.example"})]
+    expected = 302 if who == "anonymous" else 403
+    assert [a.status_code for a in answers] == [expected] * 4
+    assert list(SsoGroupMapping.objects.values_list("group", flat=True)) == ["kept"]
+    assert not SsoLinkApproval.objects.exists()
+    assert not AuditEvent.objects.filter(action__startswith="sso.").exclude(action="sso.mapping_create").exists()
 
 
 def test_a_site_admin_maps_groups_and_approves_links(client, corp, site_admin, project, owner):
