@@ -513,6 +513,8 @@ ENDPOINTS = [
              arrange=_arrange_alias(True)),
     Endpoint("model-alias-delete", "DELETE", "/api/models/<int:model_id>/aliases/<str:alias>/", "model.alias",
              _no_body, 204, checks=("model.view", "model.alias"), arrange=_arrange_alias(False)),
+    Endpoint("model-serving-metrics", "GET", "/api/models/<int:model_id>/serving-metrics/", "model.view", _no_body,
+             200, arrange=_arrange_alias(False)),
     Endpoint("alias-canary", "GET", "/api/models/<int:model_id>/aliases/<str:alias>/canary/", "model.view",
              _no_body, 200, arrange=_arrange_alias(False)),
     Endpoint("alias-canary-start", "PUT", "/api/models/<int:model_id>/aliases/<str:alias>/canary/", "model.alias",

@@ -267,6 +267,9 @@ INFERENCE_KV_CACHE_BUDGET_BYTES = env_int("INFERENCE_KV_CACHE_BUDGET_BYTES", 2 *
 # next decoding step without waiting.
 INFERENCE_MAX_WAIT_MS = env_float("INFERENCE_MAX_WAIT_MS", 2.0)
 INFERENCE_TIMEOUT_S = env_float("INFERENCE_TIMEOUT_S", 300.0)
+# What a thousand tokens (prompt and completion) cost, as the site's admin prices serving; unset: no
+# cost figure, only the worker-seconds each version used.
+SERVING_PRICE_PER_1K_TOKENS = env_float("SERVING_PRICE_PER_1K_TOKENS", None)
 
 # A campaign's agreement numbers are computed by the web process up to this many answers (~30 ms
 # of Python); past it a `default` worker computes them, since a longer hold of the GIL stalls

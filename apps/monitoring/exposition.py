@@ -9,6 +9,7 @@ from prometheus_client.core import GaugeMetricFamily
 
 from apps.datasets.models import ImportJob
 from apps.monitoring import broker, selectors
+from apps.serving import selectors as serving_selectors
 from apps.training.models import TrainingJob
 
 
@@ -34,6 +35,8 @@ class ScrapeTimeCollector:
             alerts.add_metric([rule], count)
         yield alerts
 
+        yield from serving_families()
+
         inspection = broker.inspect_workers()
         yield GaugeMetricFamily("workbench_broker_up", "1 when the Celery broker answered this scrape.",
                                 value=int(inspection.reachable))
@@ -47,6 +50,39 @@ class ScrapeTimeCollector:
                 for queue, count in depths.waiting.items():
                     waiting.add_metric([queue], count)
                 yield waiting
+
+
+SERVING_LABELS = ["project", "model", "version", "alias"]
+SERVING_WINDOW_MIN = 5
+
+
+def serving_families():
+    """Per model version and alias (the alias empty when asked by version), over the last
+    SERVING_WINDOW_MIN minutes of generations: gauges of a window, so a rate needs no counter."""
+    lines = serving_selectors.recent_lines(minutes=SERVING_WINDOW_MIN)
+    window = f"in the last {SERVING_WINDOW_MIN} min"
+    families = {
+        "requests": GaugeMetricFamily("workbench_serving_requests", f"Generations ended {window}.",
+                                      labels=SERVING_LABELS),
+        "errors": GaugeMetricFamily("workbench_serving_errors", f"Generations failed {window}.", labels=SERVING_LABELS),
+        "latency_p99_s": GaugeMetricFamily("workbench_serving_latency_p99_seconds",
+                                           f"99th percentile request time {window}.", labels=SERVING_LABELS),
+        "ttft_p99_s": GaugeMetricFamily("workbench_serving_ttft_p99_seconds",
+                                        f"99th percentile time to first token {window}.", labels=SERVING_LABELS),
+        "tokens_per_s": GaugeMetricFamily("workbench_serving_tokens_per_second",
+                                          f"Completion tokens per busy second {window}.", labels=SERVING_LABELS),
+    }
+    tokens = GaugeMetricFamily("workbench_serving_tokens", f"Tokens {window}, prompt (in) and completion (out).",
+                               labels=[*SERVING_LABELS, "direction"])
+    for line in lines:
+        labels = [str(line["project"]), line["model"], line["version"], line["alias"]]
+        for key, family in families.items():
+            if line[key] is not None:
+                family.add_metric(labels, line[key])
+        tokens.add_metric([*labels, "in"], line["tokens_in"])
+        tokens.add_metric([*labels, "out"], line["tokens_out"])
+    yield from families.values()
+    yield tokens
 
 
 def exposition() -> bytes:

@@ -147,3 +147,8 @@ class ModelAlias(models.Model):
 
     def __str__(self) -> str:
         return f"{self.model.name}@{self.name}"
+
+    @property
+    def stable_weight(self) -> int:
+        """The share of callers `version` serves (all of them without a canary)."""
+        return 100 - self.canary_weight if self.canary_version_id else 100

@@ -100,7 +100,7 @@ def model_detail(request: HttpRequest, project_id: int, model_id: int) -> HttpRe
     # Aliases: this model's own (it is the name clients ask for), and those pointing at it as a version.
     head = model.base_model if model.kind == RegisteredModel.Kind.ADAPTER and model.base_model_id else model
     return render(request, "registry/detail.html", {
-        "aliases": model.aliases.select_related("version", "updated_by").order_by("name"),
+        "aliases": model.aliases.select_related("version", "canary_version", "updated_by").order_by("name"),
         "aliased_as": ModelAlias.objects.filter(version=model).select_related("model").order_by("name"),
         "shares": adapter_shares_for(request.user, model, perms), "share_targets": share_targets(request.user, model, perms),
         "alias_head": head, "head_aliases": head.aliases.order_by("name") if head != model else [],
@@ -158,6 +158,48 @@ def alias_move(request: HttpRequest, project_id: int, model_id: int) -> HttpResp
         return back
     messages.success(request, f"{alias} now points at “{alias.version.name}”.")
     return back
+
+
+@login_required
+@require_POST
+def alias_canary(request: HttpRequest, project_id: int, model_id: int) -> HttpResponse:
+    """Start a canary on an alias (a share of callers, optional steps and thresholds), or roll it
+    back by hand (the form asks first)."""
+    model = policy.get_object(request.user, RegisteredModel, model_id, "model.view", project_id=project_id)
+    name = request.POST.get("alias", "").strip()
+    back = redirect("registry:detail", project_id=project_id, model_id=model.pk)
+    try:
+        if request.POST.get("action") == "rollback":
+            alias = services.alias_canary_stop(user=request.user, model=model, name=name, ip_address=client_ip(request))
+            messages.success(request, f"{alias} serves “{alias.version.name}” to everyone again.")
+            return back
+        steps = [_int(step) if _int(step) is not None else step
+                 for step in request.POST.get("steps", "").replace(",", " ").split()]
+        alias = services.alias_canary_start(
+            user=request.user, model=model, name=name, version=_int(request.POST.get("version")),
+            weight=_int(request.POST.get("weight")), steps=steps, interval_s=_int(request.POST.get("interval_s") or 0),
+            max_error_rate=_percent(request.POST.get("max_error_percent")),
+            max_p99_latency_s=_float(request.POST.get("max_p99_latency_s")),
+            min_requests=_int(request.POST.get("min_requests") or 20), ip_address=client_ip(request))
+    except NotFound:
+        raise
+    except DomainError as exc:
+        messages.error(request, f"{exc.field}: {exc.message}" if exc.field else exc.message)
+        return back
+    messages.success(request, f"{alias} sends {alias.canary_weight}% of callers to “{alias.canary_version.name}”.")
+    return back
+
+
+def _float(value) -> float | None:
+    try:
+        return float(value) if value not in (None, "") else None
+    except (TypeError, ValueError):
+        return value  # the service refuses it, naming the field
+
+
+def _percent(value) -> float | None:
+    number = _float(value)
+    return number / 100 if isinstance(number, float) else number
 
 
 def _int(value) -> int | None:

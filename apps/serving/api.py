@@ -1,4 +1,5 @@
-"""The REST side of serving: an alias's canary rollout (start, step, roll back) and its health."""
+"""The REST side of serving: an alias's canary rollout (start, step, roll back) and its health; a
+model's serving figures per version and alias."""
 
 from drf_spectacular.utils import extend_schema
 from rest_framework.request import Request
@@ -10,7 +11,13 @@ from apps.core.http import client_ip
 from apps.projects import policy
 from apps.registry.models import ModelAlias, RegisteredModel
 from apps.registry.services import alias_canary_start, alias_canary_stop
-from apps.serving.serializers import CanarySerializer, CanarySetSerializer
+from apps.serving.selectors import serving_metrics
+from apps.serving.serializers import (
+    CanarySerializer,
+    CanarySetSerializer,
+    ServingMetricsQuerySerializer,
+    ServingMetricsSerializer,
+)
 
 
 def _alias(model: RegisteredModel, name: str) -> ModelAlias:
@@ -48,3 +55,15 @@ class AliasCanaryApi(APIView):
         alias_canary_stop(user=request.user, model=model, name=alias, token=request.auth,
                           ip_address=client_ip(request))
         return _answer(_alias(model, alias))
+
+
+class ModelServingMetricsApi(APIView):
+    """Requests, errors, time to first token, latency percentiles, tokens and cost of a model and
+    its versions, per version and alias, with a time series per version for charts."""
+
+    @extend_schema(parameters=[ServingMetricsQuerySerializer], responses=ServingMetricsSerializer)
+    def get(self, request: Request, model_id: int) -> Response:
+        model = policy.get_object(request.user, RegisteredModel, model_id, "model.view", request.auth)
+        query = ServingMetricsQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        return Response(ServingMetricsSerializer(serving_metrics(model, **query.validated_data)).data)

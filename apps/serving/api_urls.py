@@ -4,4 +4,6 @@ from apps.serving import api
 
 urlpatterns = [
     path("models/<int:model_id>/aliases/<str:alias>/canary/", api.AliasCanaryApi.as_view(), name="api-alias-canary"),
+    path("models/<int:model_id>/serving-metrics/", api.ModelServingMetricsApi.as_view(),
+         name="api-model-serving-metrics"),
 ]

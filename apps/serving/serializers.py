@@ -54,3 +54,56 @@ class CanarySerializer(serializers.ModelSerializer):
     @extend_schema_field(CanaryHealthSerializer(allow_null=True))
     def get_health(self, alias) -> dict | None:
         return canary_health(alias)
+
+
+class ServingMetricsQuerySerializer(serializers.Serializer):
+    hours = serializers.IntegerField(required=False, default=24, min_value=1, max_value=720,
+                                     help_text="the window, in hours back from now (1-720)")
+    bucket_minutes = serializers.IntegerField(required=False, default=60, min_value=1, max_value=1440,
+                                              help_text="the width of each chart bucket, in minutes")
+
+
+class ServingFiguresSerializer(serializers.Serializer):
+    requests = serializers.IntegerField()
+    errors = serializers.IntegerField()
+    error_rate = serializers.FloatField(allow_null=True)
+    ttft_p50_s = serializers.FloatField(allow_null=True)
+    ttft_p99_s = serializers.FloatField(allow_null=True)
+    latency_p50_s = serializers.FloatField(allow_null=True)
+    latency_p99_s = serializers.FloatField(allow_null=True)
+    tokens_in = serializers.IntegerField()
+    tokens_out = serializers.IntegerField()
+    tokens_per_s = serializers.FloatField(allow_null=True)
+    worker_seconds = serializers.FloatField()
+    cost = serializers.FloatField(allow_null=True, help_text="tokens in and out priced at SERVING_PRICE_PER_1K_TOKENS")
+
+
+class ServingLineSerializer(ServingFiguresSerializer):
+    version = serializers.IntegerField()
+    version_name = serializers.CharField()
+    alias = serializers.CharField(allow_null=True)
+
+
+class ServingPointSerializer(serializers.Serializer):
+    at = serializers.DateTimeField()
+    requests = serializers.IntegerField()
+    errors = serializers.IntegerField()
+    latency_p99_s = serializers.FloatField(allow_null=True)
+    ttft_p99_s = serializers.FloatField(allow_null=True)
+    tokens_per_s = serializers.FloatField(allow_null=True)
+
+
+class ServingSeriesSerializer(serializers.Serializer):
+    version = serializers.IntegerField()
+    version_name = serializers.CharField()
+    points = ServingPointSerializer(many=True)
+
+
+class ServingMetricsSerializer(serializers.Serializer):
+    since = serializers.DateTimeField()
+    until = serializers.DateTimeField()
+    bucket_minutes = serializers.IntegerField()
+    sampled = serializers.BooleanField(help_text="true when the window held more generations than are read")
+    price_per_1k_tokens = serializers.FloatField(allow_null=True)
+    lines = ServingLineSerializer(many=True)
+    series = ServingSeriesSerializer(many=True)

@@ -83,3 +83,55 @@ def test_a_site_admin_adds_a_catalogue_model_and_a_project_admin_enables_it(page
     page.get_by_test_id("models").get_by_role("link", name="Shared tiny").click()
     expect(page.get_by_test_id("from-catalogue")).to_be_visible()
     expect(page.get_by_test_id("model-status")).to_have_text("ready")
+
+
+def test_an_admin_starts_a_canary_watches_the_serving_figures_update_and_rolls_it_back(
+        page, project, owner, admin, tiny_model, adapter_model):
+    from apps.serving.models import Generation
+
+    alias_set(user=owner, model=tiny_model, name="production", version=tiny_model.pk)
+    alias = ModelAlias.objects.get(name="production")
+
+    def served(version, n, **extra):
+        for _ in range(n):
+            Generation.objects.create(project=project, model=version, alias=alias, source="api", params={},
+                                      state=extra.get("state", "succeeded"), total_s=0.5, time_to_first_token_s=0.1,
+                                      prompt_tokens=10, completion_tokens=20)
+
+    served(tiny_model, 3)
+    browser_login(page, "adam")
+    page.goto(f"/projects/{project.pk}/models/{tiny_model.pk}/")
+    form = page.get_by_test_id("canary-form")
+    form.get_by_label("Canary", exact=True).select_option(label=f"{adapter_model.name} (adapter)")
+    form.get_by_label("Share of callers (%)").fill("10")
+    form.get_by_label("Then step to (%)").fill("50 40")  # not rising: refused, naming the field
+    form.get_by_role("button", name="Start canary").click()
+    expect(page.locator(".messages")).to_contain_text("steps:")
+    assert ModelAlias.objects.get(pk=alias.pk).canary_version_id is None
+
+    form = page.get_by_test_id("canary-form")
+    form.get_by_label("Canary", exact=True).select_option(label=f"{adapter_model.name} (adapter)")
+    form.get_by_label("Then step to (%)").fill("50 100")
+    form.get_by_label("Every (s)").fill("600")
+    form.get_by_label("or p99 latency (s)").fill("2.5")
+    form.get_by_role("button", name="Start canary").click()
+    expect(page.locator(".messages")).to_contain_text(f"sends 10% of callers to “{adapter_model.name}”")
+    traffic = page.get_by_test_id("alias-table").locator("tr[data-alias=production] [data-testid=alias-traffic]")
+    expect(traffic).to_contain_text(f"{tiny_model.name} 90% · canary {adapter_model.name} 10%, next 50% → 100%")
+
+    table = page.get_by_test_id("serving-table")
+    stable_row = table.locator(f"tr[data-version='{tiny_model.pk}'][data-alias=production]")
+    expect(stable_row).to_contain_text("3")
+    expect(stable_row).to_contain_text("30 / 60")  # tokens in / out
+    expect(page.get_by_test_id("serving-chart").locator(".main-svg").first).to_be_visible()
+    served(adapter_model, 2)  # the canary answers meanwhile: the page shows it without a reload
+    canary_row = table.locator(f"tr[data-version='{adapter_model.pk}'][data-alias=production]")
+    expect(canary_row).to_contain_text(adapter_model.name, timeout=25_000)
+    expect(canary_row.locator("td").nth(2)).to_have_text("2")
+
+    page.once("dialog", lambda dialog: dialog.accept())
+    traffic.get_by_role("button", name="Roll back").click()
+    expect(page.locator(".messages")).to_contain_text(f"serves “{tiny_model.name}” to everyone again")
+    expect(page.get_by_test_id("alias-table").locator("tr[data-alias=production] [data-testid=alias-traffic]")
+           ).to_have_text(f"all to {tiny_model.name}")
+    assert AuditEvent.objects.filter(action="model.alias_rollback", actor=admin).count() == 1

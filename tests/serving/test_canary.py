@@ -44,13 +44,13 @@ def served(alias, version, *, n, state="succeeded", total_s=0.1):
 def test_the_split_is_sticky_per_caller_near_its_weight_and_a_step_up_only_adds_callers(family):
     _, v1, alias = family
     alias.canary_version, alias.canary_weight = v1, 30
-    callers = [f"user:{i}" for i in range(2000)]
+    callers = [f"user:{i}" for i in range(10_000)]  # the share within 3 points: > 6 standard deviations
     at_30 = {c for c in callers if canary_serves(alias, c)}
-    assert 0.27 < len(at_30) / len(callers) < 0.33
+    assert 0.27 < len(at_30) / len(callers) < 0.33, alias.pk
     assert at_30 == {c for c in callers if canary_serves(alias, c)}  # the same caller, the same side
     alias.canary_weight = 60
     at_60 = {c for c in callers if canary_serves(alias, c)}
-    assert at_30 < at_60 and 0.57 < len(at_60) / len(callers) < 0.63
+    assert at_30 < at_60 and 0.57 < len(at_60) / len(callers) < 0.63, alias.pk
     alias.canary_weight = 0
     assert not any(canary_serves(alias, c) for c in callers)
 
