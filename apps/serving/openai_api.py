@@ -225,6 +225,18 @@ def _chat_messages(messages):
     return plain
 
 
+def _nul_at(value, where: str) -> str | None:
+    """Where in `value` a string holds a NUL character, or None."""
+    if isinstance(value, str):
+        return where if "\x00" in value else None
+    items = enumerate(value) if isinstance(value, list) else value.items() if isinstance(value, dict) else ()
+    for key, item in items:
+        found = _nul_at(item, f"{where}[{key}]" if isinstance(key, int) else f"{where}.{key}")
+        if found is not None:
+            return found
+    return None
+
+
 def _parse(request: HttpRequest, chat: bool) -> dict:
     """The request as a call: model, messages or prompt, sampling params, n, stream, and `names`,
     our field names -> the request's own (so an error names what the client sent)."""
@@ -237,6 +249,10 @@ def _parse(request: HttpRequest, chat: bool) -> dict:
         raise Invalid("The body is not valid JSON.", field="body") from None
     if not isinstance(body, dict):
         raise Invalid("The body is a JSON object.", field="body")
+    for name, value in body.items():
+        where = _nul_at(value, str(name))
+        if where is not None:  # a database text column cannot hold one
+            raise Invalid("Text may not contain NUL (\\u0000) characters.", field=where)
     if not isinstance(body.get("model"), str) or not body["model"]:
         raise Invalid("Name the model (see /v1/models).", field="model")
     _refuse_unsupported(body)

@@ -166,6 +166,9 @@ def test_bad_requests_get_a_clear_4xx_naming_the_parameter(owner, project, tiny_
             {"type": "image_url", "image_url": {"url": "http://x/y.png"}}]}]}, "messages[0].content[0]"),
         "text part": ({"messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}]},
                       "messages[0].content[0].text"),
+        "nul in text": ({"messages": [{"role": "user", "content": [{"type": "text", "text": "a\x00b"}]}]},
+                        "messages[0].content[0].text"),
+        "nul in model": ({"model": "tiny\x00"}, "model"),
     }
     for case, (extra, param) in refused.items():
         with pytest.raises(openai.BadRequestError) as caught:
