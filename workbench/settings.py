@@ -510,6 +510,9 @@ SPECTACULAR_SETTINGS = {
     # Jobs of different kinds share the field name "state" with different choices: name each set.
     "ENUM_NAME_OVERRIDES": {"ImportJobState": "apps.datasets.models.ImportJob.State",
                             "JobState": "apps.core.jobs.JobState"},
+    # The OpenAI-compatible /v1 views are plain async Django views: their paths are added here.
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums",
+                             "apps.serving.openapi.add_openai_paths"],
 }
 
 # Sessions are read from the shared cache (written through to the database, read from it when the

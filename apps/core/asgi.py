@@ -80,9 +80,12 @@ class BodySizeLimit:
 
     @staticmethod
     async def _answer(scope, send, status: int, message: str) -> None:
-        wants_json = scope.get("path", "").startswith("/api/")
-        if wants_json:
-            body = json.dumps({"detail": message}).encode()
+        path = scope.get("path", "")
+        openai = path == "/v1" or path.startswith("/v1/")  # OpenAI's error shape (apps.core.views.openai_error)
+        if openai or path.startswith("/api/"):
+            kind = "invalid_request_error"
+            body = json.dumps({"error": {"message": message, "type": kind, "param": None, "code": None}} if openai
+                              else {"detail": message}).encode()
             content_type = b"application/json"
         else:
             body = (f"<!doctype html><title>{status}</title><h1>{status}</h1><p>{message}</p>").encode()

@@ -24,13 +24,28 @@ def home(request: HttpRequest) -> HttpResponse:
     return redirect("projects:list" if request.user.is_authenticated else "accounts:login")
 
 
+def is_openai_path(path: str) -> bool:
+    """The OpenAI-compatible API (apps/serving/urls_openai.py): its clients read OpenAI's error shape."""
+    return path == "/v1" or path.startswith("/v1/")
+
+
+def openai_error(message: str, kind: str, code: str | None = None) -> dict:
+    return {"error": {"message": message, "type": kind, "param": None, "code": code}}
+
+
 def not_found(request: HttpRequest, exception=None) -> HttpResponse:
+    if is_openai_path(request.path):
+        return JsonResponse(openai_error(f"Unknown path {request.path[:200]}: this server has /v1/models, "
+                                              "/v1/chat/completions and /v1/completions.",
+                                         "invalid_request_error", "unknown_url"), status=404)
     if request.path.startswith("/api/"):
         return JsonResponse({"detail": "Not found."}, status=404)
     return render(request, "404.html", status=404)
 
 
 def server_error(request: HttpRequest) -> HttpResponse:
+    if is_openai_path(request.path):
+        return JsonResponse(openai_error("Server error.", "server_error"), status=500)
     if request.path.startswith("/api/"):
         return JsonResponse({"detail": "Server error."}, status=500)
     return render(request, "500.html", status=500)

@@ -1,6 +1,7 @@
 """Reads of the model registry."""
 
 import hashlib
+import re
 from pathlib import Path
 
 from django.conf import settings
@@ -26,9 +27,37 @@ def model_root_entries() -> list[str]:
     return found
 
 
+def model_slug(name: str) -> str:
+    """A model's name as an id without spaces: lower case, every run of characters other than
+    a-z, 0-9, '.', '_' and '-' one hyphen ("Tiny Llama v1.5" -> "tiny-llama-v1.5"); "" when
+    nothing is left."""
+    return re.sub(r"[^a-z0-9._-]+", "-", name.lower()).strip("-.")
+
+
+def api_ids(models) -> dict[int, str]:
+    """model id -> the id the OpenAI-compatible API gives it, for each of `models` (a project's):
+    the slug of its name, or, when two of them would share it (names that differ only in spaces
+    or punctuation) or it is empty, the slug followed by "-<model id>" ("model-<id>")."""
+    slugs = {m.pk: model_slug(m.name) for m in models}
+    taken: dict[str, int] = {}
+    for slug in slugs.values():
+        taken[slug] = taken.get(slug, 0) + 1
+    return {pk: slug if slug and taken[slug] == 1 else f"{slug or 'model'}-{pk}" for pk, slug in slugs.items()}
+
+
+def _by_name(models, ref: str):
+    """The model called `ref` (case-insensitive), or whose API id it is; None."""
+    found = models.filter(name__iexact=ref).first()
+    if found is None:
+        wanted = ref.lower()
+        pk = next((pk for pk, api_id in api_ids(models.only("pk", "name")).items() if api_id == wanted), None)
+        found = models.filter(pk=pk).first() if pk is not None else None
+    return found
+
+
 def resolve_model_ref(user, project, ref, token=None, *, ready: bool = True):
     """The model version a client means by `ref`, as the principal may see it in `project`:
-    an id, a name (case-insensitive), or `name@alias`. A bare name means its `production`
+    an id, a name (case-insensitive) or its API id (api_ids), or either as `name@alias`. A bare name means its `production`
     alias when it has one, the model itself otherwise. Read from the database on every call (no
     cache), so an alias moved is followed by the next request. NotFound when nothing matches."""
     return resolve_served(user, project, ref, token, ready=ready)[0]
@@ -52,10 +81,10 @@ def resolve_served(user, project, ref, token=None, *, ready: bool = True, caller
         raise NotFound(f"No ready model called {str(ref)[:120]!r} in this project.")
     ref = ref.strip()
     alias_name = None
-    model = models.filter(name__iexact=ref).first()
+    model = _by_name(models, ref)
     if model is None and "@" in ref:
         name, alias_name = ref.rsplit("@", 1)
-        model = models.filter(name__iexact=name.strip()).first()
+        model = _by_name(models, name.strip())
     if model is None:
         raise NotFound(f"No ready model called {ref[:120]!r} in this project.")
     alias = ModelAlias.objects.filter(model=model, name=(alias_name or ModelAlias.PRODUCTION).lower()).first()
@@ -82,20 +111,23 @@ def canary_serves(alias, caller: str) -> bool:
     return int.from_bytes(digest[:4], "big") % 100 < alias.canary_weight
 
 
-def served_names(user, project, token=None) -> list[tuple[str, object]]:
-    """(the id a client may ask for, its model row) for every ready model and every alias of one
-    the principal sees in the project: what /v1/models lists."""
+def served_names(user, project, token=None) -> list[tuple[str, object, str]]:
+    """(the id a client may ask for, its model row, the display name) for every ready model and
+    every alias of one the principal sees in the project: what /v1/models lists. The id is the
+    model's API id (api_ids: no spaces), `<API id>@<alias>` for an alias; the display name is the
+    model's name (`name@alias`), which a client may send too."""
     from apps.projects import policy
     from apps.registry.models import ModelAlias, RegisteredModel
 
-    ready = {m.pk: m for m in policy.visible_in_project(user, RegisteredModel, project, "model.view", token)
-             .filter(status=RegisteredModel.Status.READY)}
-    names = [(m.name, m) for m in ready.values()]
     visible = policy.visible_in_project(user, RegisteredModel, project, "model.view", token)
+    ids = api_ids(visible.only("pk", "name"))
+    ready = {m.pk: m for m in visible.filter(status=RegisteredModel.Status.READY)}
+    names = [(ids[m.pk], m, m.name) for m in ready.values()]
     for alias in ModelAlias.objects.filter(project=project, model__in=visible).select_related("model"):
         if alias.version_id in ready:
-            names.append((f"{alias.model.name}@{alias.name}", ready[alias.version_id]))
-    return sorted(names, key=lambda pair: pair[0].lower())
+            names.append((f"{ids[alias.model_id]}@{alias.name}", ready[alias.version_id],
+                          f"{alias.model.name}@{alias.name}"))
+    return sorted(names, key=lambda entry: entry[0])
 
 
 def catalogue_for_project(project) -> list[dict]:

@@ -8,8 +8,12 @@ def generation_group(generation_id: int) -> str:
     return f"generation.{generation_id}"
 
 
-def delta(generation_id: int, text: str) -> None:
-    send(generation_group(generation_id), {"type": "generation.delta", "id": generation_id, "text": text})
+def delta(generation_id: int, text: str, logprobs: list[dict] | None = None) -> None:
+    """Text as it is generated; with logprobs asked for, the entries of the tokens behind it."""
+    message = {"type": "generation.delta", "id": generation_id, "text": text}
+    if logprobs is not None:
+        message["logprobs"] = logprobs
+    send(generation_group(generation_id), message)
 
 
 def finished(generation) -> None:

@@ -39,6 +39,8 @@ class Generation(LeasedJob):
     completion_tokens = models.PositiveIntegerField(default=0)
     time_to_first_token_s = models.FloatField(null=True, blank=True)  # measured in the worker
     total_s = models.FloatField(null=True, blank=True)
+    # With params.logprobs: per generated token {token, logprob, bytes, top_logprobs} (GenerationResult.logprobs)
+    logprobs = models.JSONField(null=True, blank=True)
     error = models.TextField(blank=True)
     error_field = models.CharField(max_length=64, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -53,4 +55,4 @@ class Generation(LeasedJob):
                 "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
                 "time_to_first_token_s": self.time_to_first_token_s, "total_s": self.total_s,
                 "tokens_per_s": round(self.completion_tokens / self.total_s, 1) if self.total_s else None,
-                "error": self.error, "field": self.error_field}
+                "logprobs": self.logprobs, "error": self.error, "field": self.error_field}

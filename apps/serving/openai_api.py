@@ -1,20 +1,32 @@
-"""OpenAI-compatible endpoints for a project's models: /v1/models, /v1/chat/completions and
-/v1/completions, streaming (server-sent events) and not. The official `openai` client works
-against them unchanged (tests/serving/test_openai_api.py uses it).
+"""OpenAI-compatible endpoints for a project's models: /v1/models (and /v1/models/{id}),
+/v1/chat/completions and /v1/completions, streaming (server-sent events) and not. The official
+`openai` client works against them unchanged (tests/serving/test_openai_api.py uses it).
 
 Authentication is a project API token only (`Authorization: Bearer wb_...`): no session
 cookie, so there is no CSRF exposure. The token's project is the project served, its
 permissions narrow the caller's as everywhere else (policy layer), and its request budget is
 the token rate limit of the REST API. Generation runs in an `inference` worker; these views
 only wait on the channel layer, asynchronously.
+
+What is supported, as OpenAI defines it: `n` choices (each its own generation, batched
+together by the worker; a seed gives choice i the seed + i), `logprobs`/`top_logprobs`,
+`presence_penalty`/`frequency_penalty`, `stop`, `seed`, `stream_options.include_usage`, message
+`content` as a list of text parts, the `developer` role (the model's system role). Refused with
+a 400 naming the field: `tools`/`functions`/`tool_choice` (no tool calling yet),
+`response_format` other than text (no constrained JSON decoding yet), `logit_bias`. Errors
+carry OpenAI's `type`, `param` (the request's own field name) and, where OpenAI has one, `code`
+(model_not_found, invalid_api_key, context_length_exceeded, rate_limit_exceeded).
 """
 
+import asyncio
 import json
 import time
 from contextlib import aclosing
 from types import SimpleNamespace
 
 from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
 from rest_framework.exceptions import AuthenticationFailed
@@ -23,22 +35,35 @@ from apps.accounts.authentication import BearerTokenAuthentication
 from apps.accounts.throttling import TokenRateThrottle
 from apps.core.errors import DomainError, Invalid
 from apps.projects import policy
+from apps.registry.selectors import served_names
 from apps.serving import services, stream
 from apps.serving.models import Generation
 
 # OpenAI names -> ours. max_completion_tokens is the newer name of max_tokens.
 PARAM_NAMES = {"max_tokens": "max_new_tokens", "max_completion_tokens": "max_new_tokens", "temperature": "temperature",
-               "top_p": "top_p", "top_k": "top_k", "stop": "stop", "seed": "seed"}
-OUR_TO_OPENAI = {"max_new_tokens": "max_tokens"}
+               "top_p": "top_p", "top_k": "top_k", "stop": "stop", "seed": "seed",
+               "presence_penalty": "presence_penalty", "frequency_penalty": "frequency_penalty"}
+MAX_CHOICES = 8  # n
+MAX_COMPLETION_LOGPROBS = 5  # /v1/completions: logprobs is the number of alternatives, at most 5
+ROLE_ALIASES = {"developer": "system"}  # OpenAI's newer name of the system role
+
+
+class BodyTooLarge(DomainError):
+    status = 413
 
 
 def error(status: int, message: str, *, param: str | None = None, kind: str = "invalid_request_error",
-          headers: dict | None = None) -> JsonResponse:
-    response = JsonResponse({"error": {"message": message, "type": kind, "param": param, "code": None}},
+          code: str | None = None, headers: dict | None = None) -> JsonResponse:
+    response = JsonResponse({"error": {"message": message, "type": kind, "param": param, "code": code}},
                             status=status)
     for name, value in (headers or {}).items():
         response[name] = value
     return response
+
+
+def _unauthorized(message: str) -> JsonResponse:
+    return error(401, message, kind="authentication_error", code="invalid_api_key",
+                 headers={"WWW-Authenticate": 'Bearer realm="workbench"'})
 
 
 def _authenticate(request: HttpRequest):
@@ -46,9 +71,9 @@ def _authenticate(request: HttpRequest):
     try:
         principal = BearerTokenAuthentication().authenticate(request)
     except AuthenticationFailed as exc:
-        return error(401, str(exc.detail), kind="authentication_error")
+        return _unauthorized(str(exc.detail))
     if principal is None:
-        return error(401, "Send a project API token: Authorization: Bearer wb_...", kind="authentication_error")
+        return _unauthorized("Send a project API token: Authorization: Bearer wb_...")
     user, token = principal
     if token.project_id is None:
         return error(403, "Use an API token scoped to one project: its models are the ones served.",
@@ -57,7 +82,7 @@ def _authenticate(request: HttpRequest):
     if not throttle.allow_request(SimpleNamespace(auth=token), None):
         wait = throttle.wait()
         return error(429, "Rate limit reached for this API token.", kind="rate_limit_error",
-                     headers={"Retry-After": str(int(wait or 1) + 1)})
+                     code="rate_limit_exceeded", headers={"Retry-After": str(int(wait or 1) + 1)})
     try:
         project = policy.get_project(user, token.project_id, token=token)
     except DomainError:
@@ -65,29 +90,63 @@ def _authenticate(request: HttpRequest):
     return user, token, project
 
 
-def _domain_error(exc: DomainError) -> JsonResponse:
-    param = OUR_TO_OPENAI.get(exc.field, exc.field) if exc.field else None
-    kinds = {401: "authentication_error", 403: "permission_error", 404: "not_found_error"}
-    return error(exc.status, exc.message, param=param, kind=kinds.get(exc.status, "invalid_request_error"))
+def _domain_error(exc: DomainError, names: dict[str, str] | None = None) -> JsonResponse:
+    field = exc.field or None
+    param = (names or {}).get(field, field) if field else None
+    kinds = {401: "authentication_error", 403: "permission_error", 404: "not_found_error", 429: "rate_limit_error"}
+    code = {429: "rate_limit_exceeded"}.get(exc.status)
+    if exc.status == 404 and field == "model":
+        code = "model_not_found"
+    headers = {"Retry-After": str(exc.retry_after_s)} if hasattr(exc, "retry_after_s") else None
+    return error(exc.status, exc.message, param=param, kind=kinds.get(exc.status, "invalid_request_error"),
+                 code=code, headers=headers)
+
+
+def _model_entry(model, api_id: str, display: str, project) -> dict:
+    """One /v1/models entry: `id` is what a client sends (a slug, no spaces), `name` the display name."""
+    return {"id": api_id, "object": "model", "created": int(model.created_at.timestamp()), "owned_by": project.name,
+            "name": display}
 
 
 @csrf_exempt
 async def models(request: HttpRequest) -> HttpResponse:
     if request.method != "GET":
-        return error(405, "Use GET.")
+        return error(405, "Use GET.", headers={"Allow": "GET"})
     auth = await sync_to_async(_authenticate)(request)
     if isinstance(auth, HttpResponse):
         return auth
     user, token, project = auth
 
     def listing():
-        from apps.registry.selectors import served_names
-
-        # Each ready model by name, and each alias of one as name@alias (read afresh: a moved alias shows at once).
-        return [{"id": name, "object": "model", "created": int(m.created_at.timestamp()), "owned_by": project.name}
-                for name, m in served_names(user, project, token)]
+        # Each ready model by API id, and each alias of one as id@alias (read afresh: a moved alias shows at once).
+        return [_model_entry(m, api_id, display, project) for api_id, m, display in served_names(user, project, token)]
 
     return JsonResponse({"object": "list", "data": await sync_to_async(listing)()})
+
+
+@csrf_exempt
+async def model_detail(request: HttpRequest, model_id: str) -> HttpResponse:
+    if request.method != "GET":
+        return error(405, "Use GET.", headers={"Allow": "GET"})
+    auth = await sync_to_async(_authenticate)(request)
+    if isinstance(auth, HttpResponse):
+        return auth
+    user, token, project = auth
+
+    def one():
+        entries = served_names(user, project, token)
+        wanted = model_id.strip().lower()
+        for api_id, model, display in entries:  # as listed, by API id or display name
+            if wanted in (api_id, display.lower()):
+                return _model_entry(model, api_id, display, project)
+        model = services.servable_model(user, project, model_id, token)  # by id, or NotFound
+        api_id, model, display = next(entry for entry in entries if entry[1].pk == model.pk and "@" not in entry[0])
+        return _model_entry(model, api_id, display, project)
+
+    try:
+        return JsonResponse(await sync_to_async(one)())
+    except DomainError as exc:
+        return _domain_error(exc)
 
 
 @csrf_exempt
@@ -100,71 +159,205 @@ async def completions(request: HttpRequest) -> HttpResponse:
     return await _complete(request, chat=False)
 
 
+def _flag(body: dict, name: str) -> bool:
+    value = body.get(name, False)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise Invalid(f"{name} is true or false.", field=name)
+    return value
+
+
+def _whole_number(body: dict, name: str, default: int, low: int, high: int) -> int:
+    value = body.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise Invalid(f"{name} is a whole number from {low} to {high}.", field=name)
+    return value
+
+
+def _refuse_unsupported(body: dict) -> None:
+    for name in ("tools", "functions"):
+        if body.get(name):
+            raise Invalid(f"{name} are not supported yet: this server does not do tool or function calling.",
+                          field=name)
+    for name in ("tool_choice", "function_call"):
+        if body.get(name) not in (None, "none"):
+            raise Invalid(f"{name} is not supported yet: this server does not do tool or function calling.",
+                          field=name)
+    fmt = body.get("response_format")
+    if fmt is not None:
+        if not isinstance(fmt, dict) or fmt.get("type") not in ("text", "json_object", "json_schema"):
+            raise Invalid('response_format is {"type": "text"}.', field="response_format")
+        if fmt["type"] != "text":
+            raise Invalid(f"response_format {fmt['type']} is not supported yet: this server cannot constrain "
+                          'the output to JSON. Leave it out or send {"type": "text"}.', field="response_format")
+    if body.get("logit_bias"):
+        raise Invalid("logit_bias is not supported.", field="logit_bias")
+
+
+def _chat_messages(messages):
+    """OpenAI's message forms in ours: a content list of text parts joined (by newlines), the
+    developer role as the system role. Anything else goes on as it came, for the shared
+    validation (services) to name."""
+    if not isinstance(messages, list):
+        return messages
+    plain = []
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict):
+            plain.append(message)
+            continue
+        message = dict(message)
+        message["role"] = ROLE_ALIASES.get(message.get("role"), message.get("role"))
+        content = message.get("content")
+        if isinstance(content, list):
+            texts = []
+            for j, part in enumerate(content):
+                if not isinstance(part, dict) or part.get("type") != "text":
+                    raise Invalid("Only text parts are supported: {\"type\": \"text\", \"text\": ...}.",
+                                  field=f"messages[{i}].content[{j}]")
+                if not isinstance(part.get("text"), str):
+                    raise Invalid("A text part's text is a string.", field=f"messages[{i}].content[{j}].text")
+                texts.append(part["text"])
+            message["content"] = "\n".join(texts)
+        plain.append(message)
+    return plain
+
+
+def _nul_at(value, where: str) -> str | None:
+    """Where in `value` a string holds a NUL character, or None."""
+    if isinstance(value, str):
+        return where if "\x00" in value else None
+    items = enumerate(value) if isinstance(value, list) else value.items() if isinstance(value, dict) else ()
+    for key, item in items:
+        found = _nul_at(item, f"{where}[{key}]" if isinstance(key, int) else f"{where}.{key}")
+        if found is not None:
+            return found
+    return None
+
+
 def _parse(request: HttpRequest, chat: bool) -> dict:
+    """The request as a call: model, messages or prompt, sampling params, n, stream, and `names`,
+    our field names -> the request's own (so an error names what the client sent)."""
     try:
         body = json.loads(request.body or b"")
+    except RequestDataTooBig:
+        raise BodyTooLarge(f"The body is over {settings.DATA_UPLOAD_MAX_MEMORY_SIZE // 2**20} MB.",
+                           field="body") from None
     except (ValueError, UnicodeDecodeError):
         raise Invalid("The body is not valid JSON.", field="body") from None
     if not isinstance(body, dict):
         raise Invalid("The body is a JSON object.", field="body")
+    for name, value in body.items():
+        where = _nul_at(value, str(name))
+        if where is not None:  # a database text column cannot hold one
+            raise Invalid("Text may not contain NUL (\\u0000) characters.", field=where)
     if not isinstance(body.get("model"), str) or not body["model"]:
         raise Invalid("Name the model (see /v1/models).", field="model")
-    if body.get("n", 1) != 1:
-        raise Invalid("Only n=1 is supported.", field="n")
-    if not isinstance(body.get("stream", False), bool):
-        raise Invalid("stream is true or false.", field="stream")
+    _refuse_unsupported(body)
+    n = _whole_number(body, "n", 1, 1, MAX_CHOICES)
+    streaming = _flag(body, "stream")
+    options = body.get("stream_options")
+    if options is not None:
+        if not streaming:
+            raise Invalid("stream_options is only allowed with stream: true.", field="stream_options")
+        if not isinstance(options, dict) or set(options) - {"include_usage"}:
+            raise Invalid('stream_options is {"include_usage": true|false}.', field="stream_options")
+        if not isinstance(options.get("include_usage", False), bool):
+            raise Invalid("include_usage is true or false.", field="stream_options.include_usage")
+    include_usage = bool((options or {}).get("include_usage"))
     params = {ours: body[theirs] for theirs, ours in PARAM_NAMES.items() if body.get(theirs) is not None}
     caller = body.get("user")  # the end user, as OpenAI's clients name it: keeps them on one canary side
     if caller is not None and (not isinstance(caller, str) or len(caller) > 256):
         raise Invalid("user is a string of at most 256 characters naming the end user.", field="user")
+    names = {"max_new_tokens": "max_completion_tokens" if body.get("max_completion_tokens") is not None
+             else "max_tokens"}
     if chat:
-        return {"model": body["model"], "messages": body.get("messages"), "prompt": None, "params": params,
-                "stream": body.get("stream", False), "caller": caller}
-    prompt = body.get("prompt")
-    if isinstance(prompt, list) and len(prompt) == 1:
-        prompt = prompt[0]
-    if not isinstance(prompt, str):
-        raise Invalid("The prompt is one string.", field="prompt")
-    return {"model": body["model"], "messages": None, "prompt": prompt, "params": params,
-            "stream": body.get("stream", False), "caller": caller}
+        if _flag(body, "logprobs"):
+            params["logprobs"] = True
+            params["top_logprobs"] = body.get("top_logprobs") or 0
+        elif body.get("top_logprobs") is not None:
+            raise Invalid("top_logprobs needs logprobs: true.", field="top_logprobs")
+        names["prompt"] = "messages"  # a prompt too long: the messages rendered
+        messages, prompt = _chat_messages(body.get("messages")), None
+    else:
+        top = body.get("logprobs")
+        if top is not None:
+            params["logprobs"] = True
+            params["top_logprobs"] = _whole_number(body, "logprobs", 0, 0, MAX_COMPLETION_LOGPROBS)
+        names["top_logprobs"] = names["logprobs"] = "logprobs"
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and len(prompt) == 1:
+            prompt = prompt[0]
+        if not isinstance(prompt, str):
+            raise Invalid("The prompt is one string.", field="prompt")
+        messages = None
+    return {"model": body["model"], "messages": messages, "prompt": prompt, "params": params, "n": n,
+            "stream": streaming, "include_usage": include_usage, "names": names,
+            "caller": f"user:{caller}" if caller else ""}
+
+
+def _create(user, project, token, call: dict) -> list[Generation]:
+    """One generation per choice; choice i of a seeded request samples with seed + i."""
+    generations = []
+    for i in range(call["n"]):
+        params = dict(call["params"])
+        if i and isinstance(params.get("seed"), int) and not isinstance(params["seed"], bool):
+            params["seed"] += i
+        generations.append(services.generation_create(
+            user=user, project=project, model_ref=call["model"], source=Generation.Source.API, token=token,
+            messages=call["messages"], prompt=call["prompt"], params=params,
+            caller=call["caller"] or f"token:{token.pk}"))
+    return generations
 
 
 async def _complete(request: HttpRequest, *, chat: bool) -> HttpResponse:
     if request.method != "POST":
-        return error(405, "Use POST.")
+        return error(405, "Use POST.", headers={"Allow": "POST"})
     auth = await sync_to_async(_authenticate)(request)
     if isinstance(auth, HttpResponse):
         return auth
     user, token, project = auth
+    names = None
     try:
         call = _parse(request, chat)
-        generation = await sync_to_async(services.generation_create)(
-            user=user, project=project, model_ref=call["model"], source=Generation.Source.API, token=token,
-            messages=call["messages"], prompt=call["prompt"], params=call["params"],
-            caller=f"user:{call['caller']}" if call["caller"] else f"token:{token.pk}")
+        names = call["names"]
+        generations = await sync_to_async(_create)(user, project, token, call)
     except DomainError as exc:
-        return _domain_error(exc)
+        return _domain_error(exc, names)
 
-    events = stream.follow(generation.pk)
-    first = await anext(events)  # an error before the first token (a prompt too long) is a 400
-    if first["type"] == "error":
-        result = first["result"]
-        return error(400 if result.get("field") else 503, result["error"], param=result.get("field") or None,
-                     kind="invalid_request_error" if result.get("field") else "server_error")
-    reply = Reply(generation.pk, call["model"], chat)
+    follows = [stream.follow(g.pk) for g in generations]
+    # An error before the first token (a prompt too long) is a 400: wait for every choice's first event.
+    firsts = await asyncio.gather(*(anext(f) for f in follows))
+    failed = next((first for first in firsts if first["type"] == "error"), None)
+    if failed is not None:
+        for follow in follows:
+            await follow.aclose()  # the other choices are abandoned
+        return _worker_error(failed["result"], names)
+    reply = Reply(generations[0].pk, call["model"], chat, n=len(generations))
+    events = _merge([_chain(first, follow) for first, follow in zip(firsts, follows)])
     if call["stream"]:
-        return StreamingHttpResponse(reply.sse(first, events), content_type="text/event-stream",
+        return StreamingHttpResponse(reply.sse(events, include_usage=call["include_usage"]),
+                                     content_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-    text, result = [], None
-    async with aclosing(events):  # a client gone mid-answer abandons the generation (stream.follow)
-        async for event in _chain(first, events):
-            if event["type"] == "delta":
-                text.append(event["text"])
-            else:
-                result = event["result"]
-    if result is None or result["state"] != "succeeded":
-        return error(500, (result or {}).get("error") or "The generation failed.", kind="server_error")
-    return JsonResponse(reply.whole(result))
+    results: dict[int, dict] = {}
+    async with aclosing(events):  # a client gone mid-answer abandons the generations (stream.follow)
+        async for index, event in events:
+            if event["type"] != "delta":
+                results[index] = event["result"]
+    if len(results) < len(generations) or any(r["state"] != "succeeded" for r in results.values()):
+        failed = next((r for r in results.values() if r["state"] != "succeeded"), {})
+        return error(500, failed.get("error") or "The generation failed.", kind="server_error")
+    return JsonResponse(reply.whole([results[i] for i in range(len(generations))]))
+
+
+def _worker_error(result: dict, names: dict) -> JsonResponse:
+    field = result.get("field") or None
+    if not field:
+        return error(503, result["error"], kind="server_error")
+    code = "context_length_exceeded" if field == "prompt" and "context" in result["error"] else None
+    return error(400, result["error"], param=names.get(field, field), code=code)
 
 
 async def _chain(first: dict, rest):
@@ -173,47 +366,113 @@ async def _chain(first: dict, rest):
         yield event
 
 
-class Reply:
-    """OpenAI's response shapes for one generation."""
+async def _merge(streams: list):
+    """(index, event) from several event streams as they come. Closing it closes every stream
+    (a choice not finished is abandoned, as stream.follow does for a caller gone)."""
+    if len(streams) == 1:  # the usual case: no task, no queue
+        async with aclosing(streams[0]) as only:
+            async for event in only:
+                yield 0, event
+        return
+    queue: asyncio.Queue = asyncio.Queue()
 
-    def __init__(self, generation_id: int, model: str, chat: bool) -> None:
+    async def pump(index: int, events) -> None:
+        try:
+            async for event in events:
+                await queue.put((index, event))
+        finally:
+            queue.put_nowait((index, None))
+
+    tasks = [asyncio.create_task(pump(i, s)) for i, s in enumerate(streams)]
+    try:
+        left = len(tasks)
+        while left:
+            index, event = await queue.get()
+            if event is None:
+                left -= 1
+            else:
+                yield index, event
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for events in streams:
+            await events.aclose()
+
+
+class Reply:
+    """OpenAI's response shapes for one request (its n generations)."""
+
+    def __init__(self, generation_id: int, model: str, chat: bool, n: int = 1) -> None:
         self.id = f"{'chatcmpl' if chat else 'cmpl'}-{generation_id}"
-        self.model, self.chat, self.created = model, chat, int(time.time())
+        self.model, self.chat, self.n, self.created = model, chat, n, int(time.time())
 
     def _envelope(self, choices: list[dict], *, chunk: bool) -> dict:
         kind = ("chat.completion.chunk" if chunk else "chat.completion") if self.chat else "text_completion"
         return {"id": self.id, "object": kind, "created": self.created, "model": self.model, "choices": choices}
 
-    def whole(self, result: dict) -> dict:
+    def _logprobs(self, entries: list[dict] | None, offset: int = 0):
+        if entries is None:
+            return None
         if self.chat:
-            choice = {"index": 0, "message": {"role": "assistant", "content": result["text"]},
-                      "finish_reason": result["finish_reason"]}
-        else:
-            choice = {"index": 0, "text": result["text"], "logprobs": None, "finish_reason": result["finish_reason"]}
-        return {**self._envelope([choice], chunk=False), "usage": usage(result)}
+            return {"content": entries, "refusal": None}
+        offsets, at = [], offset
+        for entry in entries:
+            offsets.append(at)
+            at += len(entry["token"])
+        return {"tokens": [e["token"] for e in entries], "token_logprobs": [e["logprob"] for e in entries],
+                "top_logprobs": [{t["token"]: t["logprob"] for t in e["top_logprobs"]} for e in entries],
+                "text_offset": offsets}
 
-    def _chunk(self, text: str | None, finish_reason: str | None, *, first: bool = False) -> str:
+    def whole(self, results: list[dict]) -> dict:
+        choices = []
+        for index, result in enumerate(results):
+            logprobs = self._logprobs(result.get("logprobs"))
+            if self.chat:
+                choices.append({"index": index, "message": {"role": "assistant", "content": result["text"]},
+                                "logprobs": logprobs, "finish_reason": result["finish_reason"]})
+            else:
+                choices.append({"index": index, "text": result["text"], "logprobs": logprobs,
+                                "finish_reason": result["finish_reason"]})
+        return {**self._envelope(choices, chunk=False), "usage": usage(results)}
+
+    def _chunk(self, index: int, text: str | None, finish_reason: str | None, *, first: bool = False,
+               logprobs=None, include_usage: bool = False) -> str:
         if self.chat:
             delta = {"role": "assistant", "content": ""} if first else ({"content": text} if text else {})
-            choice = {"index": 0, "delta": delta, "finish_reason": finish_reason}
+            choice = {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish_reason}
         else:
-            choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish_reason}
-        return f"data: {json.dumps(self._envelope([choice], chunk=True))}\n\n"
+            choice = {"index": index, "text": text or "", "logprobs": logprobs, "finish_reason": finish_reason}
+        envelope = self._envelope([choice], chunk=True)
+        if include_usage:
+            envelope["usage"] = None  # OpenAI's shape: null on every chunk but the last
+        return f"data: {json.dumps(envelope)}\n\n"
 
-    async def sse(self, first: dict, events):
-        async with aclosing(events):  # a client gone mid-stream abandons the generation (stream.follow)
+    async def sse(self, events, *, include_usage: bool = False):
+        results: dict[int, dict] = {}
+        offsets = [0] * self.n  # /v1/completions logprobs: where each choice's text is so far
+        async with aclosing(events):  # a client gone mid-stream abandons the generations (stream.follow)
             if self.chat:
-                yield self._chunk(None, None, first=True)
-            async for event in _chain(first, events):
+                for index in range(self.n):
+                    yield self._chunk(index, None, None, first=True, include_usage=include_usage)
+            async for index, event in events:
                 if event["type"] == "delta":
-                    yield self._chunk(event["text"], None)
+                    logprobs = self._logprobs(event.get("logprobs"), offsets[index])
+                    offsets[index] += len(event["text"])
+                    yield self._chunk(index, event["text"], None, logprobs=logprobs, include_usage=include_usage)
                 elif event["type"] == "done":
-                    yield self._chunk(None, event["result"]["finish_reason"])
+                    results[index] = event["result"]
+                    yield self._chunk(index, None, event["result"]["finish_reason"], include_usage=include_usage)
                 else:
-                    yield f"data: {json.dumps({'error': {'message': event['result']['error'], 'type': 'server_error'}})}\n\n"
+                    failure = {"message": event["result"]["error"], "type": "server_error"}
+                    yield f"data: {json.dumps({'error': failure})}\n\n"
+            if include_usage and len(results) == self.n:
+                yield f"data: {json.dumps({**self._envelope([], chunk=True), 'usage': usage(list(results.values()))})}\n\n"
             yield "data: [DONE]\n\n"
 
 
-def usage(result: dict) -> dict:
-    return {"prompt_tokens": result["prompt_tokens"], "completion_tokens": result["completion_tokens"],
-            "total_tokens": result["prompt_tokens"] + result["completion_tokens"]}
+def usage(results: list[dict]) -> dict:
+    """The prompt once (every choice has the same), the completion tokens of every choice."""
+    prompt = results[0]["prompt_tokens"] if results else 0
+    completion = sum(r["completion_tokens"] for r in results)
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}

@@ -112,6 +112,7 @@ def _generate(run: JobRun) -> None:
         return
     # Only what the run produced: a cancel requested meanwhile stays recorded.
     run.finish(output=result.text, finish_reason=result.finish_reason, prompt_tokens=result.prompt_tokens,
+               logprobs=result.logprobs,
                completion_tokens=result.completion_tokens, time_to_first_token_s=result.time_to_first_token_s,
                total_s=result.total_s)
 
@@ -127,11 +128,14 @@ class _Stream:
         self.run, self.generation_id = run, run.job.pk
         self.streamed = self.handing_back = False
 
-    def on_token(self, text: str) -> None:
+    def on_token(self, text: str, logprobs: list[dict] | None = None) -> None:
         if self.handing_back:
             return  # the end of an answer handed back: another worker answers from the start
         self.streamed = True
-        events.delta(self.generation_id, text)
+        if logprobs is None:
+            events.delta(self.generation_id, text)
+        else:
+            events.delta(self.generation_id, text, logprobs)
 
     def is_cancelled(self) -> bool:
         if self.run.cancelled():

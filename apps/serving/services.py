@@ -6,7 +6,7 @@ here first, naming the field. Prompt length against the context is checked by th
 from django.db import transaction
 from django.utils import timezone
 
-from apps.core.errors import Invalid
+from apps.core.errors import Invalid, NotFound
 from apps.core.jobs import enqueue
 from apps.projects import policy
 from apps.projects.models import Project
@@ -15,13 +15,20 @@ from apps.registry.selectors import resolve_model_ref, resolve_served
 from apps.serving.models import Generation
 from apps.serving.tasks import generate_task
 
-PARAM_FIELDS = ("max_new_tokens", "temperature", "top_p", "top_k", "stop", "seed")
+PARAM_FIELDS = ("max_new_tokens", "temperature", "top_p", "top_k", "stop", "seed", "presence_penalty",
+                "frequency_penalty", "logprobs", "top_logprobs")
 
 
 def servable_model(user, project: Project, ref, token=None) -> RegisteredModel:
-    """A ready model or adapter of the project, by id, (case-insensitive) name or `name@alias`
-    (a bare name follows its `production` alias when it has one): apps.registry.selectors."""
-    return resolve_model_ref(user, project, ref, token)
+    """A ready model or adapter of the project, by id, (case-insensitive) name, API id (the
+    name's slug, apps.registry.selectors.api_ids) or either with `@alias` (a bare name follows
+    its `production` alias when it has one): apps.registry.selectors. A miss is NotFound with
+    field "model"."""
+    try:
+        return resolve_model_ref(user, project, ref, token)
+    except NotFound as missing:
+        missing.field = "model"
+        raise
 
 
 def sampling_params(values: dict):

@@ -13,7 +13,7 @@ from apps.serving import events, services
 
 
 async def follow(generation_id: int) -> AsyncIterator[dict]:
-    """Yield {"type": "delta", "text"} events, then one {"type": "done"|"error", "result"}.
+    """Yield {"type": "delta", "text", "logprobs"} events (logprobs None unless asked for), then one {"type": "done"|"error", "result"}.
 
     If the follower goes away first (its socket closed, its HTTP client disconnected: this
     generator is cancelled or closed), the generation is abandoned: a queued one never starts,
@@ -40,7 +40,7 @@ async def follow(generation_id: int) -> AsyncIterator[dict]:
             if message.get("id") != generation_id:
                 continue
             if message["type"] == "generation.delta":
-                yield {"type": "delta", "text": message["text"]}
+                yield {"type": "delta", "text": message["text"], "logprobs": message.get("logprobs")}
             else:
                 finished = True
                 yield {"type": "done" if message["type"] == "generation.done" else "error",

@@ -102,3 +102,26 @@ def test_every_list_page_matches_the_schema_of_its_envelope(client, owner, proje
         check(openapi, "get", path.split("?")[0], first)
         if first.json()["next"]:
             check(openapi, "get", path.split("?")[0], client.get(first.json()["next"]))
+
+
+def test_the_openai_compatible_api_is_documented_and_answers_as_documented(client, owner, project, openapi):
+    from apps.accounts import services as account_services
+    from apps.registry.models import RegisteredModel
+
+    model = RegisteredModel.objects.create(project=project, name="Support Bot v1.5", format="hf_dir",
+                                           source_path="/x", weights_path="/x", status="ready", info={})
+    _, raw = account_services.token_create(user=owner, name="api", permissions=["project.view", "model.view"],
+                                           project=project)
+    auth = {"HTTP_AUTHORIZATION": f"Bearer {raw}"}
+    assert {"/v1/models", "/v1/models/{model_id}", "/v1/chat/completions", "/v1/completions"} <= set(openapi["paths"])
+    assert openapi["paths"]["/v1/chat/completions"]["post"]["tags"] == ["openai"]
+    listing = client.get("/v1/models", **auth)
+    check(openapi, "get", "/v1/models", listing)
+    assert [m["id"] for m in listing.json()["data"]] == ["support-bot-v1.5"]
+    check(openapi, "get", f"/v1/models/{model.pk}", client.get(f"/v1/models/{model.pk}", **auth))
+    missing = client.get("/v1/models/gpt-4o", **auth)
+    assert missing.status_code == 404
+    operation = openapi["paths"]["/v1/models/{model_id}"]["get"]
+    schema = operation["responses"]["404"]["content"]["application/json"]["schema"]
+    jsonschema.validate(missing.json(), _json_schema({"components": copy.deepcopy(openapi["components"]), **schema}))
+    assert missing.json()["error"]["code"] == "model_not_found"

@@ -49,6 +49,8 @@ def test_api_docs_render_from_local_files_only(page, live_asgi, viewer):
     expect(tags.filter(has_text="tokens")).to_be_visible()
     tags.filter(has_text="projects").first.click()
     expect(page.locator(".opblock-summary-path", has_text="/api/projects/").first).to_be_visible()
+    tags.filter(has_text="openai").first.click()  # the OpenAI-compatible /v1 API (apps/serving/openapi.py)
+    expect(page.locator(".opblock-summary-path", has_text="/v1/chat/completions").first).to_be_visible()
     assert outside == []
 
 

@@ -14,6 +14,7 @@ from django.utils import timezone
 from apps.accounts import services as account_services
 from apps.serving.models import Generation
 from tests.comparison.fixtures import adapter_model_fixture  # noqa: F401
+from tests.serving.test_openai_api import api_id
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -46,8 +47,11 @@ def test_name_at_alias_is_served_by_its_version_and_a_move_is_followed_at_once(
     assert served_by(api, base) == tiny_model.pk  # no alias yet: today's behaviour
     assert move("production", tiny_model.pk, protected=True).status_code == 200
     assert move("staging", adapter_model.pk).status_code == 200
-    listed = {m.id for m in api.models.list().data}
-    assert {base, adapter_model.name, f"{base}@production", f"{base}@staging"} <= listed
+    listed = {m.id: m.model_extra["name"] for m in api.models.list().data}
+    slug = api_id(tiny_model)  # ids are slugs (no spaces); the display names stay
+    assert {slug: base, api_id(adapter_model): adapter_model.name, f"{slug}@production": f"{base}@production",
+            f"{slug}@staging": f"{base}@staging"}.items() <= listed.items()
+    assert served_by(api, f"{slug}@staging") == adapter_model.pk  # a slug takes an alias too
 
     assert served_by(api, f"{base}@staging") == adapter_model.pk
     assert served_by(api, f"{base}@production") == tiny_model.pk
@@ -60,7 +64,7 @@ def test_name_at_alias_is_served_by_its_version_and_a_move_is_followed_at_once(
     assert served_by(api, f"{base}@production") == adapter_model.pk
     assert time.monotonic() - started < 30  # (two generations; the switch itself is the next request)
     models = {m.id for m in api.models.list().data}
-    assert f"{base}@production" in models
+    assert f"{slug}@production" in models
 
     with pytest.raises(openai.NotFoundError) as unknown:
         api.chat.completions.create(model=f"{base}@canary", messages=MESSAGES, max_tokens=2)

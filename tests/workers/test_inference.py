@@ -248,6 +248,77 @@ def test_top_k_one_and_a_tiny_top_p_are_greedy(tiny):
     assert unseeded[0] != unseeded[1]
 
 
+# --- penalties and logprobs -------------------------------------------------------------------------
+
+def reference_steps(tiny, prompt: str, params: SamplingParams, steps: int) -> tuple[list[int], list]:
+    """Greedy decoding by hand, the whole sequence through the model at each step, with OpenAI's
+    penalties on the tokens generated so far: (tokens, log-softmax of the raw logits at each step)."""
+    import torch
+
+    model, tokenizer = tiny
+    ids, generated, raw = encode_prompt(tokenizer, prompt), [], []
+    for _ in range(steps):
+        with torch.no_grad():
+            logits = model(torch.tensor([ids + generated])).logits[0, -1].float()
+        raw.append(torch.log_softmax(logits, dim=-1))
+        counts = torch.bincount(torch.tensor(generated, dtype=torch.long), minlength=logits.shape[-1]).float()
+        scores = logits - counts * params.frequency_penalty - (counts > 0).float() * params.presence_penalty
+        generated.append(int(scores.argmax()))
+        if generated[-1] == EOS:
+            break
+    return generated, raw
+
+
+def test_penalties_change_greedy_decoding_as_openai_defines_them(tiny):
+    model, tokenizer = tiny
+    penalized = [SamplingParams(max_new_tokens=16, frequency_penalty=2.0),
+                 SamplingParams(max_new_tokens=16, presence_penalty=1.5, frequency_penalty=-0.5)]
+    prompts = [PROMPTS[0], PROMPTS[2], PROMPTS[0]]
+    batch = generate_batch(model, tokenizer, prompts, [penalized[0], GREEDY, penalized[1]])
+    for result, prompt, params in zip(batch, prompts, [penalized[0], GREEDY, penalized[1]]):
+        expected, _ = reference_steps(tiny, prompt, params, params.max_new_tokens)
+        assert result.token_ids == expected
+        assert solo(tiny, prompt, params).token_ids == expected  # alone or in a batch
+    # the greedy neighbour is untouched, and a penalty does change what a greedy row says
+    assert batch[1].token_ids == solo(tiny, PROMPTS[2]).token_ids
+    plain = solo(tiny, PROMPTS[0], SamplingParams(max_new_tokens=16)).token_ids
+    assert batch[0].token_ids != plain and len(set(batch[0].token_ids)) > len(set(plain))
+    # zero penalties are no penalties: token for token what the plain parameters give
+    zero = SamplingParams(max_new_tokens=16, presence_penalty=0.0, frequency_penalty=0.0)
+    assert solo(tiny, PROMPTS[0], zero).token_ids == plain
+    sampled = SamplingParams(max_new_tokens=16, temperature=1.0, seed=4, frequency_penalty=2.0)
+    assert solo(tiny, PROMPTS[0], sampled).token_ids == solo(tiny, PROMPTS[0], sampled).token_ids
+
+
+def test_logprobs_are_the_models_own_and_stream_with_their_text(tiny):
+    import math
+
+    model, tokenizer = tiny
+    asked = SamplingParams(max_new_tokens=12, logprobs=True, top_logprobs=3)
+    streamed: dict[int, list] = {}
+
+    def on_token(i, delta, *entries):
+        streamed.setdefault(i, []).append((delta, *entries))
+
+    results = generate_batch(model, tokenizer, [PROMPTS[0], PROMPTS[1]], [asked, GREEDY], on_token=on_token)
+    result = results[0]
+    expected, raw = reference_steps(tiny, PROMPTS[0], asked, 12)
+    assert result.token_ids == expected == solo(tiny, PROMPTS[0]).token_ids[:12]  # logprobs change nothing
+    kept = [t for t in result.token_ids if t != EOS]
+    assert len(result.logprobs) == len(kept)
+    for token, entry, logprobs in zip(kept, result.logprobs, raw):
+        assert entry["token"] == tokenizer.decode([token]) and entry["bytes"] == list(entry["token"].encode())
+        assert math.isclose(entry["logprob"], float(logprobs[token]), abs_tol=1e-4)
+        top = entry["top_logprobs"]
+        assert len(top) == 3 and [t["logprob"] for t in top] == sorted((t["logprob"] for t in top), reverse=True)
+        assert top[0]["token"] == entry["token"]  # greedy: the chosen token is the likeliest
+    assert "".join(d for d, _ in streamed[0]) == result.text
+    assert [e for _, entries in streamed[0] for e in entries] == result.logprobs
+    assert results[1].logprobs is None and all(len(call) == 1 for call in streamed[1])  # not asked: text only
+    just_logprobs = solo(tiny, PROMPTS[0], SamplingParams(max_new_tokens=12, logprobs=True))
+    assert all(entry["top_logprobs"] == [] for entry in just_logprobs.logprobs)
+
+
 # --- validation --------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("field, kwargs", [
@@ -269,6 +340,13 @@ def test_top_k_one_and_a_tiny_top_p_are_greedy(tiny):
     ("stop", {"stop": (3,)}),
     ("seed", {"seed": -1}),
     ("seed", {"seed": "7"}),
+    ("presence_penalty", {"presence_penalty": 2.5}),
+    ("frequency_penalty", {"frequency_penalty": -2.01}),
+    ("frequency_penalty", {"frequency_penalty": "high"}),
+    ("logprobs", {"logprobs": 1}),
+    ("top_logprobs", {"logprobs": True, "top_logprobs": 21}),
+    ("top_logprobs", {"logprobs": True, "top_logprobs": 1.5}),
+    ("top_logprobs", {"top_logprobs": 2}),
 ])
 def test_bad_sampling_params_name_the_field(field, kwargs):
     with pytest.raises(InferenceInputError) as caught:

@@ -102,7 +102,8 @@ class Batcher:
 
         `prompt` is the prompt text, or give chat `messages` instead (rendered with the model's
         chat template in the worker). `on_token(text_delta)` streams this request's text; it is
-        called on the worker thread, and an exception it raises is logged, not propagated.
+        called on the worker thread, and an exception it raises is logged, not propagated; with
+        params.logprobs it is `on_token(text_delta, logprobs)` (the entries since the last call).
         `is_cancelled()`, asked after each generated token (on the worker thread), ends this
         request early with finish_reason "cancelled" and frees its place in the batch; keep it
         cheap. The result's times count from this call.
@@ -292,9 +293,9 @@ def _logged_on_token(callback: Callable[[str], None] | None) -> Callable[[str], 
     if callback is None:
         return None
 
-    def on_token(delta: str) -> None:
+    def on_token(delta: str, *logprobs) -> None:
         try:
-            callback(delta)
+            callback(delta, *logprobs)
         except Exception:
             logger.exception("on_token callback failed")
 

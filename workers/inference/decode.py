@@ -59,7 +59,9 @@ class GenerationResult:
     token the model produced, the end-of-sequence token included (`token_ids` lists them); `text`
     is their decoded text without special tokens, cut before a stop sequence. Times are from when
     the request was made (Sequence.started: the generate_batch call, or Batcher.submit), so they
-    include any wait for a place in the batch."""
+    include any wait for a place in the batch. `logprobs` (when the request asked for them): one
+    {token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]} per generated token, the
+    end-of-sequence token left out."""
 
     text: str
     prompt_tokens: int
@@ -68,12 +70,15 @@ class GenerationResult:
     time_to_first_token_s: float
     total_s: float
     token_ids: list[int] = field(default_factory=list, repr=False)
+    logprobs: list[dict] | None = field(default=None, repr=False)
 
 
 @dataclass(eq=False)
 class Sequence:
     """One request in a DecodeBatch. `on_token(text_delta)` receives its text as it becomes
-    stable; `is_cancelled()` is asked after each of its tokens. `result` is set when it leaves."""
+    stable (with params.logprobs: `on_token(text_delta, logprobs)`, the entries of the tokens
+    since the previous call); `is_cancelled()` is asked after each of its tokens. `result` is set
+    when it leaves."""
 
     prompt_ids: list[int]
     params: SamplingParams
@@ -86,6 +91,8 @@ class Sequence:
     generator: Any = field(default=None, repr=False)
     first_token_at: float = 0.0
     adapter: str | None = None  # the LoRA adapter this row runs through (an AdapterSet name), None: the base
+    logprobs: list[dict] = field(default_factory=list, repr=False)  # with params.logprobs: one per token
+    logprobs_sent: int = 0  # entries already passed to on_token
 
 
 @dataclass
@@ -310,7 +317,38 @@ class DecodeBatch:
             self.mask = self.mask[:, unused:]
 
     def _choose(self, logits, sequences: list[Sequence], torch) -> list[int]:
-        return _choose(logits, [s.params for s in sequences], [s.generator for s in sequences], torch)
+        tokens = _choose(logits, [s.params for s in sequences], [s.generator for s in sequences], torch,
+                         [s.generated for s in sequences])
+        for row, (seq, token) in enumerate(zip(sequences, tokens)):
+            if seq.params.logprobs and token not in self.eos:
+                seq.logprobs.append(self._logprob_entry(logits[row], token, seq.params.top_logprobs, torch))
+        return tokens
+
+    def _logprob_entry(self, logits, token: int, top: int, torch) -> dict:
+        logprobs = torch.log_softmax(logits.float(), dim=-1)
+        entry = self._token_entry(token, float(logprobs[token]))
+        alternatives = []
+        if top:
+            values, ids = torch.topk(logprobs, min(top, logprobs.shape[-1]))
+            alternatives = [self._token_entry(int(i), float(v)) for v, i in zip(values.tolist(), ids.tolist())]
+        return {**entry, "top_logprobs": alternatives}
+
+    def _token_entry(self, token: int, logprob: float) -> dict:
+        text = self.tokenizer.decode([token], skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        return {"token": text, "logprob": logprob, "bytes": list(text.encode("utf-8"))}
+
+    @staticmethod
+    def _stream(seq: Sequence, delta: str, *, final: bool = False) -> None:
+        if seq.on_token is None:
+            return
+        if not seq.params.logprobs:
+            if delta:
+                seq.on_token(delta)
+            return
+        fresh = seq.logprobs[seq.logprobs_sent:]
+        if delta or (final and fresh):
+            seq.logprobs_sent = len(seq.logprobs)
+            seq.on_token(delta, fresh)
 
     def _record(self, sequences: list[Sequence], tokens: list[int]) -> list[int]:
         """Append each sequence's token, stream its text, end the finished ones (their result is
@@ -324,9 +362,7 @@ class DecodeBatch:
             if token in self.eos:
                 reason = "stop"
             else:
-                delta = seq.text.push(token)
-                if delta and seq.on_token is not None:
-                    seq.on_token(delta)
+                self._stream(seq, seq.text.push(token))
                 if seq.text.stopped:
                     reason = "stop"
                 elif len(seq.generated) >= seq.params.max_new_tokens:
@@ -336,13 +372,12 @@ class DecodeBatch:
                 else:
                     keep.append(row)
                     continue
-            delta = seq.text.finish()
-            if delta and seq.on_token is not None:
-                seq.on_token(delta)
+            self._stream(seq, seq.text.finish(), final=True)
             seq.result = GenerationResult(
                 text=seq.text.text, prompt_tokens=len(seq.prompt_ids), completion_tokens=len(seq.generated),
                 finish_reason=reason, time_to_first_token_s=seq.first_token_at,
-                total_s=time.perf_counter() - seq.started, token_ids=seq.generated)
+                total_s=time.perf_counter() - seq.started, token_ids=seq.generated,
+                logprobs=seq.logprobs if seq.params.logprobs else None)
         return keep
 
 
@@ -429,12 +464,28 @@ def eos_token_ids(model: Any, tokenizer: Any) -> set[int]:
     return ids
 
 
-def _choose(logits, rows: list[SamplingParams], generators: list, torch) -> list[int]:
+def _choose(logits, rows: list[SamplingParams], generators: list, torch,
+            history: list[list[int]] | None = None) -> list[int]:
+    """Each row's next token: the argmax for a greedy row, a sample otherwise; a row with a
+    presence or frequency penalty (and a `history` of generated tokens) chooses from its
+    penalized logits. Rows without one are chosen exactly as they were before penalties existed."""
     chosen = logits.argmax(dim=-1).tolist()
     for row, sp in enumerate(rows):
-        if not sp.greedy:
+        if sp.penalized and history is not None and history[row]:
+            scores = _penalized(logits[row].float(), history[row], sp, torch)
+            chosen[row] = int(scores.argmax()) if sp.greedy else _sample(scores, sp, generators[row], torch)
+        elif not sp.greedy:
             chosen[row] = _sample(logits[row].float(), sp, generators[row], torch)
     return chosen
+
+
+def _penalized(scores, generated: list[int], sp: SamplingParams, torch):
+    """OpenAI's penalties: logit - count * frequency_penalty - (count > 0) * presence_penalty, where
+    count is how often the token was generated so far."""
+    vocabulary = scores.shape[-1]
+    ids = torch.tensor([t for t in generated if t < vocabulary], dtype=torch.long, device=scores.device)
+    counts = torch.bincount(ids, minlength=vocabulary).to(scores.dtype)
+    return scores - counts * sp.frequency_penalty - (counts > 0).to(scores.dtype) * sp.presence_penalty
 
 
 def _sample(logits, sp: SamplingParams, generator, torch) -> int:
