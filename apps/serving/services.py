@@ -11,7 +11,7 @@ from apps.core.jobs import enqueue
 from apps.projects import policy
 from apps.projects.models import Project
 from apps.registry.models import RegisteredModel
-from apps.registry.selectors import resolve_model_ref, resolve_served
+from apps.registry.selectors import resolve_served
 from apps.serving.models import Generation
 from apps.serving.tasks import generate_task
 
@@ -24,8 +24,13 @@ def servable_model(user, project: Project, ref, token=None) -> RegisteredModel:
     name's slug, apps.registry.selectors.api_ids) or either with `@alias` (a bare name follows
     its `production` alias when it has one): apps.registry.selectors. A miss is NotFound with
     field "model"."""
+    return served_version(user, project, ref, token)[0]
+
+
+def served_version(user, project: Project, ref, token=None, *, caller: str = ""):
+    """(model, alias or None) as servable_model finds it; `caller` picks the side of an alias's canary."""
     try:
-        return resolve_model_ref(user, project, ref, token)
+        return resolve_served(user, project, ref, token, caller=caller)
     except NotFound as missing:
         missing.field = "model"
         raise
@@ -61,7 +66,7 @@ def generation_create(*, user, project: Project, model_ref, source: str, message
     from workers.inference.prompts import validate_messages
 
     policy.require(user, "model.generate", project, token)
-    model, alias = resolve_served(user, project, model_ref, token, caller=caller or f"user:{user.pk}")
+    model, alias = served_version(user, project, model_ref, token, caller=caller or f"user:{user.pk}")
     if (messages is None) == (prompt is None):
         raise Invalid("Send either chat messages or a prompt.", field="messages")
     if messages is not None:
