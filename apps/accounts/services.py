@@ -334,3 +334,21 @@ def sso_link_approve(*, by, username: str, provider_id: str, email: str, ip_addr
     audit_record(actor=by, action="sso.link_approve", target=user, ip_address=ip_address,
                  after={"username": user.username, "provider": provider_id, "email": email})
     return approval
+
+
+# --- single sign-on, as other apps reach it -----------------------------------------------------
+# (apps.accounts.sso imports apps.projects, whose sockets call these: imported when called.)
+
+def sso_session(session) -> bool:
+    """Whether this session came from the identity provider (apps.accounts.sso)."""
+    from apps.accounts import sso
+
+    return sso.is_sso_session(session)
+
+
+def sso_socket_recheck(session_key: str, *, user_id: int, ip_address: str | None) -> float | None:
+    """Re-check a socket's single-sign-on session with its provider: seconds until the next
+    check, or None when the session has ended (apps.accounts.sso.socket_recheck)."""
+    from apps.accounts import sso
+
+    return sso.socket_recheck(session_key, user_id=user_id, ip_address=ip_address)

@@ -85,9 +85,9 @@ class PolicyConsumer(AsyncJsonWebsocketConsumer):
                 logger.warning("could not refresh the open-socket count", exc_info=True)
 
     def _single_sign_on(self) -> bool:
-        from apps.accounts import sso
+        from apps.accounts.services import sso_session
 
-        return sso.is_sso_session(self.scope["session"])
+        return sso_session(self.scope["session"])
 
     async def _keep_session_checked(self) -> None:
         """A socket of a single-sign-on session re-checks the session with the provider every
@@ -95,7 +95,7 @@ class PolicyConsumer(AsyncJsonWebsocketConsumer):
         that only holds sockets is checked too: when the session ends (the provider refused it, a
         sign-out, the account deactivated) the socket closes with CLOSE_UNAUTHORIZED, and a
         membership its groups no longer give closes it with CLOSE_FORBIDDEN (access_revoked)."""
-        from apps.accounts import sso
+        from apps.accounts.services import sso_socket_recheck
 
         session_key = self.scope["session"].session_key
         address = connections.scope_address(self.scope)
@@ -103,7 +103,7 @@ class PolicyConsumer(AsyncJsonWebsocketConsumer):
             try:
                 # Not thread-sensitive: the provider's answer may take seconds, and must not hold up
                 # every other socket's database work in this process meanwhile.
-                delay = await database_sync_to_async(sso.socket_recheck, thread_sensitive=False)(
+                delay = await database_sync_to_async(sso_socket_recheck, thread_sensitive=False)(
                     session_key, user_id=self.scope["user"].pk, ip_address=address)
             except Exception:  # a database or cache hiccup: try again later, the socket stays as it is
                 logger.exception("could not re-check the session of a websocket")
