@@ -645,6 +645,9 @@ ENDPOINTS = [
              arrange=_arrange_judge("succeeded")),
     Endpoint("judge-run-cancel", "POST", f"{P}/judge-runs/<int:run_id>/cancel/", "compare.run", _no_body, 200,
              checks=("compare.view", "compare.run"), arrange=_arrange_judge("queued")),
+    Endpoint("judge-calibration-get", "GET", f"{P}/judge-calibration/", "compare.view", _no_body, 200),
+    Endpoint("judge-calibration-update", "PATCH", f"{P}/judge-calibration/", "project.edit",
+             lambda w: {"min_kappa": 0.4}, 200),
     # project API tokens (a token never creates a token)
     Endpoint("project-tokens-list", "GET", f"{P}/tokens/", "token.manage", _no_body, 200),
     Endpoint("project-token-create", "POST", f"{P}/tokens/", "token.manage",
