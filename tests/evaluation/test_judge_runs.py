@@ -7,10 +7,11 @@ import re
 
 import pytest
 
-from apps.comparison.models import Comparison, Output, Pair, Vote
+from apps.comparison.models import Comparison, Output
 from apps.evaluation.models import JudgeRun, Verdict
 from tests.comparison.factories import make_comparison, placeholder_model
 from tests.conftest import wait_for
+from tests.evaluation.fixtures import vote
 from tests.factories import MembershipFactory, UserFactory
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(180)]
@@ -62,17 +63,6 @@ def launch_and_wait(client, project, judge, comparison, timeout=120):
     return estimate.json(), wait_for(lambda: (r := client.get(run_url).json())["state"] in ("succeeded", "failed",
                                                                                           "cancelled") and r,
                                      timeout=timeout, interval=0.3, what="the judge run to end")
-
-
-def vote(comparison, voter, prompt_position, choice):
-    """A blind vote on the (Alpha, Beta) pair of a prompt: choice first/second/tie."""
-    first, second = comparison.contestants.order_by("position")
-    prompt = comparison.prompts.get(position=prompt_position)
-    pair = Pair.objects.create(comparison=comparison, voter=voter, prompt=prompt, first=first, second=second,
-                               first_on_left=True)
-    winner_, loser = {"first": (first, second), "second": (second, first), "tie": (None, None)}[choice]
-    Vote.objects.create(pair=pair, comparison=comparison, voter=voter, client_id=f"{voter.pk}-{prompt_position}",
-                        choice={"first": "a", "second": "b", "tie": "tie"}[choice], winner=winner_, loser=loser)
 
 
 def test_a_pairwise_judge_records_position_consistency_verbosity_and_agreement_with_votes(
