@@ -623,6 +623,7 @@ ENDPOINTS = [
     Endpoint("provider-models-list", "GET", f"{P}/provider-models/", "model.view", _no_body, 200,
              arrange=_arrange_provider),
     Endpoint("provider-usage", "GET", f"{P}/provider-usage/", "model.view", _no_body, 200),
+    Endpoint("provider-costs", "GET", f"{P}/provider-costs/", "model.view", _no_body, 200),
     Endpoint("provider-chat", "POST", f"{P}/provider-chat/", "provider.use",
              lambda w: {"provider_model": "Outside/gpt-test", "messages": []}, 400, arrange=_arrange_provider,
              audit_writes=0),
