@@ -625,6 +625,7 @@ ENDPOINTS = [
     Endpoint("provider-models-list", "GET", f"{P}/provider-models/", "model.view", _no_body, 200,
              arrange=_arrange_provider),
     Endpoint("provider-usage", "GET", f"{P}/provider-usage/", "model.view", _no_body, 200),
+    Endpoint("provider-costs", "GET", f"{P}/provider-costs/", "model.view", _no_body, 200),
     Endpoint("provider-chat", "POST", f"{P}/provider-chat/", "provider.use",
              lambda w: {"provider_model": "Outside/gpt-test", "messages": []}, 400, arrange=_arrange_provider,
              audit_writes=0),
@@ -647,6 +648,9 @@ ENDPOINTS = [
              arrange=_arrange_judge("succeeded")),
     Endpoint("judge-run-cancel", "POST", f"{P}/judge-runs/<int:run_id>/cancel/", "compare.run", _no_body, 200,
              checks=("compare.view", "compare.run"), arrange=_arrange_judge("queued")),
+    Endpoint("judge-calibration-get", "GET", f"{P}/judge-calibration/", "compare.view", _no_body, 200),
+    Endpoint("judge-calibration-update", "PATCH", f"{P}/judge-calibration/", "project.edit",
+             lambda w: {"min_kappa": 0.4}, 200),
     # project API tokens (a token never creates a token)
     Endpoint("project-tokens-list", "GET", f"{P}/tokens/", "token.manage", _no_body, 200),
     Endpoint("project-token-create", "POST", f"{P}/tokens/", "token.manage",

@@ -22,6 +22,7 @@ from apps.comparison.serializers import (
     revealed_vote,
 )
 from apps.core.http import client_ip
+from apps.evaluation.selectors import judge_boards
 from apps.projects import policy
 
 
@@ -96,7 +97,8 @@ class ComparisonGridApi(APIView):
 class ComparisonLeaderboardApi(APIView):
     @extend_schema(responses=LeaderboardSerializer)
     def get(self, request: Request, comparison_id: int) -> Response:
-        return Response(selectors.comparison_leaderboard(_comparison(request, comparison_id, "compare.view")))
+        comparison = _comparison(request, comparison_id, "compare.view")
+        return Response({**selectors.comparison_leaderboard(comparison), "judges": judge_boards(comparison)})
 
 
 class NextPairApi(APIView):

@@ -91,6 +91,12 @@ def _vote_kinds(votes) -> list[tuple]:
                                              "choice").annotate(votes=Count("pk")))
 
 
+def leaderboard_of(models: list[RegisteredModel], kinds: list[tuple]) -> dict:
+    """The leaderboard of `models` from kinds of vote (first model, second model, winner model or
+    None, choice a/b/tie/both_bad, count): the people's votes, or a judge's verdicts counted alike."""
+    return _leaderboard(models, kinds)
+
+
 def _leaderboard(models: list[RegisteredModel], kinds: list[tuple]) -> dict:
     from workers.comparison import Outcome, leaderboard
 

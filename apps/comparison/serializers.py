@@ -133,6 +133,10 @@ class LeaderboardSerializer(serializers.Serializer):
     standings = serializers.ListField(child=serializers.DictField())
     win_matrix = serializers.ListField(child=serializers.ListField(child=serializers.FloatField(allow_null=True)))
     games = serializers.ListField(child=serializers.ListField(child=serializers.IntegerField()))
+    judges = serializers.ListField(child=serializers.DictField(), required=False,
+                                   help_text="a comparison's board only: each judge's newest succeeded run over it, "
+                                             "its verdicts counted as votes ({run, judge, name, kind, model, "
+                                             "agreement, calibration, board}), apart from the people's")
 
 
 class ExportSerializer(serializers.Serializer):

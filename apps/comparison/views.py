@@ -10,6 +10,7 @@ from apps.comparison.models import Comparison
 from apps.core.errors import Conflict, Invalid, NotFound, PermissionDenied, QuotaExceeded
 from apps.core.http import client_ip
 from apps.datasets.models import Dataset, DatasetVersion
+from apps.evaluation.selectors import judge_boards
 from apps.projects import policy
 from apps.registry.models import RegisteredModel
 
@@ -116,11 +117,14 @@ def comparison_vote(request: HttpRequest, project_id: int, comparison_id: int) -
 
 @login_required
 def comparison_leaderboard(request: HttpRequest, project_id: int, comparison_id: int) -> HttpResponse:
+    """The people's leaderboard from the blind votes, and apart from it each judge's (its verdicts
+    counted as votes), with its agreement with the people and whether it is calibrated."""
     comparison = policy.get_object(request.user, Comparison, comparison_id, "compare.view", project_id=project_id)
     request.nav_section = "compare"
     return render(request, "comparison/leaderboard.html", {
         "project": comparison.project, "perms": policy.permissions_on(request.user, comparison), "tab": "compare",
-        "comparison": comparison, "board": selectors.comparison_leaderboard(comparison)})
+        "comparison": comparison, "board": selectors.comparison_leaderboard(comparison),
+        "judge_boards": judge_boards(comparison)})
 
 
 @login_required

@@ -8,10 +8,12 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from apps.core.errors import Invalid
 from apps.core.http import client_ip
 from apps.evaluation import selectors, services
 from apps.evaluation.models import Judge, JudgeRun
 from apps.evaluation.serializers import (
+    CalibrationPolicySerializer,
     ComparisonChoiceSerializer,
     EstimateSerializer,
     JudgeCreateSerializer,
@@ -106,3 +108,23 @@ class JudgeRunCancelApi(APIView):
         run = services.judge_run_cancel(user=request.user, run=_run(request, project_id, run_id), token=request.auth,
                                         ip_address=client_ip(request))
         return Response(JudgeRunSerializer(run).data)
+
+
+class CalibrationPolicyApi(APIView):
+    """How well a judge must agree with the project's people (kappa over the blind votes, and how
+    many items) to count as calibrated; a judge short of it is marked not calibrated. Changing it
+    needs project.edit."""
+
+    @extend_schema(responses={200: CalibrationPolicySerializer})
+    def get(self, request: Request, project_id: int) -> Response:
+        project = policy.get_project(request.user, project_id, "compare.view", request.auth)
+        return Response(CalibrationPolicySerializer(selectors.calibration_policy(project)).data)
+
+    @extend_schema(request=CalibrationPolicySerializer, responses={200: CalibrationPolicySerializer})
+    def patch(self, request: Request, project_id: int) -> Response:
+        project = policy.get_project(request.user, project_id, token=request.auth)
+        if not isinstance(request.data, dict):
+            raise Invalid("the body is a JSON object of settings", field="body")
+        rules = services.calibration_policy_update(user=request.user, project=project, token=request.auth,
+                                                   ip_address=client_ip(request), **request.data)
+        return Response(CalibrationPolicySerializer(rules).data)

@@ -14,4 +14,6 @@ urlpatterns = [
          name="api-judge-run"),
     path("projects/<int:project_id>/judge-runs/<int:run_id>/cancel/", api.JudgeRunCancelApi.as_view(),
          name="api-judge-run-cancel"),
+    path("projects/<int:project_id>/judge-calibration/", api.CalibrationPolicyApi.as_view(),
+         name="api-judge-calibration"),
 ]

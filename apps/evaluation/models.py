@@ -101,3 +101,22 @@ class Verdict(models.Model):
     class Meta:
         ordering = ["run", "id"]
         constraints = [models.UniqueConstraint(fields=["run", "item", "swapped"], name="verdict_unique_item_order")]
+
+
+class CalibrationPolicy(models.Model):
+    """How well a judge must agree with the project's people before it counts as calibrated: at
+    least `min_items` judge-vs-person items and a Cohen's kappa of at least `min_kappa` over them.
+    A judge short of it is shown 'not calibrated' and may gate nothing. Without a row: the
+    defaults (kappa 0.6, the lower edge of 'substantial' agreement on Landis and Koch's scale;
+    20 items)."""
+
+    DEFAULT_MIN_KAPPA, DEFAULT_MIN_ITEMS = 0.6, 20
+
+    project = models.OneToOneField("projects.Project", on_delete=models.CASCADE, related_name="calibration_policy")
+    min_kappa = models.FloatField(default=DEFAULT_MIN_KAPPA)
+    min_items = models.PositiveIntegerField(default=DEFAULT_MIN_ITEMS)
+    updated_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        default_permissions = ()

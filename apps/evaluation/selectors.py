@@ -9,10 +9,20 @@ from itertools import combinations
 from django.db.models import Count, Max
 
 from apps.comparison.models import Comparison, Output, Vote
+from apps.comparison.selectors import contestants, leaderboard_of
 from apps.core.memo import memoized
-from apps.evaluation.models import Judge, JudgeRun, Verdict
+from apps.evaluation.models import CalibrationPolicy, Judge, JudgeRun, Verdict
 from workers.judging import PAIRWISE, PairItem, PointItem, Rubric, check_rubric, cohen_kappa
-from workers.judging.stats import kappa_interval, pair_outcome, pairwise_summary, pointwise_summary
+from workers.judging.stats import (
+    calibration,
+    confusion,
+    implied_preference,
+    kappa_interval,
+    pair_outcome,
+    pairwise_summary,
+    point_score,
+    pointwise_summary,
+)
 
 
 def judge_items(comparison: Comparison, rubric: Rubric) -> tuple[list, dict[str, tuple[int, int, int | None]]]:
@@ -72,7 +82,15 @@ def summarize(run: JudgeRun) -> dict:
     return {**totals, "kind": rubric.kind, **pairwise_summary(list(pairs.values()))}
 
 
-# --- agreement with people (pairwise judges vs blind votes) --------------------------------------
+# --- agreement with people (judges vs blind votes) ------------------------------------------------
+
+LABELS = ("first", "second", "tie")
+
+
+def calibration_policy(project) -> CalibrationPolicy:
+    """The project's calibration threshold (the defaults, unsaved, where it set none)."""
+    return CalibrationPolicy.objects.filter(project=project).first() or CalibrationPolicy(project=project)
+
 
 def _human_label(vote: Vote, first_id: int) -> str:
     if vote.winner_id is None:
@@ -80,42 +98,103 @@ def _human_label(vote: Vote, first_id: int) -> str:
     return "first" if vote.winner_id == first_id else "second"
 
 
-def agreement(run: JudgeRun) -> dict | None:
-    """A succeeded pairwise run's agreement with the blind votes on the same pairs, next to the
-    voters' agreement with each other. Labels first/second/tie; the judge's inconsistent verdicts
-    (the two orders disagree) count as tie, its unparseable ones leave the item out. Each vote on a
-    judged pair is one judge-vs-person item; each two votes by different people on the same pair
-    are one person-vs-person item. Kappa is Cohen's over those items (None when undefined), with a
-    95% bootstrap interval over the items."""
-    if run.state != JudgeRun.State.SUCCEEDED or run.config.get("rubric", {}).get("kind") != PAIRWISE:
+def agreement(run: JudgeRun, rules: CalibrationPolicy | None = None) -> dict | None:
+    """A succeeded run's agreement with the blind votes on the same pairs, next to the voters'
+    agreement with each other, and whether it meets the project's calibration threshold.
+
+    Labels first/second/tie. A pairwise judge's inconsistent verdicts (the two orders disagree)
+    count as tie, its unparseable ones leave the item out. A pointwise judge prefers, of the two
+    outputs of a voted pair, the one with the higher score (workers.judging.stats.point_score: each
+    criterion on 0..1, averaged), tie when equal; a pair with an unparseable answer is left out.
+    Each vote on a judged pair is one judge-vs-person item; each two votes by different people on
+    the same pair are one person-vs-person item. Per side: Cohen's kappa (None when undefined)
+    with a 95% bootstrap interval over the items, the raw agreement, and the confusion table
+    (people's label → the judge's; for two people, the earlier vote → the later)."""
+    if run.state != JudgeRun.State.SUCCEEDED or "rubric" not in run.config:
         return None
     votes = Vote.objects.filter(comparison=run.comparison_id)
     stamp = votes.aggregate(n=Count("id"), last=Max("id"))
-    return memoized("judge-agreement", [run.pk, stamp["n"], stamp["last"]], lambda: _agreement(run))
+    figures = memoized("judge-agreement", [run.pk, stamp["n"], stamp["last"], 2], lambda: _agreement(run))
+    rules = rules or calibration_policy(run.project)
+    judge = figures["judge_vs_people"]
+    return {**figures, "calibration": calibration(judge["kappa"], judge["items"], min_kappa=rules.min_kappa,
+                                                  min_items=rules.min_items)}
+
+
+def judged_pairs(run: JudgeRun) -> dict[tuple[int, int, int], str]:
+    """The run's verdict on each pair of outputs it can speak for, (prompt, first contestant,
+    second contestant) → first/second/tie (first: the lower column), as `agreement` reads it."""
+    rubric = check_rubric(run.config["rubric"])
+    judged = {}
+    if rubric.kind == PAIRWISE:
+        answers: dict[tuple, dict] = defaultdict(dict)
+        for v in Verdict.objects.filter(run=run).values("prompt_id", "first_id", "second_id", "swapped", "answer"):
+            answers[(v["prompt_id"], v["first_id"], v["second_id"])][v["swapped"]] = \
+                v["answer"]["winner"] if v["answer"] else None
+        for key, by_order in answers.items():
+            outcome = pair_outcome(by_order.get(False), by_order.get(True))
+            if outcome is not None:
+                judged[key] = "tie" if outcome == "inconsistent" else outcome
+        return judged
+    positions = dict(run.comparison.contestants.values_list("pk", "position"))
+    scores: dict[int, list[tuple[int, int, float]]] = defaultdict(list)
+    for v in Verdict.objects.filter(run=run, answer__isnull=False).values("prompt_id", "first_id", "answer"):
+        scores[v["prompt_id"]].append((positions[v["first_id"]], v["first_id"], point_score(rubric, v["answer"])))
+    for prompt_id, cells in scores.items():
+        for (_, first, a), (_, second, b) in combinations(sorted(cells), 2):
+            judged[(prompt_id, first, second)] = implied_preference(a, b)
+    return judged
 
 
 def _agreement(run: JudgeRun) -> dict:
-    answers: dict[tuple, dict] = defaultdict(dict)
-    for v in Verdict.objects.filter(run=run).values("prompt_id", "first_id", "second_id", "swapped", "answer"):
-        answers[(v["prompt_id"], v["first_id"], v["second_id"])][v["swapped"]] = \
-            v["answer"]["winner"] if v["answer"] else None
-    judged = {}
-    for key, by_order in answers.items():
-        outcome = pair_outcome(by_order.get(False), by_order.get(True))
-        if outcome is not None:
-            judged[key] = "tie" if outcome == "inconsistent" else outcome
+    judged = judged_pairs(run)
     people: dict[tuple, list[tuple[int, str]]] = defaultdict(list)
     for vote in Vote.objects.filter(comparison=run.comparison_id).select_related("pair").order_by("id"):
         pair = vote.pair
         people[(pair.prompt_id, pair.first_id, pair.second_id)].append((vote.voter_id, _human_label(vote, pair.first_id)))
-    judge_items = [(judged[key], label) for key, labels in people.items() if key in judged for _, label in labels]
+    judge_items = [(label, judged[key]) for key, labels in people.items() if key in judged for _, label in labels]
     human_items = [(a[1], b[1]) for labels in people.values() for a, b in combinations(labels, 2) if a[0] != b[0]]
 
     def figures(items):
         interval = kappa_interval(items)
         return {"items": len(items), "kappa": cohen_kappa(items), "kappa_ci": list(interval) if interval else None,
-                "agreement": round(sum(x == y for x, y in items) / len(items), 4) if items else None}
+                "agreement": round(sum(x == y for x, y in items) / len(items), 4) if items else None,
+                "confusion": confusion(items, LABELS)}
 
-    return {"labels": ["first", "second", "tie"], "judge_vs_people": figures(judge_items),
+    return {"labels": list(LABELS), "judge_vs_people": figures(judge_items),
             "people_vs_people": figures(human_items), "pairs_with_votes": len(people),
             "pairs_judged_and_voted": sum(key in judged for key in people)}
+
+
+# --- judges on the leaderboard -----------------------------------------------------------------
+
+def judge_boards(comparison: Comparison) -> list[dict]:
+    """The comparison's leaderboard as each judge sees it: the newest succeeded run of each judge
+    over this comparison, its verdict on every pair of outputs (judged_pairs) counted as one vote,
+    ranked as the people's votes are (apps.comparison.selectors). Shown apart from the people's
+    board, each with its agreement with them and whether it is calibrated."""
+    columns = contestants(comparison)
+    by_contestant = {c.pk: c.model for c in columns}
+    rules = calibration_policy(comparison.project)
+    runs, seen = [], set()
+    for run in (JudgeRun.objects.filter(comparison=comparison, state=JudgeRun.State.SUCCEEDED)
+                .select_related("judge", "comparison", "project").order_by("-finished_at", "-id")):
+        if run.judge_id not in seen and "rubric" in run.config:
+            seen.add(run.judge_id)
+            runs.append(run)
+    boards = []
+    for run in runs:
+        counts: dict[tuple, int] = defaultdict(int)
+        for (_, first, second), label in memoized("judge-pairs", [run.pk], lambda run=run: [
+                [list(k), v] for k, v in judged_pairs(run).items()]):
+            winner = {"first": first, "second": second}.get(label)
+            choice = {"first": "a", "second": "b"}.get(label, "tie")
+            counts[(by_contestant[first].pk, by_contestant[second].pk,
+                    by_contestant[winner].pk if winner else None, choice)] += 1
+        kinds = [(*key, n) for key, n in counts.items()]
+        figures = agreement(run, rules)
+        boards.append({"run": run.pk, "judge": run.judge_id, "name": run.judge.name, "kind": run.config["rubric"]["kind"],
+                       "model": run.config.get("model", ""), "agreement": figures["judge_vs_people"],
+                       "calibration": figures["calibration"],
+                       "board": leaderboard_of([c.model for c in columns], kinds)})
+    return boards

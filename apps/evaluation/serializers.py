@@ -49,8 +49,9 @@ class JudgeRunSerializer(serializers.ModelSerializer):
 
 
 class JudgeRunDetailSerializer(JudgeRunSerializer):
-    agreement = serializers.SerializerMethodField(help_text="pairwise: kappa with the blind votes, beside the "
-                                                            "voters' own (null until it succeeds)")
+    agreement = serializers.SerializerMethodField(help_text="kappa, agreement and confusion with the blind votes, "
+                                                            "beside the voters' own, and `calibration` against the "
+                                                            "project's threshold (null until it succeeds)")
 
     class Meta(JudgeRunSerializer.Meta):
         fields = [*JudgeRunSerializer.Meta.fields, "agreement"]
@@ -59,3 +60,8 @@ class JudgeRunDetailSerializer(JudgeRunSerializer):
         from apps.evaluation.selectors import agreement
 
         return agreement(obj)
+
+
+class CalibrationPolicySerializer(serializers.Serializer):
+    min_kappa = serializers.FloatField(help_text="the least Cohen's kappa with the blind votes, -1 to 1")
+    min_items = serializers.IntegerField(help_text="the fewest judge-vs-person items to judge by")

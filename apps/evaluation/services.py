@@ -15,7 +15,7 @@ from apps.comparison.models import Comparison
 from apps.core.errors import Conflict, Invalid, NotFound
 from apps.core.jobs import ask_to_cancel, enqueue
 from apps.evaluation import selectors
-from apps.evaluation.models import Judge, JudgeRun
+from apps.evaluation.models import CalibrationPolicy, Judge, JudgeRun
 from apps.evaluation.tasks import judge_run_task
 from apps.projects import policy
 from apps.projects.audit import audit_record
@@ -145,3 +145,30 @@ def judge_run_cancel(*, user, run: JudgeRun, token=None, ip_address: str | None 
         run = ask_to_cancel(JudgeRun, run.pk, what="run")
         audit_record(actor=user, action="judge.cancel", project=run.project, target=run, ip_address=ip_address)
     return run
+
+
+def calibration_policy_update(*, user, project: Project, token=None, ip_address: str | None = None,
+                              **values) -> CalibrationPolicy:
+    """Set how well a judge must agree with people to count as calibrated: `min_kappa` (-1 to 1)
+    and `min_items` (1 to 100000); project.edit, as the project's other rules."""
+    policy.require(user, "project.edit", project, token)
+    rules = selectors.calibration_policy(project)
+    before = {"min_kappa": rules.min_kappa, "min_items": rules.min_items}
+    for field, value in values.items():
+        if field == "min_kappa":
+            if isinstance(value, bool) or not isinstance(value, int | float) or not -1 <= value <= 1:
+                raise Invalid("min_kappa is a number from -1 to 1.", field=field)
+            rules.min_kappa = float(value)
+        elif field == "min_items":
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 100_000:
+                raise Invalid("min_items is a whole number from 1 to 100000.", field=field)
+            rules.min_items = value
+        else:
+            raise Invalid(f"unknown setting {field!r}", field=field)
+    rules.updated_by = user
+    with transaction.atomic():
+        rules.save()
+        audit_record(actor=user, action="judge.calibration_update", target=project, project=project,
+                     ip_address=ip_address, before=before,
+                     after={"min_kappa": rules.min_kappa, "min_items": rules.min_items})
+    return rules

@@ -21,6 +21,7 @@ from apps.providers.serializers import (
     AllowedNetworkSerializer,
     ChatReplySerializer,
     ChatSerializer,
+    CostsSerializer,
     EnablementSerializer,
     EnableSerializer,
     ProviderCreateSerializer,
@@ -161,6 +162,16 @@ class ProjectProviderUsageApi(ListAPIView):
     def get_queryset(self):
         project = policy.get_project(self.request.user, self.kwargs["project_id"], token=self.request.auth)
         return selectors.project_usage(self.request.user, project, token=self.request.auth)
+
+
+class ProjectProviderCostsApi(APIView):
+    """What the project's provider calls took and cost, in all and per provider model: each call
+    is recorded with its tokens and its cost at the model's prices (set by site staff) then."""
+
+    @extend_schema(responses={200: CostsSerializer})
+    def get(self, request: Request, project_id: int) -> Response:
+        project = policy.get_project(request.user, project_id, token=request.auth)
+        return Response(selectors.project_costs(request.user, project, token=request.auth))
 
 
 class ProjectProviderChatApi(APIView):

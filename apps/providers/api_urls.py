@@ -17,6 +17,8 @@ urlpatterns = [
          name="api-project-provider-models"),
     path("projects/<int:project_id>/provider-usage/", api.ProjectProviderUsageApi.as_view(),
          name="api-project-provider-usage"),
+    path("projects/<int:project_id>/provider-costs/", api.ProjectProviderCostsApi.as_view(),
+         name="api-project-provider-costs"),
     path("projects/<int:project_id>/provider-chat/", api.ProjectProviderChatApi.as_view(),
          name="api-project-provider-chat"),
     path("projects/<int:project_id>/provider-policy/", api.ProjectProviderPolicyApi.as_view(),

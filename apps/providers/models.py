@@ -63,6 +63,10 @@ class ProviderModel(models.Model):
     name = models.CharField(max_length=200)
     source = models.CharField(max_length=16, choices=Source.choices, default=Source.ADMIN)
     enabled = models.BooleanField(default=True)
+    # What the provider charges, per 1,000 tokens sent (prompt) and received (completion), in the
+    # site's currency; set by site staff. Null: not priced, its calls record tokens but no cost.
+    input_price_per_1k = models.DecimalField(max_digits=12, decimal_places=6, null=True, blank=True)
+    output_price_per_1k = models.DecimalField(max_digits=12, decimal_places=6, null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -103,6 +107,26 @@ class ProviderUsage(models.Model):
     @property
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
+
+
+class ProviderCall(models.Model):
+    """One call of a project to a provider model: its tokens and what it cost at the model's
+    prices then (null when the model had no price). Failed calls are kept, with no tokens."""
+
+    project = models.ForeignKey("projects.Project", on_delete=models.CASCADE, related_name="provider_calls")
+    provider = models.ForeignKey(Provider, on_delete=models.CASCADE, related_name="calls")
+    model = models.ForeignKey(ProviderModel, null=True, on_delete=models.SET_NULL, related_name="calls")
+    model_name = models.CharField(max_length=320)  # provider/model, kept when the model is removed
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    prompt_tokens = models.PositiveIntegerField(default=0)
+    completion_tokens = models.PositiveIntegerField(default=0)
+    cost = models.DecimalField(max_digits=18, decimal_places=6, null=True, blank=True)
+    failed = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["project", "created_at"])]
 
 
 class ProjectProviderPolicy(models.Model):

@@ -1,14 +1,24 @@
 """Reading providers: what a project may use, and what it used."""
 
 from datetime import timedelta
+from decimal import Decimal
 
-from django.db.models import QuerySet
+from django.db.models import Count, Q, QuerySet, Sum
 from django.utils import timezone
 
 from apps.core.errors import NotFound
 from apps.projects import policy
 from apps.projects.models import Project
-from apps.providers.models import AllowedNetwork, Provider, ProviderEnablement, ProviderModel, ProviderUsage
+from apps.providers.models import (
+    AllowedNetwork,
+    Provider,
+    ProviderCall,
+    ProviderEnablement,
+    ProviderModel,
+    ProviderUsage,
+)
+
+MICRO = Decimal("0.000001")
 
 
 def usable_models(project: Project) -> QuerySet[ProviderModel]:
@@ -57,3 +67,24 @@ def allowlist() -> QuerySet[AllowedNetwork]:
 
 def enablements(provider: Provider) -> QuerySet[ProviderEnablement]:
     return provider.enablements.select_related("project").order_by("project__name")
+
+
+def project_costs(user, project: Project, *, token=None) -> dict:
+    """Every provider call of the project: calls, tokens and cost, in all and per provider model
+    (cost: decimal text to six decimals; calls made while their model had no price add none)."""
+    policy.require(user, "model.view", project, token)
+    rows = (ProviderCall.objects.filter(project=project).order_by().values("model_name")
+            .annotate(calls=Count("id"), failed_calls=Count("id", filter=Q(failed=True)),
+                      unpriced_calls=Count("id", filter=Q(cost__isnull=True, failed=False)),
+                      prompt_tokens=Sum("prompt_tokens"), completion_tokens=Sum("completion_tokens"),
+                      cost=Sum("cost")).order_by("model_name"))
+    fields = ("calls", "failed_calls", "unpriced_calls", "prompt_tokens", "completion_tokens")
+    by_model = [{"model": r["model_name"], **{f: r[f] or 0 for f in fields},
+                 "cost": str((r["cost"] or Decimal(0)).quantize(MICRO))} for r in rows]
+    totals = {"model": "all", **{f: sum(line[f] for line in by_model) for f in fields},
+              "cost": str(sum((Decimal(line["cost"]) for line in by_model), Decimal(0)).quantize(MICRO))}
+    return {"totals": totals, "by_model": by_model}
+
+
+def recent_calls(project: Project, limit: int = 50) -> QuerySet[ProviderCall]:
+    return ProviderCall.objects.filter(project=project).select_related("user")[:limit]

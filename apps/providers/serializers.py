@@ -9,7 +9,7 @@ class ProviderModelSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = ProviderModel
-        fields = ["id", "provider", "name", "source", "enabled", "ref"]
+        fields = ["id", "provider", "name", "source", "enabled", "ref", "input_price_per_1k", "output_price_per_1k"]
 
     def get_ref(self, obj: ProviderModel) -> str:
         return f"{obj.provider.name}/{obj.name}"
@@ -33,10 +33,21 @@ class ProviderSerializer(serializers.ModelSerializer):
     class Meta:
         model = Provider
         fields = ["id", "name", "base_url", "api_key_hint", "enabled", "daily_token_budget", "daily_request_budget",
-                  "requests_per_minute", "timeout_s", "max_retries", "models", "projects", "created_at", "updated_at"]
+                  "requests_per_minute", "timeout_s", "max_retries", "models", "prices", "projects", "created_at",
+                  "updated_at"]
+
+    prices = serializers.SerializerMethodField(help_text="{model: {input_price_per_1k, output_price_per_1k}} "
+                                                         "as decimal text, null where not priced")
 
     def get_models(self, obj: Provider) -> list[str]:
         return [m.name for m in obj.models.all()]
+
+    def get_prices(self, obj: Provider) -> dict:
+        def text(price):
+            return str(price) if price is not None else None
+
+        return {m.name: {"input_price_per_1k": text(m.input_price_per_1k),
+                         "output_price_per_1k": text(m.output_price_per_1k)} for m in obj.models.all()}
 
     def get_projects(self, obj: Provider) -> list[int]:
         return [e.project_id for e in obj.enablements.all()]
@@ -67,6 +78,9 @@ class ProviderUpdateSerializer(_ProviderFields):
     name = serializers.CharField(max_length=100, required=False)
     base_url = serializers.CharField(max_length=500, required=False)
     clear_api_key = serializers.BooleanField(required=False, help_text="remove the stored key")
+    prices = serializers.JSONField(required=False, help_text="{model name: {input_price_per_1k, "
+                                                             "output_price_per_1k}}: per 1,000 tokens, at most six "
+                                                             "decimals; null clears")
 
 
 class EnableSerializer(serializers.Serializer):
@@ -113,3 +127,18 @@ class ChatReplySerializer(serializers.Serializer):
 class ProviderPolicySerializer(serializers.Serializer):
     allow_outside_providers = serializers.BooleanField()
     redact_pii = serializers.BooleanField()
+
+
+class CostLineSerializer(serializers.Serializer):
+    model = serializers.CharField(help_text="provider/model")
+    calls = serializers.IntegerField()
+    failed_calls = serializers.IntegerField()
+    unpriced_calls = serializers.IntegerField(help_text="calls made while the model had no price: no cost")
+    prompt_tokens = serializers.IntegerField()
+    completion_tokens = serializers.IntegerField()
+    cost = serializers.CharField(help_text="decimal text, six decimals")
+
+
+class CostsSerializer(serializers.Serializer):
+    totals = CostLineSerializer()
+    by_model = CostLineSerializer(many=True)

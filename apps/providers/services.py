@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from datetime import timezone as dt_timezone
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 
 from django.conf import settings
 from django.core.cache import cache
@@ -32,6 +33,7 @@ from apps.providers.models import (
     AllowedNetwork,
     ProjectProviderPolicy,
     Provider,
+    ProviderCall,
     ProviderEnablement,
     ProviderModel,
     ProviderUsage,
@@ -48,6 +50,9 @@ MAX_BUDGET = 10**12
 MAX_RETRIES = 5
 MAX_MESSAGES = 500
 MAX_MESSAGE_CHARS = 200_000  # all messages together
+MAX_PRICE = Decimal("1000000")  # per 1k tokens
+MICRO = Decimal("0.000001")  # prices and costs are kept to six decimals
+PRICE_FIELDS = ("input_price_per_1k", "output_price_per_1k")
 ROLES = ("system", "user", "assistant")
 PARAMS = {"max_tokens", "temperature", "top_p", "stop", "seed"}
 
@@ -131,6 +136,50 @@ def _settings(values: dict) -> dict:
     return checked
 
 
+def _price(value, field: str) -> Decimal | None:
+    """A price per 1k tokens: a number or decimal text from 0 to MAX_PRICE with at most six
+    decimals; null clears it."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise Invalid(f"{field} is a price per 1,000 tokens: a number, or null.", field=field)
+    try:
+        price = Decimal(str(value).strip())
+    except InvalidOperation:
+        raise Invalid(f"{field} is a price per 1,000 tokens: a number, or null.", field=field) from None
+    if not price.is_finite() or not 0 <= price <= MAX_PRICE:
+        raise Invalid(f"{field} is between 0 and {MAX_PRICE}.", field=field)
+    if price != price.quantize(MICRO, rounding=ROUND_HALF_UP):
+        raise Invalid(f"{field} has at most six decimals.", field=field)
+    return price
+
+
+def _prices(provider: Provider, values) -> dict[str, dict[str, Decimal | None]]:
+    """{model name: {input_price_per_1k, output_price_per_1k}} checked, each model one of the
+    provider's, each refusal naming prices.<model>.<field>."""
+    if not isinstance(values, dict):
+        raise Invalid("prices is an object {model name: {input_price_per_1k, output_price_per_1k}}.", field="prices")
+    known = set(provider.models.values_list("name", flat=True))
+    checked = {}
+    for name, given in values.items():
+        if name not in known:
+            raise Invalid(f"{provider.name} has no model {str(name)[:200]!r}.", field=f"prices.{str(name)[:200]}")
+        if not isinstance(given, dict) or not given or set(given) - set(PRICE_FIELDS):
+            raise Invalid(f"Each model's prices are {{{', '.join(PRICE_FIELDS)}}}.", field=f"prices.{name}")
+        checked[name] = {field: _price(value, f"prices.{name}.{field}") for field, value in given.items()}
+    return checked
+
+
+def call_cost(prompt_tokens: int, completion_tokens: int, model: ProviderModel) -> Decimal | None:
+    """What a call cost at the model's prices: tokens / 1000 × the price per 1k, prompt and
+    completion apart, to six decimals (half up); None when the model is not priced both ways."""
+    if model.input_price_per_1k is None or model.output_price_per_1k is None:
+        return None
+    cost = (Decimal(prompt_tokens) * model.input_price_per_1k
+            + Decimal(completion_tokens) * model.output_price_per_1k) / 1000
+    return cost.quantize(MICRO, rounding=ROUND_HALF_UP)
+
+
 def public_fields(provider: Provider) -> dict:
     """What the audit log keeps of a provider: never the key, only whether there is one."""
     return {"name": provider.name, "base_url": provider.base_url, "enabled": provider.enabled,
@@ -186,6 +235,7 @@ def provider_update(*, user, provider: Provider, token=None, ip_address=None, **
     elif values.pop("clear_api_key", False) is True:
         provider.api_key_encrypted, provider.api_key_last4 = "", ""
     names = _model_names(values.pop("models")) if "models" in values else None
+    prices = values.pop("prices", None)
     for field, value in _settings(values).items():
         setattr(provider, field, value)
     unknown = set(values) - {"daily_token_budget", "daily_request_budget", "requests_per_minute", "timeout_s",
@@ -197,13 +247,20 @@ def provider_update(*, user, provider: Provider, token=None, ip_address=None, **
             provider.save()
             if names is not None:
                 _set_models(provider, names)
+            if prices is not None:  # after the models: a price may be for a model named in the same change
+                prices = _prices(provider, prices)
+                for name, fields in prices.items():
+                    ProviderModel.objects.filter(provider=provider, name=name).update(**fields)
     except IntegrityError:
         raise Invalid(f"A provider called {provider.name!r} exists already.", field="name") from None
     after = public_fields(provider)
-    if after != before or key or names is not None:
+    if after != before or key or names is not None or prices:
         audit_record(actor=user, action="provider.update", target=provider, ip_address=ip_address,
                      before=before, after={**after, "api_key_replaced": bool(key),
-                                           **({"models": names} if names is not None else {})})
+                                           **({"models": names} if names is not None else {}),
+                                           **({"prices": {n: {f: str(v) if v is not None else None
+                                                              for f, v in p.items()} for n, p in prices.items()}}
+                                              if prices else {})})
     return provider
 
 
@@ -487,6 +544,15 @@ def _record(provider: Provider, project: Project, *, prompt_tokens: int = 0, com
         failed_requests=F("failed_requests") + int(failed))
 
 
+def _record_call(project: Project, model: ProviderModel, user, *, prompt_tokens: int = 0, completion_tokens: int = 0,
+                 failed: bool = False) -> None:
+    """The call's own line: its tokens and cost at the model's prices now (a failed call: none)."""
+    ProviderCall.objects.create(project=project, provider=model.provider, model=model, model_name=str(model),
+                                user=user if getattr(user, "pk", None) else None, prompt_tokens=prompt_tokens,
+                                completion_tokens=completion_tokens, failed=failed,
+                                cost=call_cost(prompt_tokens, completion_tokens, model))
+
+
 def provider_chat(project: Project, provider_model, messages, *, user=None, token=None, **params) -> ProviderReply:
     """One chat completion from a provider model enabled for `project`.
 
@@ -514,6 +580,7 @@ def provider_chat(project: Project, provider_model, messages, *, user=None, toke
         completion = client.chat.completions.create(model=model.name, messages=messages, **params)
     except Exception as exc:
         _record(provider, project, failed=True)
+        _record_call(project, model, user, failed=True)
         raise _provider_error(provider, exc, client.key) from None
     finally:
         client.close()
@@ -521,6 +588,7 @@ def provider_chat(project: Project, provider_model, messages, *, user=None, toke
     prompt_tokens = (usage.prompt_tokens or 0) if usage else 0
     completion_tokens = (usage.completion_tokens or 0) if usage else 0
     _record(provider, project, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
+    _record_call(project, model, user, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
     choice = completion.choices[0] if completion.choices else None
     return ProviderReply(text=(choice.message.content or "") if choice else "",
                          finish_reason=(choice.finish_reason or "") if choice else "",

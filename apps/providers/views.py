@@ -1,4 +1,5 @@
-"""Site staff pages: providers, their models and projects, and the address allowlist."""
+"""Site staff pages: providers, their models and projects, and the address allowlist; and a
+project's page of what its provider calls cost."""
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -8,6 +9,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from apps.core.errors import DomainError, Invalid, NotFound
 from apps.core.http import client_ip
+from apps.projects import policy
 from apps.providers import selectors, services
 from apps.providers.access import require_site_staff
 from apps.providers.forms import AllowedNetworkForm, EnableForm, ProviderForm
@@ -134,3 +136,12 @@ def network_remove(request: HttpRequest, network_id: int) -> HttpResponse:
     services.allowlist_remove(user=request.user, entry=entry, ip_address=client_ip(request))
     messages.success(request, f"{entry.network} removed from the allowlist.")
     return redirect("providers:list")
+
+
+@login_required
+def project_costs(request: HttpRequest, project_id: int) -> HttpResponse:
+    """The project's provider calls: tokens and cost in all and per model, and the latest calls."""
+    project = policy.get_project(request.user, project_id, "model.view")
+    return render(request, "providers/costs.html", {
+        "project": project, "perms": policy.project_permissions(request.user, project), "tab": "costs",
+        "costs": selectors.project_costs(request.user, project), "calls": selectors.recent_calls(project)})

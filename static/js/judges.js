@@ -99,18 +99,6 @@
       el.appendChild(line("Verbosity: the longer response won " + v.longer_won + " of " + v.with_length_difference +
                           " decisive verdicts (" + pct(v.longer_won_rate) + "); mean length difference winner − loser " +
                           (v.mean_length_difference === null ? "—" : v.mean_length_difference + " characters"), "verbosity"));
-      var a = run.agreement;
-      if (a) {
-        var k = function (f) {
-          if (f.kappa === null) return "—";
-          return f.kappa.toFixed(3) + (f.kappa_ci ? " [" + f.kappa_ci[0].toFixed(2) + ", " + f.kappa_ci[1].toFixed(2) + "]" : "");
-        };
-        el.appendChild(line("Agreement with blind votes: κ " + k(a.judge_vs_people) + ", " +
-                            pct(a.judge_vs_people.agreement) + " over " + a.judge_vs_people.items +
-                            " items · people with each other: κ " + k(a.people_vs_people) + ", " +
-                            pct(a.people_vs_people.agreement) + " over " + a.people_vs_people.items + " items",
-                            "agreement"));
-      }
     } else {
       var criteria = null;
       var rows = Object.keys(s.columns).map(function (col) {
@@ -123,6 +111,32 @@
       });
       el.appendChild(table(["Model", "Judged", "Unparseable"].concat(criteria || []), rows, "scores"));
     }
+    renderAgreement(el, run.agreement);
+  }
+
+  // Agreement with the blind votes on the same pairs, beside the voters' with each other, the
+  // confusion of the people's labels against the judge's, and the project's calibration verdict.
+  function renderAgreement(el, a) {
+    if (!a) return;
+    var k = function (f) {
+      if (f.kappa === null) return "—";
+      return f.kappa.toFixed(3) + (f.kappa_ci ? " [" + f.kappa_ci[0].toFixed(2) + ", " + f.kappa_ci[1].toFixed(2) + "]" : "");
+    };
+    el.appendChild(line("Agreement with blind votes: κ " + k(a.judge_vs_people) + ", " +
+                        pct(a.judge_vs_people.agreement) + " over " + a.judge_vs_people.items +
+                        " items · people with each other: κ " + k(a.people_vs_people) + ", " +
+                        pct(a.people_vs_people.agreement) + " over " + a.people_vs_people.items + " items",
+                        "agreement"));
+    var c = a.calibration;
+    var verdict = line(c.calibrated ? "Calibrated (κ ≥ " + c.min_kappa + " over at least " + c.min_items + " items)"
+                                    : "Not calibrated: " + c.reason + ". It cannot gate anything.", "calibration");
+    verdict.className = c.calibrated ? "badge ok" : "badge warn";
+    verdict.dataset.calibrated = String(c.calibrated);
+    el.appendChild(verdict);
+    var confusion = a.judge_vs_people.confusion;
+    el.appendChild(table(["People \\ judge"].concat(a.labels), a.labels.map(function (label) {
+      return [label].concat(a.labels.map(function (other) { return confusion[label][other]; }));
+    }), "confusion"));
   }
 
   document.querySelectorAll("[data-testid=judge-run]").forEach(function (article) {

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
+from apps.comparison.models import Pair, Vote
 from apps.providers import services as provider_services
 from tests.conftest import die_with_the_test_run
 
@@ -53,3 +54,14 @@ def judge_provider_fixture(site_admin, project, scripted_judge):
                                                  timeout_s=10)
     provider_services.provider_enable(user=site_admin, provider=provider, project_id=project.pk)
     return provider
+
+
+def vote(comparison, voter, prompt_position, choice):
+    """A blind vote on the pair of the first two columns of a prompt: choice first/second/tie."""
+    first, second = comparison.contestants.order_by("position")[:2]
+    prompt = comparison.prompts.get(position=prompt_position)
+    pair = Pair.objects.create(comparison=comparison, voter=voter, prompt=prompt, first=first, second=second,
+                               first_on_left=True)
+    winner_, loser = {"first": (first, second), "second": (second, first), "tie": (None, None)}[choice]
+    Vote.objects.create(pair=pair, comparison=comparison, voter=voter, client_id=f"{voter.pk}-{prompt_position}",
+                        choice={"first": "a", "second": "b", "tie": "tie"}[choice], winner=winner_, loser=loser)

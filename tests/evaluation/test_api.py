@@ -104,3 +104,29 @@ def test_a_queued_run_is_cancelled_at_once_and_its_judge_cannot_be_deleted_while
     assert post(client, url, {}).json()["state"] == "cancelled"
     assert post(client, url, {}).status_code == 409
     assert client.delete(f"/api/projects/{project.pk}/judges/{judge['id']}/").status_code == 204
+
+
+@pytest.mark.parametrize("body, field", [
+    ({"min_kappa": 1.5}, "min_kappa"),
+    ({"min_kappa": "high"}, "min_kappa"),
+    ({"min_kappa": True}, "min_kappa"),
+    ({"min_items": 0}, "min_items"),
+    ({"min_items": 2.5}, "min_items"),
+    ({"min_agreement": 0.5}, "min_agreement"),
+    ([0.5], "body"),
+])
+def test_a_bad_calibration_threshold_is_refused_naming_the_field_and_nothing_changes(client, owner, project, body,
+                                                                                       field):
+    client.force_login(owner)
+    url = f"/api/projects/{project.pk}/judge-calibration/"
+    assert client.get(url).json() == {"min_kappa": 0.6, "min_items": 20}  # the defaults
+    refused = client.patch(url, json.dumps(body), content_type="application/json")
+    assert refused.status_code == 400 and refused.json()["field"] == field, refused.content
+    assert client.get(url).json() == {"min_kappa": 0.6, "min_items": 20}
+
+
+def test_another_projects_calibration_threshold_answers_404(client, owner, other_project):
+    client.force_login(owner)
+    url = f"/api/projects/{other_project.pk}/judge-calibration/"
+    assert client.get(url).status_code == 404
+    assert client.patch(url, {"min_kappa": 0.1}, content_type="application/json").status_code == 404

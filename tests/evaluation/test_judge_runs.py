@@ -7,10 +7,11 @@ import re
 
 import pytest
 
-from apps.comparison.models import Comparison, Output, Pair, Vote
+from apps.comparison.models import Comparison, Output
 from apps.evaluation.models import JudgeRun, Verdict
 from tests.comparison.factories import make_comparison, placeholder_model
 from tests.conftest import wait_for
+from tests.evaluation.fixtures import vote
 from tests.factories import MembershipFactory, UserFactory
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(180)]
@@ -64,17 +65,6 @@ def launch_and_wait(client, project, judge, comparison, timeout=120):
                                      timeout=timeout, interval=0.3, what="the judge run to end")
 
 
-def vote(comparison, voter, prompt_position, choice):
-    """A blind vote on the (Alpha, Beta) pair of a prompt: choice first/second/tie."""
-    first, second = comparison.contestants.order_by("position")
-    prompt = comparison.prompts.get(position=prompt_position)
-    pair = Pair.objects.create(comparison=comparison, voter=voter, prompt=prompt, first=first, second=second,
-                               first_on_left=True)
-    winner_, loser = {"first": (first, second), "second": (second, first), "tie": (None, None)}[choice]
-    Vote.objects.create(pair=pair, comparison=comparison, voter=voter, client_id=f"{voter.pk}-{prompt_position}",
-                        choice={"first": "a", "second": "b", "tie": "tie"}[choice], winner=winner_, loser=loser)
-
-
 def test_a_pairwise_judge_records_position_consistency_verbosity_and_agreement_with_votes(
         client, scientist, owner, project, judge_provider, scripted_judge, inference_worker):
     comparison = pair_comparison(project, owner)
@@ -122,10 +112,40 @@ def test_a_pairwise_judge_records_position_consistency_verbosity_and_agreement_w
         assert low <= agreement[side]["kappa"] <= high
     # judge: second, tie (inconsistent), tie; pair 3 unreadable is left out: 6 judge-vs-person items,
     # 4 agree; expected (2·2 + 4·2)/36 = 1/3; kappa (2/3 − 1/3)/(2/3) = 0.5.
-    assert agreement["judge_vs_people"] == {"items": 6, "kappa": 0.5, "agreement": 0.6667}
+    # Confusion: the people's label (row) against the judge's (column).
+    assert agreement["judge_vs_people"] == {"items": 6, "kappa": 0.5, "agreement": 0.6667, "confusion": {
+        "first": {"first": 0, "second": 0, "tie": 2}, "second": {"first": 0, "second": 2, "tie": 0},
+        "tie": {"first": 0, "second": 0, "tie": 2}}}
     # people: (second, second), (first, tie), (tie, first): 1 of 3 agree, expected 1/3, kappa 0.
-    assert agreement["people_vs_people"] == {"items": 3, "kappa": 0.0, "agreement": 0.3333}
+    assert agreement["people_vs_people"] == {"items": 3, "kappa": 0.0, "agreement": 0.3333, "confusion": {
+        "first": {"first": 0, "second": 0, "tie": 1}, "second": {"first": 0, "second": 1, "tie": 0},
+        "tie": {"first": 1, "second": 0, "tie": 0}}}
     assert agreement["pairs_with_votes"] == 4 and agreement["pairs_judged_and_voted"] == 3
+    # The project's default threshold asks for 20 items: 6 are too few, so not calibrated.
+    assert agreement["calibration"] == {"calibrated": False, "min_kappa": 0.6, "min_items": 20,
+                                        "reason": "6 items judged and voted on; the project asks for at least 20"}
+
+    # On the comparison's leaderboard the judge is one more voter, apart from the people: its
+    # verdicts second (Beta), tie (inconsistent), tie; the unreadable pair is no vote.
+    board = client.get(f"/api/comparisons/{comparison.pk}/leaderboard/").json()
+    assert board["total_votes"] == 7  # the people's board: their votes only
+    (judge_board,) = board["judges"]
+    assert judge_board["run"] == run["id"] and judge_board["name"] == "Scripted judge"
+    assert judge_board["calibration"]["calibrated"] is False and judge_board["agreement"]["kappa"] == 0.5
+    standings = {s["name"]: s for s in judge_board["board"]["standings"]}
+    assert judge_board["board"]["total_votes"] == 3
+    assert (standings["Beta"]["wins"], standings["Beta"]["losses"], standings["Beta"]["ties"]) == (1, 0, 2)
+    assert (standings["Alpha"]["wins"], standings["Alpha"]["losses"], standings["Alpha"]["ties"]) == (0, 1, 2)
+    assert standings["Beta"]["rank"] == 1
+
+    # The project lowers its threshold (project.edit): 6 items and kappa 0.5 now pass.
+    url = f"/api/projects/{project.pk}/judge-calibration/"
+    assert client.patch(url, {"min_kappa": 0.5}, content_type="application/json").status_code == 403  # a scientist
+    client.force_login(owner)
+    changed = client.patch(url, {"min_kappa": 0.5, "min_items": 6}, content_type="application/json")
+    assert changed.status_code == 200 and changed.json() == {"min_kappa": 0.5, "min_items": 6}
+    agreement = client.get(f"/api/projects/{project.pk}/judge-runs/{run['id']}/").json()["agreement"]
+    assert agreement["calibration"] == {"calibrated": True, "reason": "", "min_kappa": 0.5, "min_items": 6}
 
 
 def test_a_pointwise_judge_scores_each_output_and_counts_unparseable_answers(
@@ -158,7 +178,36 @@ def test_a_pointwise_judge_scores_each_output_and_counts_unparseable_answers(
                                                                  "clarity": {"mean": 3.6667, "n": 3}}}
     assert beta == {"judged": 2, "unparseable": 1, "criteria": {"correct": {"pass_rate": 0.5, "n": 2},
                                                                 "clarity": {"mean": 2.0, "n": 2}}}
-    assert run["agreement"] is None  # agreement with votes is for pairwise judges
+    assert run["agreement"]["pairs_with_votes"] == 0 and run["agreement"]["judge_vs_people"]["items"] == 0
+
+    # Agreement with blind votes: the judge prefers, of a voted pair, the output it scored higher
+    # (each criterion on 0..1, averaged). Prompt 0: Alpha (pass, 4) 0.875 over Beta (pass, 3) 0.75;
+    # prompt 1: Beta's answer unreadable, left out; prompt 2: Alpha 1.0 over Beta (fail, 1) 0.0.
+    u1, u2 = (UserFactory(username=name) for name in ("ursula", "victor"))
+    for user in (u1, u2):
+        MembershipFactory(project=project, user=user, role="annotator")
+    for voter, prompt, choice in [(u1, 0, "first"), (u2, 0, "second"), (u1, 1, "first"), (u1, 2, "first"),
+                                  (u2, 2, "tie")]:
+        vote(comparison, voter, prompt, choice)
+    agreement = client.get(f"/api/projects/{project.pk}/judge-runs/{run['id']}/").json()["agreement"]
+    # (people, judge): (first, first), (second, first), (first, first), (tie, first): 2 of 4 agree;
+    # the judge always says first, so chance agreement is the people's share of first, 2/4: kappa 0.
+    judge_side = agreement["judge_vs_people"]
+    assert (judge_side["items"], judge_side["agreement"], judge_side["kappa"]) == (4, 0.5, 0.0)
+    assert judge_side["confusion"] == {"first": {"first": 2, "second": 0, "tie": 0},
+                                       "second": {"first": 1, "second": 0, "tie": 0},
+                                       "tie": {"first": 1, "second": 0, "tie": 0}}
+    # people: (first, second) on prompt 0, (first, tie) on prompt 2: none agree; expected 0: kappa 0.
+    people = agreement["people_vs_people"]
+    assert (people["items"], people["agreement"], people["kappa"]) == (2, 0.0, 0.0)
+    assert agreement["pairs_with_votes"] == 3 and agreement["pairs_judged_and_voted"] == 2
+    assert agreement["calibration"]["calibrated"] is False
+
+    # On the leaderboard, apart: Alpha preferred on prompts 0 and 2, two verdicts.
+    (judge_board,) = client.get(f"/api/comparisons/{comparison.pk}/leaderboard/").json()["judges"]
+    assert judge_board["kind"] == "pointwise" and judge_board["board"]["total_votes"] == 2
+    standings = {s["name"]: s for s in judge_board["board"]["standings"]}
+    assert (standings["Alpha"]["wins"], standings["Beta"]["losses"], standings["Alpha"]["rank"]) == (2, 2, 1)
 
 
 def test_a_provider_that_answers_500_is_retried_then_fails_the_run_with_its_message_keeping_no_half_item(

@@ -174,3 +174,61 @@ def test_the_kappa_interval_is_a_seeded_bootstrap_around_the_estimate():
     assert kappa_interval(items) == (low, high)  # same items, same interval
     assert kappa_interval([("a", "a"), ("b", "b"), ("a", "a")]) == (1.0, 1.0)
     assert kappa_interval([("a", "a")]) is None
+
+
+def test_the_confusion_table_counts_each_pair_of_labels_by_hand():
+    from workers.judging.stats import confusion
+
+    items = [("second", "second"), ("second", "second"), ("first", "tie"), ("tie", "tie"), ("tie", "tie"),
+             ("first", "tie")]
+    assert confusion(items, ("first", "second", "tie")) == {
+        "first": {"first": 0, "second": 0, "tie": 2},
+        "second": {"first": 0, "second": 2, "tie": 0},
+        "tie": {"first": 0, "second": 0, "tie": 2}}
+    assert confusion([], ("a", "b")) == {"a": {"a": 0, "b": 0}, "b": {"a": 0, "b": 0}}
+
+
+def test_a_pointwise_answer_is_one_score_on_zero_to_one_and_the_higher_is_preferred():
+    from workers.judging.stats import implied_preference, point_score
+
+    rubric = check_rubric(POINT)  # correct: pass/fail, clarity: 1-5
+
+    def answer(correct, clarity):
+        return {"correct": {"score": correct, "reason": ""}, "clarity": {"score": clarity, "reason": ""}}
+
+    assert point_score(rubric, answer("pass", 4)) == 0.875  # (1 + 3/4) / 2
+    assert point_score(rubric, answer("pass", 3)) == 0.75  # (1 + 2/4) / 2
+    assert point_score(rubric, answer("fail", 1)) == 0.0
+    assert point_score(rubric, answer("pass", 5)) == 1.0
+    assert implied_preference(0.875, 0.75) == "first"
+    assert implied_preference(0.0, 1.0) == "second"
+    assert implied_preference(0.5, 0.5) == "tie"
+
+
+def test_a_judge_is_calibrated_only_with_enough_items_and_a_kappa_at_the_threshold():
+    from workers.judging.stats import calibration
+
+    assert calibration(0.7, 30, min_kappa=0.6, min_items=20)["calibrated"] is True
+    assert calibration(0.6, 20, min_kappa=0.6, min_items=20)["calibrated"] is True  # at the threshold
+    short = calibration(0.9, 19, min_kappa=0.6, min_items=20)
+    assert short == {"calibrated": False, "min_kappa": 0.6, "min_items": 20,
+                     "reason": "19 items judged and voted on; the project asks for at least 20"}
+    assert calibration(0.59, 50, min_kappa=0.6, min_items=20)["reason"] == \
+        "kappa 0.59 is below the project's threshold 0.6"
+    assert calibration(None, 50, min_kappa=0.6, min_items=20)["reason"] == "kappa is undefined on these items"
+
+
+def test_the_bootstrap_interval_of_a_statistic_is_seeded_and_brackets_it():
+    from workers.judging.stats import bootstrap_interval, kappa_interval
+
+    def mean(xs):
+        return sum(xs) / len(xs)
+
+    values = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10] * 3
+    low, high = bootstrap_interval(values, mean)
+    assert low < mean(values) < high and (low, high) == bootstrap_interval(values, mean)
+    assert bootstrap_interval([4, 4, 4], mean) == (4.0, 4.0)
+    assert bootstrap_interval([1], mean) is None
+    assert bootstrap_interval([1, 2], lambda xs: None) is None  # never defined
+    items = [("a", "a"), ("b", "b"), ("a", "b"), ("b", "b")] * 4
+    assert kappa_interval(items) == bootstrap_interval(items, cohen_kappa)

@@ -11,7 +11,7 @@ agreement figures read as a tie.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from .rubric import SCALE_1_5, Rubric
 
@@ -121,21 +121,68 @@ def cohen_kappa(pairs: Sequence[tuple[str, str]]) -> float | None:
 BOOTSTRAP_RESAMPLES = 200  # as the leaderboard's intervals (workers/comparison/ratings.py)
 
 
-def kappa_interval(pairs: Sequence[tuple[str, str]], *, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0,
-                   level: float = 0.95) -> tuple[float, float] | None:
-    """A percentile bootstrap interval of Cohen's kappa: the items resampled with replacement
-    `resamples` times (fixed seed: the same items give the same interval). Resamples where kappa
-    is undefined are left out; None when fewer than two items or no resample is defined."""
+def bootstrap_interval(items: Sequence, statistic: Callable[[Sequence], float | None], *,
+                       resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0,
+                       level: float = 0.95) -> tuple[float, float] | None:
+    """A percentile bootstrap interval of `statistic` over `items`: the items resampled with
+    replacement `resamples` times (fixed seed: the same items give the same interval). Resamples
+    where the statistic is undefined (None) are left out; None when fewer than two items or no
+    resample is defined."""
     import random
 
-    if len(pairs) < 2:
+    if len(items) < 2:
         return None
     rng = random.Random(seed)
-    values = sorted(k for k in (cohen_kappa([pairs[rng.randrange(len(pairs))] for _ in pairs])
-                                for _ in range(resamples)) if k is not None)
+    values = sorted(v for v in (statistic([items[rng.randrange(len(items))] for _ in items])
+                                for _ in range(resamples)) if v is not None)
     if not values:
         return None
     tail = (1 - level) / 2
     low = values[int(tail * (len(values) - 1))]
     high = values[int(round((1 - tail) * (len(values) - 1)))]
     return round(low, 4), round(high, 4)
+
+
+def kappa_interval(pairs: Sequence[tuple[str, str]], *, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0,
+                   level: float = 0.95) -> tuple[float, float] | None:
+    """A percentile bootstrap interval of Cohen's kappa over the items (bootstrap_interval)."""
+    return bootstrap_interval(pairs, cohen_kappa, resamples=resamples, seed=seed, level=level)
+
+
+def confusion(pairs: Sequence[tuple[str, str]], labels: Sequence[str]) -> dict[str, dict[str, int]]:
+    """Counts of (rater 1's label, rater 2's label): {label of rater 1: {label of rater 2: n}},
+    every label of `labels` present on both sides (zeros included)."""
+    table = {a: dict.fromkeys(labels, 0) for a in labels}
+    for a, b in pairs:
+        table[a][b] += 1
+    return table
+
+
+def point_score(rubric: Rubric, answer: dict) -> float:
+    """One number for a pointwise answer, to compare two responses by: the mean over the criteria
+    of each score put on 0..1 (1-5: (score − 1) / 4; pass/fail: 1 or 0)."""
+    values = [(int(answer[c.name]["score"]) - 1) / 4 if c.scale == SCALE_1_5 else float(answer[c.name]["score"] == "pass")
+              for c in rubric.criteria]
+    return sum(values) / len(values)
+
+
+def implied_preference(first: float, second: float) -> str:
+    """A pointwise judge's preference between two responses from their point_score: the higher
+    one, or tie when equal."""
+    if first == second:
+        return "tie"
+    return "first" if first > second else "second"
+
+
+def calibration(kappa: float | None, items: int, *, min_kappa: float, min_items: int) -> dict:
+    """Whether a judge's agreement with people is enough to rely on it: at least `min_items`
+    judge-vs-person items and a kappa of at least `min_kappa`; `reason` says what is short."""
+    if items < min_items:
+        reason = f"{items} items judged and voted on; the project asks for at least {min_items}"
+    elif kappa is None:
+        reason = "kappa is undefined on these items"
+    elif kappa < min_kappa:
+        reason = f"kappa {kappa} is below the project's threshold {min_kappa}"
+    else:
+        return {"calibrated": True, "reason": "", "min_kappa": min_kappa, "min_items": min_items}
+    return {"calibrated": False, "reason": reason, "min_kappa": min_kappa, "min_items": min_items}
