@@ -12,6 +12,7 @@ import pytest
 from django.utils import timezone
 
 from apps.accounts import services as account_services
+from apps.registry.selectors import model_slug
 from apps.serving.models import Generation
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.timeout(300)]
@@ -46,12 +47,13 @@ def test_a_provider_on_this_products_v1_end_to_end_with_usage_and_budget(
     assert created.status_code == 201, created.content
     provider_id = created.json()["id"]
     fetched = post(client, f"/api/providers/{provider_id}/fetch-models/", {})
-    assert fetched.status_code == 200 and fetched.json()["models"] == [demo_model.name]
+    served_as = model_slug(demo_model.name)  # /v1 lists models by their API id, a slug without spaces
+    assert fetched.status_code == 200 and fetched.json()["models"] == [served_as]
     assert post(client, f"/api/providers/{provider_id}/enablements/", {"project": project.pk}).status_code == 201
 
     client.force_login(scientist)
     listed = client.get(f"/api/projects/{project.pk}/provider-models/").json()["results"]
-    assert [m["ref"] for m in listed] == [f"Workbench/{demo_model.name}"]
+    assert [m["ref"] for m in listed] == [f"Workbench/{served_as}"]
     url = f"/api/projects/{project.pk}/provider-chat/"
     with caplog.at_level(logging.DEBUG):
         reply = post(client, url, {"provider_model": listed[0]["ref"], "messages": CAPITAL, "max_tokens": 8,
