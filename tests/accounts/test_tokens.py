@@ -118,7 +118,7 @@ def test_a_token_asked_for_model_generate_alone_works_with_the_openai_client(liv
     token, raw = services.token_create(user=owner, name="app", permissions=["model.generate"], project=project)
     assert token.permissions == ["model.generate", "model.view", "project.view"]  # what it needs came with it
     models = OpenAI(base_url=f"{live_asgi}/v1", api_key=raw, max_retries=0, timeout=20).models.list()
-    assert [m.id for m in models.data] == ["Served"]
+    assert [m.id for m in models.data] == ["served"]  # its API id: the name as a slug
 
 
 def test_a_token_whose_permissions_need_one_the_creator_lacks_is_refused_naming_it(client, owner, project):
