@@ -229,6 +229,7 @@ def test_the_jobs_rank_by_eval_loss_lowest_first_those_without_one_last(client, 
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
+@pytest.mark.django_db(transaction=True)  # the worker process reads what the test wrote
 def test_a_sweeps_jobs_run_on_a_real_worker_and_the_best_is_ranked_first(client, scientist, project, tiny_model,
                                                                          qa_version, celery_worker):
     client.force_login(scientist)
