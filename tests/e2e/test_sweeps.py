@@ -7,8 +7,7 @@ import pytest
 from playwright.sync_api import expect
 
 from apps.registry.models import RegisteredModel
-from apps.training import services
-from apps.training.models import TrainingJob
+from apps.training.models import Sweep, TrainingJob
 from tests.conftest import browser_login
 from tests.training.fixtures import FAST
 
@@ -17,11 +16,16 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
 def test_scientist_reads_a_sweeps_ranking_opens_the_best_and_cancels_the_rest(page, scientist, project, tiny_model,
                                                                             qa_version):
-    sweep, jobs = services.sweep_launch(
-        user=scientist, project=project, name="LR <i>sweep</i>", strategy="grid",
-        space={"learning_rate": [1e-3, 1e-2, 1e-1]}, max_jobs=3, base_model=tiny_model.pk,
-        dataset_version=qa_version.pk, train_split="train", eval_split="validation", config=dict(FAST))
-    slow, best, pending = jobs
+    # The rows a launch writes, without its messages: a worker the session started must not run them.
+    sweep = Sweep.objects.create(project=project, name="LR <i>sweep</i>", strategy="grid",
+                                 space={"learning_rate": [1e-3, 1e-2, 1e-1]}, max_jobs=3, base_model=tiny_model,
+                                 dataset_version=qa_version, train_split="train", eval_split="validation",
+                                 base_config=dict(FAST), created_by=scientist)
+    slow, best, pending = [
+        TrainingJob.objects.create(project=project, name=f"LR <i>sweep</i> · learning_rate={lr:g}", sweep=sweep,
+                                   base_model=tiny_model, dataset_version=qa_version, train_split="train",
+                                   eval_split="validation", config={**FAST, "learning_rate": lr}, created_by=scientist)
+        for lr in (1e-3, 1e-2, 1e-1)]
     adapter = RegisteredModel.objects.create(project=project, name="Best adapter", kind="adapter",
                                              base_model=tiny_model, format="peft_lora", source_path="/nonexistent",
                                              weights_path="/nonexistent", status="ready", info={})
