@@ -232,11 +232,12 @@ def child_process_env() -> dict[str, str]:
     return env
 
 
-def _start_worker(*, queues: str, pool: str, concurrency: int, name: str):
+def _start_worker(*, queues: str, pool: str, concurrency: int, name: str, env: dict[str, str] | None = None):
+    """A real Celery worker process on the test database; `env`: more of its environment."""
     import subprocess
     import sys
 
-    env = child_process_env()
+    env = {**child_process_env(), **(env or {})}
     # Jobs whose worker is killed are taken over within seconds, not the production minute and a half.
     env.setdefault("TRAINING_HEARTBEAT_S", "0.5")
     env.setdefault("TRAINING_HEARTBEAT_STALE_S", "3")

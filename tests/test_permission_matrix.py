@@ -224,6 +224,20 @@ def _arrange_alias_canary(world: World) -> dict:
     return values
 
 
+def _arrange_sweep(world: World) -> dict:
+    """A sweep of world.project with one queued job (on a placeholder model)."""
+    from apps.training.models import Sweep
+    from tests.training.fixtures import make_job
+
+    job = make_job(world.project, world.owner, state="queued")
+    sweep = Sweep.objects.create(project=world.project, name="Sweep", strategy="grid", space={"lora_r": [4]},
+                                 max_jobs=1, base_model=job.base_model, dataset_version=job.dataset_version,
+                                 created_by=world.owner)
+    job.sweep = sweep
+    job.save(update_fields=["sweep"])
+    return {"sweep_id": sweep.pk}
+
+
 def _arrange_job(state: str):
     """A job of world.project (on a placeholder model and a prompt/response version) in `state`."""
     def arrange(world: World) -> dict:
@@ -544,6 +558,15 @@ ENDPOINTS = [
              checks=("job.view", "job.launch"), arrange=_arrange_job("failed")),
     Endpoint("job-copy", "POST", "/api/jobs/<int:job_id>/copy/", "job.launch", lambda w: {"name": "Again"}, 201,
              checks=("job.view", "job.launch", "model.view", "dataset.view"), arrange=_arrange_job("succeeded")),
+    # sweeps. A permitted launch reaches the model check (400), as a job's launch does; tests/training/test_sweeps.py
+    # covers launches.
+    Endpoint("sweeps-list", "GET", f"{P}/sweeps/", "job.view", _no_body, 200),
+    Endpoint("sweep-launch", "POST", f"{P}/sweeps/", "job.launch",
+             lambda w: {"name": "Sweep", "base_model": 999999, "dataset_version": 999999, "strategy": "grid",
+                        "space": {"lora_r": [4, 8]}, "max_jobs": 2}, 400, audit_writes=0),
+    Endpoint("sweep-get", "GET", "/api/sweeps/<int:sweep_id>/", "job.view", _no_body, 200, arrange=_arrange_sweep),
+    Endpoint("sweep-cancel", "POST", "/api/sweeps/<int:sweep_id>/cancel/", "job.cancel", _no_body, 200,
+             checks=("job.view", "job.cancel"), arrange=_arrange_sweep),
     # comparisons. A permitted create reaches the model check: model 999999 is not the project's, so
     # it is 400 (tests/comparison covers creation); the refusals are what this row checks.
     Endpoint("comparisons-list", "GET", f"{P}/comparisons/", "compare.view", _no_body, 200),
@@ -813,7 +836,8 @@ def test_each_principal_gets_what_the_permission_catalogue_says_on_each_endpoint
     assert writes == (endpoint.expected_audit_writes if succeeded else 0)
 
 
-SCOPED_IDS = ("project", "dataset", "job", "comparison", "campaign", "schema", "annotation", "export", "model")
+SCOPED_IDS = ("project", "dataset", "job", "comparison", "campaign", "schema", "annotation", "export", "model",
+              "sweep")
 # Endpoints that act only on the caller's own objects, with their tests elsewhere.
 EXEMPT = {
     # Edits one's own annotation only: others get 403/404 (tests/annotation/test_campaigns.py).
@@ -840,7 +864,7 @@ def test_every_project_scoped_endpoint_in_the_url_conf_has_a_row():
     dummy = {"project_id": 1, "dataset_id": 2, "membership_id": 3, "role_id": 4, "grant_id": 5, "number": 6,
              "job_id": 7, "comparison_id": 8, "campaign_id": 9, "item_id": 10, "schema_id": 11, "annotation_id": 12,
              "export_id": 13, "model_id": 14, "entry_id": 15, "target_id": 16, "alias": "production",
-             "judge_id": 17, "run_id": 18}
+             "judge_id": 17, "run_id": 18, "sweep_id": 19}
     in_table = {(resolve(fill(e.url, dummy)).route, e.method) for e in ENDPOINTS}
     assert in_url_conf, "found no project-scoped API routes: the walk above is broken"
     assert in_url_conf - in_table == set(), "project-scoped endpoints without a row in ENDPOINTS"

@@ -245,6 +245,15 @@ TRAINING_MAX_ACTIVE_JOBS_PER_PROJECT = env_int("TRAINING_MAX_ACTIVE_JOBS_PER_PRO
 # The most data-parallel processes (`devices`) a job may ask for: what the gpu workers can give, one
 # per GPU (or per core for gloo on CPU). Unset: this machine's GPUs when it has any, else its cores.
 TRAINING_MAX_DEVICES = env_int("TRAINING_MAX_DEVICES", 0)
+# The devices a `gpu` worker advertises, and so the jobs it takes (apps.training.capacity). Unset: the
+# GPUs CUDA_VISIBLE_DEVICES gives it, else the machine's GPUs, else its CPU cores.
+TRAINING_WORKER_DEVICES = env_int("TRAINING_WORKER_DEVICES", 0)
+# A data-parallel job whose processes have not all joined torchrun's rendezvous by then fails with that
+# reason (a hung rendezvous would hold the worker forever). Importing torch and starting the process
+# group takes seconds; a loaded machine takes longer.
+TRAINING_RENDEZVOUS_TIMEOUT_S = env_float("TRAINING_RENDEZVOUS_TIMEOUT_S", 300.0)
+# Sweeps: the most jobs one sweep launches.
+TRAINING_SWEEP_MAX_JOBS = env_int("TRAINING_SWEEP_MAX_JOBS", 16)
 COMPARISON_MAX_ACTIVE_PER_PROJECT = env_int("COMPARISON_MAX_ACTIVE_PER_PROJECT", 4)
 # Items a judge run asks together (a pair is two calls): a local judge's calls join one batch of
 # the inference batcher, a provider judge keeps that many requests in flight (its rate limit

@@ -97,6 +97,12 @@ class LeasedJob(models.Model):
         return None
 
     @classmethod
+    def broker_queue(cls, pk: int) -> str:
+        """The queue the job's message is sent to, by its service and again by a hand-back or the reaper:
+        QUEUE, unless the kind routes each job by what it needs (fine-tunes: by their devices)."""
+        return cls.QUEUE
+
+    @classmethod
     def cancel_asked(cls, pk: int) -> bool:
         """Whether the job asks its worker to stop: its `cancel_requested` flag, where the kind has one
         (a kind stopped another way says so by overriding this)."""
@@ -328,7 +334,7 @@ class JobRun:
         self.job.runs -= 1
 
         def sent_again() -> None:
-            _send(model, pk)
+            send_job(model, pk)
             self._publish(self.job)
 
         transaction.on_commit(sent_again)
@@ -384,14 +390,15 @@ def leased_kinds() -> list[type[LeasedJob]]:
     return [model for model in django_apps.get_models() if issubclass(model, LeasedJob)]
 
 
-def _send(model: type[LeasedJob], pk: int) -> None:
-    """Send the job's message again (a hand-back, the reaper), with the priority its service sent it with."""
+def send_job(model: type[LeasedJob], pk: int) -> None:
+    """Send the job's message again (a hand-back, the reaper, a worker leaving it for another), to the
+    queue and with the priority its service sent it with."""
     priority = model.broker_priority(pk)
-    current_app.send_task(model.TASK, args=[pk], queue=model.QUEUE,
+    current_app.send_task(model.TASK, args=[pk], queue=model.broker_queue(pk),
                           **({"priority": priority} if priority is not None else {}))
 
 
-def reap_stale(send: Callable[[type[LeasedJob], int], None] = _send) -> dict[str, int]:
+def reap_stale(send: Callable[[type[LeasedJob], int], None] = send_job) -> dict[str, int]:
     """The one reaper, run by beat: for every job kind, send again the message of each RUNNING
     job whose worker went silent. Returns how many per kind (its model label)."""
     return {model._meta.label: reap(model, lambda pk, model=model: send(model, pk)) for model in leased_kinds()}

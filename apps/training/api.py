@@ -11,13 +11,15 @@ from apps.core.pagination import MAX_PAGE_SIZE, KeysetPagination
 from apps.datasets.models import DatasetVersion
 from apps.projects import policy
 from apps.training import selectors, services
-from apps.training.models import TrainingJob
+from apps.training.models import Sweep, TrainingJob
 from apps.training.serializers import (
     JobCopySerializer,
     JobLaunchSerializer,
     JobSerializer,
     MetricPointSerializer,
     MetricsQuerySerializer,
+    SweepLaunchSerializer,
+    SweepSerializer,
 )
 
 IDEMPOTENCY = OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER, required=False,
@@ -133,3 +135,44 @@ class JobMetricsApi(ListAPIView):
         query = MetricsQuerySerializer(data=self.request.query_params)
         query.is_valid(raise_exception=True)
         return selectors.job_points(job, kind=query.validated_data["kind"])
+
+
+class ProjectSweepListLaunchApi(ListAPIView):
+    """A project's sweeps, newest first; POST launches one: up to max_jobs fine-tunes over a grid or a
+    seeded random sample of `space`, checked whole (every config, the quotas, the GPU-hour budget) before
+    any job is created."""
+
+    serializer_class = SweepSerializer
+
+    def get_queryset(self):
+        user, token = self.request.user, self.request.auth
+        project = policy.get_project(user, self.kwargs["project_id"], "job.view", token)
+        return Sweep.objects.filter(project=project).select_related("created_by")
+
+    @extend_schema(request=SweepLaunchSerializer, responses={201: SweepSerializer})
+    def post(self, request: Request, project_id: int) -> Response:
+        project = policy.get_project(request.user, project_id, token=request.auth)
+        data = SweepLaunchSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        sweep, _ = services.sweep_launch(user=request.user, project=project, token=request.auth,
+                                         ip_address=client_ip(request), **_by_version_id(project, data.validated_data))
+        return Response(SweepSerializer(sweep).data, status=status.HTTP_201_CREATED)
+
+
+class SweepDetailApi(APIView):
+    """The sweep with its jobs ranked by eval loss (lowest first)."""
+
+    @extend_schema(responses=SweepSerializer)
+    def get(self, request: Request, sweep_id: int) -> Response:
+        sweep = policy.get_object(request.user, Sweep, sweep_id, "job.view", request.auth)
+        return Response(SweepSerializer(sweep).data)
+
+
+class SweepCancelApi(APIView):
+    """Cancels every job of the sweep not yet ended: queued ones at once, running ones at their next step."""
+
+    @extend_schema(request=None, responses=SweepSerializer)
+    def post(self, request: Request, sweep_id: int) -> Response:
+        sweep = policy.get_object(request.user, Sweep, sweep_id, "job.view", request.auth)
+        sweep = services.sweep_cancel(user=request.user, sweep=sweep, token=request.auth, ip_address=client_ip(request))
+        return Response(SweepSerializer(sweep).data)

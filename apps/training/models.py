@@ -32,6 +32,7 @@ class TrainingJob(LeasedJob):
     eval_split = models.CharField(max_length=16, blank=True)  # "" = no evaluation
     config = models.JSONField()  # workers.training.TrainConfig.as_dict(), every default resolved
     parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="copies")
+    sweep = models.ForeignKey("Sweep", null=True, blank=True, on_delete=models.SET_NULL, related_name="jobs")
 
     class Priority(models.IntegerChoices):
         LOW = 0, "low"
@@ -82,9 +83,64 @@ class TrainingJob(LeasedJob):
         priority = cls.objects.filter(pk=pk).values_list("priority", flat=True).first()
         return BROKER_PRIORITY.get(priority, BROKER_PRIORITY[cls.Priority.NORMAL])
 
+    @classmethod
+    def broker_queue(cls, pk: int) -> str:
+        """`gpu` for one device, `gpu.devices-N` for N: only workers with N devices consume it
+        (apps.training.capacity)."""
+        from apps.training.capacity import job_queue
+
+        config = cls.objects.filter(pk=pk).values_list("config", flat=True).first() or {}
+        return job_queue(devices_of(config))
+
+    @property
+    def devices(self) -> int:
+        return devices_of(self.config)
+
+
+def devices_of(config: dict) -> int:
+    devices = (config or {}).get("devices") or 1
+    return devices if isinstance(devices, int) and not isinstance(devices, bool) else 1
+
 
 # Redis serves kombu's priority steps 0, 3, 6, 9 in that order: high, normal, low.
 BROKER_PRIORITY = {TrainingJob.Priority.HIGH: 0, TrainingJob.Priority.NORMAL: 3, TrainingJob.Priority.LOW: 6}
+
+
+class Sweep(models.Model):
+    """Up to K fine-tunes over a grid or a seeded random sample of some config values (apps.training.sweeps):
+    every job shares the base model, the dataset version, the splits, the rest of the config and the
+    priority; each is an ordinary TrainingJob (its `sweep` points here), queued, budgeted and cancelled
+    as one."""
+
+    class Strategy(models.TextChoices):
+        GRID = "grid", "grid (every combination)"
+        RANDOM = "random", "seeded random sample"
+
+    project = models.ForeignKey("projects.Project", on_delete=models.CASCADE, related_name="sweeps")
+    name = models.CharField(max_length=120)
+    strategy = models.CharField(max_length=8, choices=Strategy.choices)
+    # {option: [values]} for a grid; for random also {option: {"min", "max", "log"}} ranges
+    space = models.JSONField()
+    seed = models.PositiveIntegerField(default=0)  # of the random sample
+    max_jobs = models.PositiveSmallIntegerField()  # K
+    base_model = models.ForeignKey("registry.RegisteredModel", on_delete=models.RESTRICT, related_name="sweeps")
+    dataset_version = models.ForeignKey("datasets.DatasetVersion", on_delete=models.RESTRICT, related_name="sweeps")
+    train_split = models.CharField(max_length=16, blank=True)
+    eval_split = models.CharField(max_length=16, blank=True)
+    base_config = models.JSONField(default=dict, blank=True)  # what every job shares, before its point
+    priority = models.PositiveSmallIntegerField(choices=TrainingJob.Priority.choices,
+                                                default=TrainingJob.Priority.NORMAL)
+    estimated_gpu_hours = models.FloatField(null=True, blank=True)  # of all its jobs, checked at launch
+    cancelled_at = models.DateTimeField(null=True, blank=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        default_permissions = ()
+
+    def __str__(self) -> str:
+        return self.name
 
 
 class MetricPoint(models.Model):
@@ -151,3 +207,19 @@ class SpeedMeasurement(LeasedJob):
     class Meta:
         ordering = ["-created_at", "-id"]
         default_permissions = ()
+
+
+class TrainingWorker(models.Model):
+    """A `gpu` worker online, with the devices it advertises (apps.training.capacity): written by the
+    worker at start and every few seconds, removed at a clean stop; a row not refreshed is a worker gone."""
+
+    hostname = models.CharField(max_length=200, unique=True)  # Celery's node name, as JobRun records it
+    devices = models.PositiveIntegerField()
+    seen_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["hostname"]
+        default_permissions = ()
+
+    def __str__(self) -> str:
+        return f"{self.hostname} ({self.devices} devices)"

@@ -19,8 +19,9 @@ from django.conf import settings
 from django.db import close_old_connections, transaction
 from django.utils import timezone
 
-from apps.core.jobs import JobRun
+from apps.core.jobs import JobRun, send_job
 from apps.training import events
+from apps.training.capacity import worker_devices
 from apps.training.models import MetricPoint, TrainingJob
 from workers.training import ConfigError, TrainCallbacks, TrainCancelled, TrainConfig, TrainingDataError, train
 from workers.training.distributed import train_distributed
@@ -37,6 +38,8 @@ def output_dir(job: TrainingJob) -> Path:
 
 
 def run_job(job_id: int, *, worker: str, pid: int) -> None:
+    if _leave_for_another(job_id, worker):
+        return
     run = JobRun.claim(TrainingJob, job_id, worker=worker, what="job", worker_pid=pid,
                        on_given_up=lambda lost: transaction.on_commit(lambda: events.job_state(lost)),
                        publish=lambda job, **_: events.job_state(job),
@@ -46,6 +49,20 @@ def run_job(job_id: int, *, worker: str, pid: int) -> None:
     events.job_state(run.job)
     with run:
         _train(run)
+
+
+def _leave_for_another(job_id: int, worker: str) -> bool:
+    """True when the job needs more devices than this worker advertises: its message is sent on to the
+    job's device queue (which only workers with enough devices consume) and the job is not claimed, so
+    it stays queued and no run is counted. A message reaches such a worker only when sent to plain `gpu`
+    by hand or by an older release (apps.training.capacity routes every launch)."""
+    job = TrainingJob.objects.filter(pk=job_id, state=TrainingJob.State.QUEUED).only("config").first()
+    if job is None or job.devices <= worker_devices():
+        return False
+    logger.info("job %s needs %s devices; worker %s has %s: sent on to %s", job_id, job.devices, worker,
+                worker_devices(), TrainingJob.broker_queue(job_id))
+    send_job(TrainingJob, job_id)
+    return True
 
 
 def _rows(job: TrainingJob, split: str, limit: int | None = None) -> list[dict]:
@@ -83,9 +100,13 @@ def _train(run: JobRun) -> None:
         train_rows = _rows(job, job.train_split)
         eval_rows = _rows(job, job.eval_split, MAX_EVAL_ROWS) if job.eval_split else []
         # devices > 1: torchrun's processes train, this one relays rank 0's events to the callbacks.
-        engine = train_distributed if config.devices > 1 else train
-        result = engine(config, model_dir=Path(job.base_model.weights_path), output_dir=output_dir(job),
-                        train_rows=train_rows, eval_rows=eval_rows, callbacks=callbacks, lineage=lineage)
+        arguments = dict(model_dir=Path(job.base_model.weights_path), output_dir=output_dir(job),
+                         train_rows=train_rows, eval_rows=eval_rows, callbacks=callbacks, lineage=lineage)
+        if config.devices > 1:
+            result = train_distributed(config, devices_here=worker_devices(),
+                                       rendezvous_timeout_s=settings.TRAINING_RENDEZVOUS_TIMEOUT_S, **arguments)
+        else:
+            result = train(config, **arguments)
         timing = {"rows": train_rows, "setup_s": callbacks.setup_s, "eval_seconds": callbacks.eval_seconds}
     except TrainCancelled as exc:
         close_old_connections()

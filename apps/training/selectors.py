@@ -77,3 +77,34 @@ def config_table(jobs: list[TrainingJob]) -> list[dict]:
     keys = list(dict.fromkeys(key for column in columns for key in column))
     return [{"key": key, "values": [column.get(key) for column in columns],
              "differs": len({repr(column.get(key)) for column in columns}) > 1} for key in keys]
+
+
+def sweep_state(sweep) -> str:
+    """cancelled (by a person), running (a job queued or running), or done."""
+    if sweep.cancelled_at is not None:
+        return "cancelled"
+    return "running" if sweep.jobs.filter(state__in=TrainingJob.ACTIVE).exists() else "done"
+
+
+def _eval_loss(job: TrainingJob) -> float | None:
+    """The job's final eval loss once it succeeded, else its latest evaluation after step 0 (the base)."""
+    if job.state == TrainingJob.State.SUCCEEDED and job.metrics.get("eval_loss") is not None:
+        return job.metrics["eval_loss"]
+    point = job.points.filter(kind=MetricPoint.Kind.EVAL, step__gt=0).order_by("-step").first()
+    return point.values.get("eval_loss") if point else None
+
+
+def sweep_trials(sweep) -> list[dict]:
+    """The sweep's jobs ranked by eval loss, lowest first (jobs with none yet last, in launch order):
+    each with its point (the swept options' values), state, step and adapter; `rank` from 1, None
+    for a job without an eval loss."""
+    trials = []
+    for job in sweep.jobs.order_by("pk"):
+        loss = _eval_loss(job)
+        trials.append({"job": job.pk, "name": job.name, "state": job.state, "eval_loss": loss,
+                       "point": {option: job.config.get(option) for option in sweep.space},
+                       "current_step": job.current_step, "total_steps": job.total_steps, "adapter": job.adapter_id})
+    trials.sort(key=lambda t: (t["eval_loss"] is None, t["eval_loss"] if t["eval_loss"] is not None else 0, t["job"]))
+    for rank, trial in enumerate(trials, start=1):
+        trial["rank"] = rank if trial["eval_loss"] is not None else None
+    return trials

@@ -6,7 +6,7 @@ from rest_framework import serializers
 
 from apps.projects.serializers import ManagerOnlyFieldsMixin
 from apps.training import selectors
-from apps.training.models import MetricPoint, TrainingJob
+from apps.training.models import MetricPoint, Sweep, TrainingJob
 
 
 class JobSerializer(ManagerOnlyFieldsMixin, serializers.ModelSerializer):
@@ -20,17 +20,24 @@ class JobSerializer(ManagerOnlyFieldsMixin, serializers.ModelSerializer):
     parent = serializers.IntegerField(source="parent_id", read_only=True, allow_null=True)
     created_by = serializers.CharField(source="created_by.username", default=None, read_only=True, allow_null=True)
     queue_position = serializers.SerializerMethodField()
+    waiting_reason = serializers.SerializerMethodField(help_text="why a queued job cannot start now: no online "
+                                                                 "training worker has the devices it needs")
     priority = serializers.CharField(source="get_priority_display", read_only=True)
 
     class Meta:
         model = TrainingJob
-        fields = ["id", "project", "name", "method", "priority", "state", "queue_position", "cancel_requested", "base_model",
+        fields = ["id", "project", "name", "method", "priority", "state", "queue_position", "waiting_reason", "cancel_requested", "base_model",
                   "dataset_version", "train_split", "eval_split", "config", "current_step", "total_steps",
                   "checkpoint_step", "tokens_trained", "runs", "worker", "heartbeat_at", "info", "metrics", "error", "traceback", "log_tail",
                   "adapter", "parent", "created_by", "created_at", "started_at", "finished_at"]
 
     def get_queue_position(self, job: TrainingJob) -> int | None:
         return selectors.queue_position(job)
+
+    def get_waiting_reason(self, job: TrainingJob) -> str:
+        from apps.training.capacity import waiting_reason
+
+        return waiting_reason(job)
 
 
 def config_schema(config_class: type | None = None) -> dict:
@@ -115,3 +122,60 @@ class MetricPointSerializer(serializers.ModelSerializer):
 
 class MetricsQuerySerializer(serializers.Serializer):
     kind = serializers.ChoiceField(choices=["", *MetricPoint.Kind.values], required=False, default="")
+
+
+SPACE_SCHEMA = {"type": "object", "additionalProperties": {"oneOf": [
+    {"type": "array", "items": {"type": "number"}},
+    {"type": "object", "properties": {"min": {"type": "number"}, "max": {"type": "number"}, "log": {"type": "boolean"}}}]}}
+
+
+@extend_schema_field(SPACE_SCHEMA)
+class SpaceField(serializers.JSONField):
+    """A sweep's space, checked by the service (apps.training.sweeps.checked_space)."""
+
+
+class SweepLaunchSerializer(JobLaunchSerializer):
+    """A sweep: the inputs of a launch (shared by every job) and what it varies."""
+
+    strategy = serializers.CharField(help_text="grid (every combination) or random (a seeded sample)")
+    space = SpaceField(help_text='{option: [values]}; for random also {option: {"min", "max", "log"}}. '
+                                            "Options: learning_rate, lora_r, lora_alpha, epochs, batch_size")
+    max_jobs = serializers.IntegerField(help_text="K: the most jobs the sweep launches (a grid must fit in it)")
+    seed = serializers.IntegerField(required=False, default=0, help_text="of the random sample")
+
+
+class SweepTrialSerializer(serializers.Serializer):
+    rank = serializers.IntegerField(allow_null=True, help_text="by eval loss, lowest first; null: none yet")
+    job = serializers.IntegerField()
+    name = serializers.CharField()
+    state = serializers.CharField()
+    eval_loss = serializers.FloatField(allow_null=True)
+    point = serializers.DictField(help_text="the swept options' values")
+    current_step = serializers.IntegerField()
+    total_steps = serializers.IntegerField(allow_null=True)
+    adapter = serializers.IntegerField(allow_null=True)
+
+
+class SweepSerializer(serializers.ModelSerializer):
+    project = serializers.IntegerField(source="project_id", read_only=True)
+    base_model = serializers.IntegerField(source="base_model_id", read_only=True)
+    dataset_version = serializers.IntegerField(source="dataset_version_id", read_only=True)
+    created_by = serializers.CharField(source="created_by.username", default=None, read_only=True, allow_null=True)
+    priority = serializers.CharField(source="get_priority_display", read_only=True)
+    state = serializers.SerializerMethodField()
+    space = SpaceField(read_only=True)
+    base_config = serializers.DictField(read_only=True, help_text="the config every job shares, before its point")
+    trials = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Sweep
+        fields = ["id", "project", "name", "strategy", "space", "seed", "max_jobs", "base_model", "dataset_version",
+                  "train_split", "eval_split", "base_config", "priority", "state", "estimated_gpu_hours",
+                  "cancelled_at", "created_by", "created_at", "trials"]
+
+    def get_state(self, sweep) -> str:
+        return selectors.sweep_state(sweep)
+
+    @extend_schema_field(SweepTrialSerializer(many=True))
+    def get_trials(self, sweep) -> list[dict]:
+        return selectors.sweep_trials(sweep)

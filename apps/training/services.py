@@ -243,18 +243,23 @@ def usable_rows(version: DatasetVersion, split: str, fmt: str, method: str = "sf
     return rows
 
 
-def _check_quota(user, project: Project) -> None:
+def _check_quota(user, project: Project, adding: int = 1) -> None:
+    """QuotaExceeded when `adding` more jobs (a sweep's, all at once) pass the active-jobs caps."""
     active = TrainingJob.objects.filter(state__in=TrainingJob.ACTIVE)
-    if active.filter(created_by=user).count() >= settings.TRAINING_MAX_ACTIVE_JOBS_PER_USER:
-        raise QuotaExceeded(f"You already have {settings.TRAINING_MAX_ACTIVE_JOBS_PER_USER} jobs queued or running; "
-                            "wait for one to end or cancel one.")
-    if active.filter(project=project).count() >= settings.TRAINING_MAX_ACTIVE_JOBS_PER_PROJECT:
-        raise QuotaExceeded(f"This project already has {settings.TRAINING_MAX_ACTIVE_JOBS_PER_PROJECT} jobs queued "
-                            "or running; wait for one to end or cancel one.")
+    mine, cap = active.filter(created_by=user).count(), settings.TRAINING_MAX_ACTIVE_JOBS_PER_USER
+    if mine + adding > cap:
+        raise QuotaExceeded(f"You already have {mine} jobs queued or running and may have {cap}; wait for one to "
+                            "end or cancel one." if adding == 1 else f"This sweep's {adding} jobs and your {mine} "
+                            f"queued or running would pass the {cap} you may have at once.")
+    theirs, cap = active.filter(project=project).count(), settings.TRAINING_MAX_ACTIVE_JOBS_PER_PROJECT
+    if theirs + adding > cap:
+        raise QuotaExceeded(f"This project already has {theirs} jobs queued or running and may have {cap}; wait "
+                            "for one to end or cancel one." if adding == 1 else f"This sweep's {adding} jobs and the "
+                            f"project's {theirs} queued or running would pass the {cap} it may have at once.")
 
 
 def _enqueue(job_id: int) -> None:
-    enqueue(train_task, job_id, queue="gpu", priority=TrainingJob.broker_priority(job_id),
+    enqueue(train_task, job_id, queue=TrainingJob.broker_queue(job_id), priority=TrainingJob.broker_priority(job_id),
             on_failure=lambda reason: TrainingJob.objects.filter(pk=job_id).update(
                 state=TrainingJob.State.FAILED, finished_at=timezone.now(), error=reason))
 
@@ -328,3 +333,128 @@ def job_copy(*, user, job: TrainingJob, name: str = "", config: dict | None = No
                          config={**job.config, **(config or {})}, parent=job, token=token, ip_address=ip_address,
                          **launch)
     return copy
+
+
+# --- sweeps --------------------------------------------------------------------------------------
+
+
+def sweep_launch(*, user, project: Project, name: str, strategy: str, space, max_jobs, base_model: int,
+                 dataset_version: int, train_split: str = "", eval_split: str = "", config: dict | None = None,
+                 seed=0, priority: str = "normal", token=None, ip_address: str | None = None):
+    """Launch up to `max_jobs` fine-tunes over a grid or a seeded random sample of `space` (apps.training.sweeps):
+    each job is `config` with its point, on the same model, dataset version, splits and priority. Every
+    point's config is checked, then the quotas and the GPU-hour budget for the whole sweep (its jobs'
+    estimated hours on top of those used), before any job is created; then all are created and queued at once.
+    Returns (sweep, jobs)."""
+    from apps.training import sweeps
+    from apps.training.models import Sweep
+
+    policy.require(user, "job.launch", project, token)
+    priority_value = _checked_priority(user, project, priority, token)
+    most = settings.TRAINING_SWEEP_MAX_JOBS
+    if isinstance(max_jobs, bool) or not isinstance(max_jobs, int) or not 1 <= max_jobs <= most:
+        raise Invalid(f"max_jobs: a whole number from 1 to {most} (the most jobs one sweep launches here).",
+                      field="max_jobs")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**31:
+        raise Invalid("seed: a whole number from 0 to 2147483647.", field="seed")
+    space = sweeps.checked_space(strategy, space)
+    if not isinstance(config, dict | None):
+        raise Invalid("The config is an object of training settings.", field="config")
+    shared = {key: value for key, value in (config or {}).items() if key not in space}
+    name, model, version, base_config, train_split, eval_split = _checked_inputs(
+        user, project, token, name=name, base_model=base_model, dataset_version=dataset_version,
+        train_split=train_split, eval_split=eval_split, config=shared)
+    trials = []
+    for point in sweeps.points(strategy, space, max_jobs=max_jobs, seed=seed):
+        try:
+            trials.append((point, _checked_config({**base_config.as_dict(), **point}, model)))
+        except Invalid as exc:  # a value of the space out of its option's range names the space
+            option = (exc.field or "").removeprefix("config.")
+            if option in point:
+                raise Invalid(f"space.{option}: {point[option]:g} is refused: {exc.message}",
+                              field=f"space.{option}") from None
+            raise
+    hours = _sweep_gpu_hours(project, model, version, train_split, eval_split, [c for _, c in trials])
+    with transaction.atomic():
+        Project.objects.select_for_update().filter(pk=project.pk).first()  # serialises launches per project
+        _check_quota(user, project, adding=len(trials))
+        _check_sweep_budget(project, hours, len(trials))
+        sweep = Sweep.objects.create(
+            project=project, name=name, strategy=strategy, space=space, seed=seed, max_jobs=max_jobs,
+            base_model=model, dataset_version=version, train_split=train_split, eval_split=eval_split,
+            base_config=shared, priority=priority_value, estimated_gpu_hours=hours, created_by=user)
+        jobs = [TrainingJob.objects.create(
+            project=project, name=f"{name} · {sweeps.point_label(point)}"[:120], method=train_config.method,
+            base_model=model, dataset_version=version, train_split=train_split, eval_split=eval_split,
+            config=train_config.as_dict(), sweep=sweep, created_by=user, priority=priority_value)
+            for point, train_config in trials]
+        audit_record(actor=user, action="sweep.launch", project=project, target=sweep, ip_address=ip_address,
+                     after={"strategy": strategy, "space": space, "seed": seed, "max_jobs": max_jobs,
+                            "jobs": [job.pk for job in jobs], "base_model": model.pk, "dataset_version": version.pk,
+                            "content_hash": version.content_hash, "estimated_gpu_hours": hours})
+        for job in jobs:
+            transaction.on_commit(lambda pk=job.pk: _enqueue(pk))
+    return sweep, jobs
+
+
+def _sweep_gpu_hours(project: Project, model, version, train_split: str, eval_split: str,
+                     configs: list) -> float | None:
+    """The sweep's estimated GPU-hours (each job's time estimate times its devices), or None when the project
+    has no budget (nothing is estimated then). BudgetExceeded when there is a budget and no speed is measured
+    yet on the model (the estimate queues a calibration run, outside the launch's transaction)."""
+    from apps.training.speed import time_estimate
+
+    if Project.objects.values_list("gpu_hour_budget", flat=True).get(pk=project.pk) is None:
+        return None
+    examples = {}
+    hours = 0.0
+    for train_config in configs:
+        key = (train_config.format, train_config.method)
+        if key not in examples:
+            examples[key] = usable_rows(version, train_split, *key).count()
+        seconds = time_estimate(model=model, version=version, train_split=train_split, eval_split=eval_split,
+                                train_config=train_config, examples=examples[key])["time_s"]
+        if seconds is None:
+            raise BudgetExceeded("This project has a GPU-hour budget and no training speed is measured yet for "
+                                 f"“{model.name}”, so the sweep's hours cannot be checked against it; a short "
+                                 "calibration run is queued: launch the sweep again once it has run.",
+                                 field="gpu_hour_budget")
+        hours += seconds * train_config.devices / 3600
+    return round(hours, 4)
+
+
+def _check_sweep_budget(project: Project, hours: float | None, jobs: int) -> None:
+    """BudgetExceeded when the sweep's hours and those used pass the budget (under the launch's lock)."""
+    from apps.training.selectors import gpu_hours_used
+
+    budget = Project.objects.values_list("gpu_hour_budget", flat=True).get(pk=project.pk)
+    if budget is None:
+        return
+    used = gpu_hours_used(project)
+    if hours is None or used + hours > budget:  # None: the budget was set meanwhile
+        need = "an unknown number of" if hours is None else f"about {hours:.2f}"
+        raise BudgetExceeded(f"This sweep's {jobs} jobs need {need} GPU-hours; the project has used {used:.2f} of "
+                             f"its {budget:g}, so {max(budget - used, 0):.2f} are left. Launch fewer or shorter "
+                             "jobs, or an admin can raise the budget.", field="gpu_hour_budget")
+
+
+def sweep_cancel(*, user, sweep, token=None, ip_address: str | None = None):
+    """Cancel every job of the sweep that has not ended (queued ones at once, running ones at their next
+    step) and mark the sweep cancelled. Conflict when it was already cancelled."""
+    from apps.training import events
+    from apps.training.models import Sweep
+
+    policy.require(user, "job.cancel", sweep, token)
+    with transaction.atomic():
+        sweep = Sweep.objects.select_for_update().get(pk=sweep.pk)
+        if sweep.cancelled_at is not None:
+            raise Conflict("This sweep is already cancelled.")
+        cancelled = [ask_to_cancel(TrainingJob, pk, what="job") for pk in
+                     sweep.jobs.filter(state__in=TrainingJob.ACTIVE).values_list("pk", flat=True)]
+        sweep.cancelled_at = timezone.now()
+        sweep.save(update_fields=["cancelled_at"])
+        audit_record(actor=user, action="sweep.cancel", project=sweep.project, target=sweep, ip_address=ip_address,
+                     after={"jobs": [job.pk for job in cancelled]})
+    for job in cancelled:
+        events.job_state(job)
+    return sweep

@@ -10,8 +10,9 @@ from apps.datasets.models import Dataset, DatasetVersion
 from apps.projects import policy
 from apps.registry.models import RegisteredModel
 from apps.training import events, selectors, services
+from apps.training.capacity import waiting_reason
 from apps.training.forms import LaunchForm
-from apps.training.models import TrainingJob
+from apps.training.models import Sweep, TrainingJob
 
 
 @login_required
@@ -103,7 +104,7 @@ def job_detail(request: HttpRequest, project_id: int, job_id: int) -> HttpRespon
     eval_points = list(selectors.job_points(job, kind="eval"))
     return render(request, "training/detail.html", {
         "project": job.project, "perms": perms, "tab": "jobs", "job": job, "state": events.state_payload(job),
-        "queue_position": selectors.queue_position(job), "config": sorted(job.config.items()),
+        "queue_position": selectors.queue_position(job), "waiting_reason": waiting_reason(job), "config": sorted(job.config.items()),
         "latest_samples": eval_points[-1].values.get("samples", []) if eval_points else [],
         "samples_step": eval_points[-1].step if eval_points else None})
 
@@ -136,3 +137,44 @@ def job_action(request: HttpRequest, project_id: int, job_id: int, action: str) 
     except (Invalid, Conflict, services.QuotaExceeded) as exc:
         messages.error(request, exc.message)
     return redirect("training:detail", project_id=project_id, job_id=job.pk)
+
+
+@login_required
+def sweep_list(request: HttpRequest, project_id: int) -> HttpResponse:
+    project = policy.get_project(request.user, project_id, "job.view")
+    request.nav_section = "jobs"
+    sweeps = [(sweep, selectors.sweep_state(sweep)) for sweep in
+              Sweep.objects.filter(project=project).select_related("created_by", "base_model")[:200]]
+    return render(request, "training/sweeps.html", {
+        "project": project, "perms": policy.project_permissions(request.user, project), "tab": "jobs",
+        "sweeps": sweeps})
+
+
+@login_required
+def sweep_detail(request: HttpRequest, project_id: int, sweep_id: int) -> HttpResponse:
+    """The sweep's jobs ranked by eval loss: a parallel-coordinates chart of the swept values against
+    the loss, the table, and the best run one click from a comparison with its base."""
+    sweep = policy.get_object(request.user, Sweep, sweep_id, "job.view", project_id=project_id,
+                              related=("base_model", "dataset_version__dataset"))
+    request.nav_section = "jobs"
+    trials = selectors.sweep_trials(sweep)
+    ranked = [t for t in trials if t["rank"]]
+    best = ranked[0] if ranked else None
+    return render(request, "training/sweep.html", {
+        "project": sweep.project, "perms": policy.permissions_on(request.user, sweep), "tab": "jobs",
+        "sweep": sweep, "state": selectors.sweep_state(sweep), "options": list(sweep.space), "trials": trials,
+        "best": best, "best_job": TrainingJob.objects.filter(pk=best["job"]).first() if best else None,
+        "top_jobs": [t["job"] for t in ranked[:selectors.MAX_COMPARED_JOBS]],
+        "chart": {"options": list(sweep.space), "trials": trials}})
+
+
+@login_required
+@require_POST
+def sweep_cancel(request: HttpRequest, project_id: int, sweep_id: int) -> HttpResponse:
+    sweep = policy.get_object(request.user, Sweep, sweep_id, "job.view", project_id=project_id)
+    try:
+        services.sweep_cancel(user=request.user, sweep=sweep, ip_address=client_ip(request))
+        messages.success(request, "Sweep cancelled: its queued jobs ended, its running ones stop at their next step.")
+    except Conflict as exc:
+        messages.error(request, exc.message)
+    return redirect("training:sweep", project_id=project_id, sweep_id=sweep.pk)

@@ -17,6 +17,11 @@ Cancelling is a file: when the caller's should_stop() says so, it writes ddp/STO
 for it before each step and the ranks all-reduce the flag, so all stop at the same step (rank 0
 checkpoints it).
 
+Every rank writes ddp/rank-N.joined once the process group is up. When not all have joined within
+`rendezvous_timeout_s` of torchrun's start (a rank stuck before or in the rendezvous: the others would
+wait in it forever), the caller kills torchrun and its ranks and raises RendezvousTimeout, before any
+step was trained; it is not restarted (a rendezvous that hung once is a machine problem, not a crash).
+
 A rank that dies ends the whole run: torchrun stops the others and exits, and the caller starts a
 fresh torchrun (at most MAX_RESTARTS times), whose ranks resume from the newest complete checkpoint.
 (Not torchrun's own --max-restarts: its restarted gloo groups were seen here to connect to the dead
@@ -50,6 +55,8 @@ SPEC = "spec.json"
 EVENTS = "events.jsonl"
 STOP = "STOP"
 LOG = "torchrun.log"
+JOINED = "rank-{rank}.joined"  # written by each rank once init_process_group returned
+RENDEZVOUS_TIMEOUT_S = 300.0  # torch and the process group come up in seconds; a loaded machine takes longer
 MAX_RESTARTS = 2          # fresh torchruns after the processes failed (a rank died)
 POLL_S = 0.2              # how often the caller reads events and asks should_stop()
 LOG_TAIL = 4000           # characters of torchrun's output quoted when a run fails without saying why
@@ -59,6 +66,10 @@ PR_SET_PDEATHSIG = 1
 class DistributedTrainingError(RuntimeError):
     """The processes failed in a way they could not report as one of the engine's errors (a rank killed,
     out of memory, a crash): the message quotes rank 0's error or the end of torchrun's output."""
+
+
+class RendezvousTimeout(DistributedTrainingError):
+    """Not every rank joined the process group in time: torchrun and its ranks were killed, nothing trained."""
 
 
 def available_devices(device: str = "auto") -> int:
@@ -71,9 +82,10 @@ def available_devices(device: str = "auto") -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
-def check_devices(config: TrainConfig) -> None:
-    """ConfigError naming `devices` when this machine cannot give config.devices processes."""
-    have = available_devices(config.device)
+def check_devices(config: TrainConfig, have: int | None = None) -> None:
+    """ConfigError naming `devices` when this machine cannot give config.devices processes. `have`: what
+    the caller says it has (a worker's advertised count), else available_devices()."""
+    have = available_devices(config.device) if have is None else have
     if config.devices > have:
         import torch
 
@@ -90,17 +102,20 @@ def launch_command(devices: int, run_dir: Path) -> list[str]:
 
 def train_distributed(config: TrainConfig, *, model_dir: Path, output_dir: Path, train_rows: Sequence[dict],
                       eval_rows: Sequence[dict], callbacks: TrainCallbacks | None = None,
-                      lineage: dict | None = None, max_restarts: int = MAX_RESTARTS) -> TrainResult:
+                      lineage: dict | None = None, max_restarts: int = MAX_RESTARTS, devices_here: int | None = None,
+                      rendezvous_timeout_s: float = RENDEZVOUS_TIMEOUT_S) -> TrainResult:
     """train() over config.devices processes under torchrun: the same arguments, callbacks (called in
     this process, from rank 0's events), exceptions (ConfigError, TrainingDataError, TrainCancelled,
-    FloatingPointError; DistributedTrainingError for a run that failed otherwise) and result."""
+    FloatingPointError; DistributedTrainingError for a run that failed otherwise, RendezvousTimeout when
+    the ranks did not all join within `rendezvous_timeout_s`) and result. `devices_here`: the devices
+    this worker has (its advertised count), checked against config.devices (default: counted here)."""
     from .loop import train
 
     config.validate()
     if config.devices == 1:
         return train(config, model_dir=model_dir, output_dir=output_dir, train_rows=train_rows,
                      eval_rows=eval_rows, callbacks=callbacks, lineage=lineage)
-    check_devices(config)
+    check_devices(config, devices_here)
     callbacks = callbacks or TrainCallbacks()
     run_dir = Path(output_dir) / RUN_DIR
     shutil.rmtree(run_dir, ignore_errors=True)  # a previous run's events, stop file and pids
@@ -109,7 +124,7 @@ def train_distributed(config: TrainConfig, *, model_dir: Path, output_dir: Path,
             "train_rows": list(train_rows), "eval_rows": list(eval_rows), "lineage": lineage}
     (run_dir / SPEC).write_text(json.dumps(spec, default=str))
     (run_dir / EVENTS).touch()
-    follower = _Follower(run_dir, callbacks)
+    follower = _Follower(run_dir, callbacks, world_size=config.devices, rendezvous_timeout_s=rendezvous_timeout_s)
     for attempt in range(max_restarts + 1):
         with open(run_dir / LOG, "ab") as log:
             process = subprocess.Popen(_dying_with_this_process(launch_command(config.devices, run_dir)),
@@ -117,6 +132,9 @@ def train_distributed(config: TrainConfig, *, model_dir: Path, output_dir: Path,
                                        env=_environment(config), cwd=_ROOT)
             try:
                 outcome = follower.follow(process)
+            except RendezvousTimeout:
+                _kill(process)
+                raise
             finally:
                 if process.poll() is None:  # this process is being unwound (an exception in a callback)
                     process.kill()
@@ -144,6 +162,12 @@ def _environment(config: TrainConfig) -> dict[str, str]:
     return env
 
 
+def _kill(process: subprocess.Popen) -> None:
+    """SIGKILL torchrun; its ranks die with it (PR_SET_PDEATHSIG), so wait for them to be gone too."""
+    process.kill()
+    process.wait()
+
+
 def _dying_with_this_process(command: list[str]) -> list[str]:
     """The command, run by a small Python that first asks the kernel to SIGKILL it when this process
     dies (kept across exec), so a killed worker leaves no torchrun training on behind it."""
@@ -157,16 +181,23 @@ def _dying_with_this_process(command: list[str]) -> list[str]:
 class _Follower:
     """Reads events.jsonl on from where it stopped (the file lasts over every torchrun of the run)."""
 
-    def __init__(self, run_dir: Path, callbacks: TrainCallbacks) -> None:
+    def __init__(self, run_dir: Path, callbacks: TrainCallbacks, *, world_size: int = 1,
+                 rendezvous_timeout_s: float = RENDEZVOUS_TIMEOUT_S) -> None:
         self.run_dir, self.callbacks = run_dir, callbacks
+        self.world_size, self.rendezvous_timeout_s = world_size, rendezvous_timeout_s
         self.offset = 0
         self.pending = b""
         self.stop_sent = False
 
     def follow(self, process: subprocess.Popen) -> dict | None:
         """Hand rank 0's events to the callbacks until torchrun exits; write STOP once should_stop() says
-        so. Returns this torchrun's last outcome event (result, cancelled, error, crash), or None."""
+        so. Returns this torchrun's last outcome event (result, cancelled, error, crash), or None. Raises
+        RendezvousTimeout when the ranks have not all joined within the timeout of this torchrun's start."""
         outcome = None
+        for rank in range(self.world_size):  # a restarted torchrun's ranks join again
+            (self.run_dir / JOINED.format(rank=rank)).unlink(missing_ok=True)
+        joined_by = time.monotonic() + self.rendezvous_timeout_s
+        all_joined = False
         while True:
             exited = process.poll() is not None
             with open(self.run_dir / EVENTS, "rb") as fh:
@@ -179,6 +210,14 @@ class _Follower:
                     outcome = _dispatch(json.loads(line), self.callbacks) or outcome
             if exited:
                 return outcome
+            if not all_joined:
+                joined = sum((self.run_dir / JOINED.format(rank=r)).exists() for r in range(self.world_size))
+                all_joined = joined == self.world_size
+                if not all_joined and time.monotonic() > joined_by:
+                    raise RendezvousTimeout(
+                        f"The training processes did not all join within {self.rendezvous_timeout_s:g} s "
+                        f"({joined} of {self.world_size} did): torchrun's rendezvous hung, so they were stopped "
+                        "before any step was trained.")
             if not self.stop_sent and self.callbacks.should_stop():
                 (self.run_dir / STOP).write_text("")
                 self.stop_sent = True
@@ -295,6 +334,7 @@ def main(run_dir: Path) -> int:
     else:
         config.device = "cpu"
         dist.init_process_group("gloo")
+    (run_dir / JOINED.format(rank=rank)).write_text("")
     reporter = _Reporter(run_dir) if rank == 0 else None
     callbacks = reporter or _Listener(run_dir)
     try:
