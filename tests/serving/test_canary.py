@@ -10,25 +10,14 @@ from django.utils import timezone
 from apps.monitoring.models import Alert
 from apps.monitoring.services import alerts_evaluate
 from apps.projects.models import AuditEvent
-from apps.registry.models import ModelAlias, RegisteredModel
+from apps.registry.models import ModelAlias
 from apps.registry.selectors import canary_serves, resolve_served
 from apps.serving.canary import canary_check, canary_check_all, canary_health, percentile
 from apps.serving.models import Generation
+from tests.serving.fixtures import alias_family_fixture, ready  # noqa: F401
 
 pytestmark = pytest.mark.django_db
 
-
-def ready(project, name, **extra) -> RegisteredModel:
-    return RegisteredModel.objects.create(project=project, name=name, format=extra.pop("format", "hf_dir"),
-                                          source_path="/m", weights_path="/m", status="ready", info={}, **extra)
-
-
-@pytest.fixture
-def family(project):
-    base = ready(project, "Support")
-    v1 = ready(project, "Support v1", kind="adapter", base_model=base, format="peft")
-    alias = ModelAlias.objects.create(project=project, model=base, version=base, name="production")
-    return base, v1, alias
 
 
 def put_canary(client, model, body, alias="production"):

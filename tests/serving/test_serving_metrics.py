@@ -11,24 +11,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
 from apps.monitoring.exposition import serving_families
-from apps.registry.models import ModelAlias, RegisteredModel
 from apps.serving.models import Generation
 from apps.serving.selectors import serving_metrics
+from tests.serving.fixtures import alias_family_fixture, ready  # noqa: F401
 
 pytestmark = pytest.mark.django_db
 
-
-def ready(project, name, **extra) -> RegisteredModel:
-    return RegisteredModel.objects.create(project=project, name=name, format=extra.pop("format", "hf_dir"),
-                                          source_path="/m", weights_path="/m", status="ready", info={}, **extra)
-
-
-@pytest.fixture
-def family(project):
-    base = ready(project, "Support")
-    v1 = ready(project, "Support v1", kind="adapter", base_model=base, format="peft")
-    alias = ModelAlias.objects.create(project=project, model=base, version=base, name="production")
-    return base, v1, alias
 
 
 def generation(project, model, *, alias=None, state="succeeded", total_s=1.0, ttft=0.1, tokens=(10, 20), ago_min=1):
