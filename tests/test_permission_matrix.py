@@ -224,6 +224,19 @@ def _arrange_alias_canary(world: World) -> dict:
     return values
 
 
+def _arrange_alias_captures(world: World) -> dict:
+    """`staging` of the base logging its traffic, with one capture."""
+    from apps.registry.models import ModelAlias
+    from apps.serving.models import Capture
+
+    values = _arrange_alias(False)(world)
+    alias = ModelAlias.objects.get(model_id=world.base_id, name="staging")
+    ModelAlias.objects.filter(pk=alias.pk).update(capture_enabled=True)
+    Capture.objects.create(project=world.project, alias=alias, version_id=world.base_id, completion_id="chatcmpl-1",
+                           messages=[{"role": "user", "content": "hi"}], response="hello")
+    return values
+
+
 def _arrange_sweep(world: World) -> dict:
     """A sweep of world.project with one queued job (on a placeholder model)."""
     from apps.training.models import Sweep
@@ -529,6 +542,16 @@ ENDPOINTS = [
              _no_body, 204, checks=("model.view", "model.alias"), arrange=_arrange_alias(False)),
     Endpoint("model-serving-metrics", "GET", "/api/models/<int:model_id>/serving-metrics/", "model.view", _no_body,
              200, arrange=_arrange_alias(False)),
+    Endpoint("alias-capture", "GET", "/api/models/<int:model_id>/aliases/<str:alias>/capture/", "model.view",
+             _no_body, 200, arrange=_arrange_alias(False)),
+    Endpoint("alias-capture-set", "PUT", "/api/models/<int:model_id>/aliases/<str:alias>/capture/", "model.alias",
+             lambda w: {"enabled": True, "sample_rate": 0.5}, 200, checks=("model.view", "model.alias"),
+             arrange=_arrange_alias(False)),
+    Endpoint("alias-captures", "GET", "/api/models/<int:model_id>/aliases/<str:alias>/captures/", "dataset.view",
+             _no_body, 200, checks=("model.view", "dataset.view"), arrange=_arrange_alias_captures),
+    Endpoint("alias-captures-dataset", "POST", "/api/models/<int:model_id>/aliases/<str:alias>/captures/dataset/",
+             "dataset.import", lambda w: {"dataset": w.dataset.pk}, 202,
+             checks=("model.view", "dataset.view", "dataset.import"), arrange=_arrange_alias_captures, audit_writes=3),
     Endpoint("alias-canary", "GET", "/api/models/<int:model_id>/aliases/<str:alias>/canary/", "model.view",
              _no_body, 200, arrange=_arrange_alias(False)),
     Endpoint("alias-canary-start", "PUT", "/api/models/<int:model_id>/aliases/<str:alias>/canary/", "model.alias",

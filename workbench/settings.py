@@ -292,6 +292,8 @@ CELERY_BEAT_SCHEDULE = {
                                    "options": {"queue": "default", "expires": 60}},
     "serving-canary-check": {"task": "serving.canary_check", "schedule": env_float("CANARY_CHECK_INTERVAL_S", 10.0),
                              "options": {"queue": "default", "expires": 30}},
+    "serving-captures-expire": {"task": "serving.captures_expire", "schedule": 3600.0,
+                                "options": {"queue": "default", "expires": 3600}},
 }
 
 # --- Monitoring -------------------------------------------------------------------------

@@ -135,6 +135,13 @@ class ModelAlias(models.Model):
     max_error_rate = models.FloatField(null=True, blank=True)
     max_p99_latency_s = models.FloatField(null=True, blank=True)
     min_requests = models.PositiveIntegerField(default=20)
+    # Request logging of the traffic through this alias (off by default): a `capture_sample_rate`
+    # share of /v1 answers kept as captures (apps.serving.captures), personal data replaced at
+    # capture when `capture_redact`, deleted after `capture_retention_days`.
+    capture_enabled = models.BooleanField(default=False)
+    capture_sample_rate = models.FloatField(default=1.0)
+    capture_retention_days = models.PositiveIntegerField(default=30)
+    capture_redact = models.BooleanField(default=True)
     updated_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
     updated_at = models.DateTimeField(auto_now=True)
     created_at = models.DateTimeField(auto_now_add=True)

@@ -2,6 +2,8 @@
 model's serving figures per version and alias."""
 
 from drf_spectacular.utils import extend_schema
+from rest_framework import status
+from rest_framework.generics import ListAPIView
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -11,10 +13,17 @@ from apps.core.http import client_ip
 from apps.projects import policy
 from apps.registry.models import ModelAlias, RegisteredModel
 from apps.registry.services import alias_canary_start, alias_canary_stop
+from apps.serving.captures import capture_settings, captures_matching, captures_to_dataset
 from apps.serving.selectors import serving_metrics
 from apps.serving.serializers import (
     CanarySerializer,
     CanarySetSerializer,
+    CaptureFilterSerializer,
+    CaptureSerializer,
+    CaptureSettingsOutSerializer,
+    CaptureSettingsSerializer,
+    CapturesToDatasetSerializer,
+    ImportQueuedSerializer,
     ServingMetricsQuerySerializer,
     ServingMetricsSerializer,
 )
@@ -67,3 +76,58 @@ class ModelServingMetricsApi(APIView):
         query = ServingMetricsQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
         return Response(ServingMetricsSerializer(serving_metrics(model, **query.validated_data)).data)
+
+
+def _alias_of(request: Request, model_id: int, alias: str) -> ModelAlias:
+    model = policy.get_object(request.user, RegisteredModel, model_id, "model.view", request.auth)
+    return _alias(model, alias)
+
+
+class AliasCaptureSettingsApi(APIView):
+    """Request logging of an alias: on or off, its sample rate, retention and redaction."""
+
+    @extend_schema(responses=CaptureSettingsOutSerializer)
+    def get(self, request: Request, model_id: int, alias: str) -> Response:
+        return Response(CaptureSettingsOutSerializer(_alias_of(request, model_id, alias)).data)
+
+    @extend_schema(request=CaptureSettingsSerializer, responses=CaptureSettingsOutSerializer)
+    def put(self, request: Request, model_id: int, alias: str) -> Response:
+        target = _alias_of(request, model_id, alias)
+        data = CaptureSettingsSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        changed = capture_settings(user=request.user, alias=target, token=request.auth, ip_address=client_ip(request),
+                                   **data.validated_data)
+        return Response(CaptureSettingsOutSerializer(changed).data)
+
+
+class AliasCapturesApi(ListAPIView):
+    """What production users asked through an alias and what they were answered (redacted when
+    the alias redacts), newest first, with their feedback; filtered by version, time and feedback."""
+
+    serializer_class = CaptureSerializer
+
+    @extend_schema(parameters=[CaptureFilterSerializer])
+    def get(self, request, *args, **kwargs):
+        return super().get(request, *args, **kwargs)
+
+    def get_queryset(self):
+        target = _alias_of(self.request, self.kwargs["model_id"], self.kwargs["alias"])
+        policy.require(self.request.user, "dataset.view", target.project, self.request.auth)
+        query = CaptureFilterSerializer(data=self.request.query_params)
+        query.is_valid(raise_exception=True)
+        return captures_matching(target, **query.validated_data).order_by("-created_at", "-id")
+
+
+class AliasCapturesDatasetApi(APIView):
+    """Turn the matching captures into the next version of a dataset of the project (an import job)."""
+
+    @extend_schema(request=CapturesToDatasetSerializer, responses={202: ImportQueuedSerializer})
+    def post(self, request: Request, model_id: int, alias: str) -> Response:
+        target = _alias_of(request, model_id, alias)
+        data = CapturesToDatasetSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        filters = dict(data.validated_data)
+        job, count = captures_to_dataset(user=request.user, alias=target, dataset_id=filters.pop("dataset"),
+                                  token=request.auth, ip_address=client_ip(request), **filters)
+        return Response({"import_job": job.pk, "dataset": job.dataset_id, "captures": count},
+                        status=status.HTTP_202_ACCEPTED)

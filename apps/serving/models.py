@@ -56,3 +56,32 @@ class Generation(LeasedJob):
                 "time_to_first_token_s": self.time_to_first_token_s, "total_s": self.total_s,
                 "tokens_per_s": round(self.completion_tokens / self.total_s, 1) if self.total_s else None,
                 "logprobs": self.logprobs, "error": self.error, "field": self.error_field}
+
+
+class Capture(models.Model):
+    """One /v1 request and its answer through an alias that logs its traffic: what production
+    users asked (personal data replaced when the alias redacts: the raw text is never stored then),
+    the version that answered, its timings, and the user's feedback once the client sends it.
+    Deleted after the alias's retention; turned into dataset versions on demand."""
+
+    project = models.ForeignKey("projects.Project", on_delete=models.CASCADE, related_name="captures")
+    alias = models.ForeignKey("registry.ModelAlias", on_delete=models.CASCADE, related_name="captures")
+    version = models.ForeignKey("registry.RegisteredModel", on_delete=models.CASCADE, related_name="captures")
+    generation = models.OneToOneField(Generation, null=True, on_delete=models.SET_NULL, related_name="capture")
+    completion_id = models.CharField(max_length=40, unique=True)  # "chatcmpl-<generation id>" as the client saw it
+    messages = models.JSONField()  # [{role, content}]; a completion's prompt as one user message
+    response = models.TextField()
+    redacted = models.BooleanField(default=False)
+    redactions = models.PositiveIntegerField(default=0)
+    latency_s = models.FloatField(null=True)
+    time_to_first_token_s = models.FloatField(null=True)
+    prompt_tokens = models.PositiveIntegerField(default=0)
+    completion_tokens = models.PositiveIntegerField(default=0)
+    feedback_score = models.FloatField(null=True, blank=True)
+    feedback_comment = models.TextField(blank=True)
+    feedback_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["alias", "created_at"])]

@@ -37,6 +37,7 @@ from apps.core.errors import DomainError, Invalid
 from apps.projects import policy
 from apps.registry.selectors import served_names
 from apps.serving import services, stream
+from apps.serving.captures import feedback_record
 from apps.serving.models import Generation
 
 # OpenAI names -> ours. max_completion_tokens is the newer name of max_tokens.
@@ -150,6 +151,25 @@ async def model_detail(request: HttpRequest, model_id: str) -> HttpResponse:
 
 
 @csrf_exempt
+async def feedback(request: HttpRequest) -> HttpResponse:
+    """A user's feedback on an answer: recorded on its capture (apps.serving.captures)."""
+    if request.method != "POST":
+        return error(405, "Use POST.", headers={"Allow": "POST"})
+    auth = await sync_to_async(_authenticate)(request)
+    if isinstance(auth, HttpResponse):
+        return auth
+    user, token, project = auth
+    try:
+        body = _json_body(request)
+        capture = await sync_to_async(feedback_record)(
+            user=user, project=project, completion=body.get("completion_id"), score=body.get("score"),
+            comment=body.get("comment"), token=token)
+    except DomainError as exc:
+        return _domain_error(exc)
+    return JsonResponse({"completion_id": capture.completion_id, "recorded": True})
+
+
+@csrf_exempt
 async def chat_completions(request: HttpRequest) -> HttpResponse:
     return await _complete(request, chat=True)
 
@@ -237,9 +257,8 @@ def _nul_at(value, where: str) -> str | None:
     return None
 
 
-def _parse(request: HttpRequest, chat: bool) -> dict:
-    """The request as a call: model, messages or prompt, sampling params, n, stream, and `names`,
-    our field names -> the request's own (so an error names what the client sent)."""
+def _json_body(request: HttpRequest) -> dict:
+    """The request's JSON object; each refusal names the field."""
     try:
         body = json.loads(request.body or b"")
     except RequestDataTooBig:
@@ -253,6 +272,13 @@ def _parse(request: HttpRequest, chat: bool) -> dict:
         where = _nul_at(value, str(name))
         if where is not None:  # a database text column cannot hold one
             raise Invalid("Text may not contain NUL (\\u0000) characters.", field=where)
+    return body
+
+
+def _parse(request: HttpRequest, chat: bool) -> dict:
+    """The request as a call: model, messages or prompt, sampling params, n, stream, and `names`,
+    our field names -> the request's own (so an error names what the client sent)."""
+    body = _json_body(request)
     if not isinstance(body.get("model"), str) or not body["model"]:
         raise Invalid("Name the model (see /v1/models).", field="model")
     _refuse_unsupported(body)

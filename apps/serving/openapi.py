@@ -113,6 +113,12 @@ SCHEMAS = {
                     "top_logprobs": {"type": "array", "items": {"type": "object",
                                                                 "additionalProperties": {"type": "number"}}},
                     "text_offset": {"type": "array", "items": {"type": "integer"}}}}}}}}},
+    "OpenAIFeedbackRequest": {"type": "object", "required": ["completion_id", "score"], "properties": {
+        "completion_id": {"type": "string", "description": "the id of the answer (chatcmpl-… or cmpl-…)"},
+        "score": {"type": "number", "minimum": -1000, "maximum": 1000},
+        "comment": {"type": "string", "maxLength": 2000, "nullable": True}}},
+    "OpenAIFeedback": {"type": "object", "required": ["completion_id", "recorded"], "properties": {
+        "completion_id": {"type": "string"}, "recorded": {"type": "boolean"}}},
 }
 
 
@@ -154,6 +160,13 @@ PATHS = {
                                         "Chat completion (OpenAI-compatible)."),
     "/v1/completions": _generation("OpenAICompletionRequest", "OpenAICompletion",
                                    "Text completion (OpenAI-compatible)."),
+    "/v1/feedback": {"post": {
+        "operationId": "openai_feedback", "tags": [TAG], "summary": "A user's feedback on a captured answer.",
+        "description": "Recorded on the answer's capture (its alias logs requests); a comment is redacted like "
+                       "the capture. Not part of OpenAI's API.",
+        "security": [{"bearerToken": []}],
+        "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("OpenAIFeedbackRequest")}}},
+        "responses": {"200": _answer("OpenAIFeedback", "Recorded."), **_errors(400, 401, 403, 404, 413, 429)}}},
 }
 
 

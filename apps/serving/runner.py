@@ -14,6 +14,7 @@ from apps.core.jobs import JobRun
 from apps.registry.models import RegisteredModel
 from apps.serving import events
 from apps.serving.canary import canary_check
+from apps.serving.captures import capture_generation
 from apps.serving.models import Generation
 
 logger = logging.getLogger(__name__)
@@ -57,6 +58,17 @@ def run_generation(generation_id: int, *, worker: str = "") -> None:
         _generate(run)
     if run.job.alias_id is not None:
         _judge_canary(run.job.alias_id)
+        _capture(run.job.pk)
+
+
+def _capture(generation_id: int) -> None:
+    """Keep the answer when its alias logs traffic (apps.serving.captures). Never the answer's failure."""
+    try:
+        generation = Generation.objects.filter(pk=generation_id).first()
+        if generation is not None:
+            capture_generation(generation)
+    except Exception:
+        logger.exception("capturing generation %s failed", generation_id)
 
 
 def _judge_canary(alias_id: int) -> None:

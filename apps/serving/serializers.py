@@ -3,6 +3,7 @@ from rest_framework import serializers
 
 from apps.registry.models import ModelAlias
 from apps.serving.canary import canary_health
+from apps.serving.models import Capture
 
 
 class CanarySetSerializer(serializers.Serializer):
@@ -107,3 +108,51 @@ class ServingMetricsSerializer(serializers.Serializer):
     price_per_1k_tokens = serializers.FloatField(allow_null=True)
     lines = ServingLineSerializer(many=True)
     series = ServingSeriesSerializer(many=True)
+
+
+class CaptureSettingsSerializer(serializers.Serializer):
+    enabled = serializers.BooleanField(help_text="log this alias's /v1 requests and answers")
+    sample_rate = serializers.FloatField(required=False, allow_null=True, default=None,
+                                         help_text="the share of requests kept, above 0 and at most 1")
+    retention_days = serializers.IntegerField(required=False, allow_null=True, default=None,
+                                              help_text="captures are deleted after this many days")
+    redact = serializers.BooleanField(required=False, allow_null=True, default=None,
+                                      help_text="replace personal data before anything is stored")
+
+
+class CaptureSettingsOutSerializer(serializers.ModelSerializer):
+    enabled = serializers.BooleanField(source="capture_enabled")
+    sample_rate = serializers.FloatField(source="capture_sample_rate")
+    retention_days = serializers.IntegerField(source="capture_retention_days")
+    redact = serializers.BooleanField(source="capture_redact")
+
+    class Meta:
+        model = ModelAlias
+        fields = ["name", "enabled", "sample_rate", "retention_days", "redact"]
+
+
+class CaptureFilterSerializer(serializers.Serializer):
+    version = serializers.IntegerField(required=False, allow_null=True, default=None)
+    since = serializers.DateTimeField(required=False, allow_null=True, default=None)
+    until = serializers.DateTimeField(required=False, allow_null=True, default=None)
+    feedback = serializers.ChoiceField(choices=["any", "with", "without", "positive", "negative"], required=False,
+                                       default="any")
+
+
+class CapturesToDatasetSerializer(CaptureFilterSerializer):
+    dataset = serializers.IntegerField(help_text="a dataset of the project: the captures become its next version")
+    message = serializers.CharField(required=False, allow_blank=True, default="", max_length=500)
+
+
+class CaptureSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Capture
+        fields = ["id", "completion_id", "version", "messages", "response", "redacted", "redactions", "latency_s",
+                  "time_to_first_token_s", "prompt_tokens", "completion_tokens", "feedback_score",
+                  "feedback_comment", "feedback_at", "created_at"]
+
+
+class ImportQueuedSerializer(serializers.Serializer):
+    import_job = serializers.IntegerField()
+    dataset = serializers.IntegerField()
+    captures = serializers.IntegerField()

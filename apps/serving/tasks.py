@@ -16,3 +16,10 @@ def canary_check_task() -> dict[str, int]:
     from apps.serving.canary import canary_check_all
 
     return canary_check_all()
+
+
+@shared_task(name="serving.captures_expire")
+def captures_expire_task() -> int:
+    from apps.serving.captures import captures_expire
+
+    return captures_expire()

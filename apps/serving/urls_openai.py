@@ -8,4 +8,5 @@ urlpatterns = [
     path("models/<path:model_id>", openai_api.model_detail, name="openai-model"),
     path("chat/completions", openai_api.chat_completions, name="openai-chat-completions"),
     path("completions", openai_api.completions, name="openai-completions"),
+    path("feedback", openai_api.feedback, name="openai-feedback"),
 ]

@@ -15,6 +15,7 @@ from apps.datasets.models import Dataset, DatasetRow, ExportJob
 from apps.projects.audit import audit_record
 from apps.providers.models import AllowedNetwork, Provider, ProviderEnablement, ProviderModel
 from apps.registry.models import CatalogueModel, ModelAlias, RegisteredModel
+from apps.serving.models import Capture
 from apps.training.models import MetricPoint
 from tests.annotation.fixtures import make_campaign, review_version  # noqa: F401 (a fixture)
 from tests.training.fixtures import make_job, make_version
@@ -58,9 +59,12 @@ def world(client, owner, project, review_version):  # noqa: F811 (the fixture im
                                           status="ready", catalogue=entry, info={})
     adapter = RegisteredModel.objects.create(project=project, name="Tuned", format="peft", kind="adapter",
                                              base_model=base, source_path="/a", status="ready", info={})
-    ModelAlias.objects.create(project=project, model=adapter, version=adapter, name="production")
+    alias = ModelAlias.objects.create(project=project, model=adapter, version=adapter, name="production")
+    Capture.objects.create(project=project, alias=alias, version=adapter, completion_id="chatcmpl-1", messages=[],
+                           response="")  # the alias's captured traffic lists
     return {"project_id": project.pk, "dataset_id": version.dataset_id, "number": version.number,
-            "job_id": job.pk, "campaign_id": campaign["id"], "provider_id": provider.pk, "model_id": adapter.pk}
+            "job_id": job.pk, "campaign_id": campaign["id"], "provider_id": provider.pk, "model_id": adapter.pk,
+            "alias": alias.name}
 
 
 def lists(schema, world) -> dict[str, set[str]]:
