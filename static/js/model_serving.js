@@ -68,3 +68,59 @@
   load();
   setInterval(function () { if (!document.hidden) load(); }, 15000);
 })();
+
+// Request logging: each alias's settings saved through the API (a refusal names its field), and
+// its newest captures with their feedback, refreshed with the figures.
+(function () {
+  "use strict";
+  document.querySelectorAll("[data-testid=capture-form]").forEach(function (form) {
+    var status = form.querySelector("[data-testid=capture-status]");
+    var list = document.querySelector("[data-testid=capture-list][data-alias='" + form.dataset.alias + "']");
+
+    function number(name) {
+      var value = form.elements[name].value;
+      return value === "" ? null : Number(value);
+    }
+
+    form.addEventListener("submit", function (event) {
+      event.preventDefault();
+      Workbench.apiFetch("PUT", form.dataset.captureUrl, {
+        enabled: form.elements.enabled.checked, sample_rate: number("sample_rate"),
+        retention_days: number("retention_days"), redact: form.elements.redact.checked
+      }).then(function (response) {
+        return response.json().then(function (body) {
+          if (response.ok) {
+            status.textContent = body.enabled ? "Logging " + Math.round(body.sample_rate * 100) +
+              "% of requests, kept " + body.retention_days + " days" + (body.redact ? ", redacted." : ".") : "Not logging.";
+          } else {
+            // Domain errors say {detail, field}; DRF's own say {field: [message]}.
+            var field = body.field || Object.keys(body)[0];
+            var message = body.detail || (Array.isArray(body[field]) ? body[field][0] : "refused");
+            status.textContent = (field ? field + ": " : "") + message;
+          }
+        });
+      });
+    });
+
+    function loadCaptures() {
+      Workbench.apiFetch("GET", form.dataset.capturesUrl).then(function (response) {
+        return response.ok ? response.json() : null;
+      }).then(function (page) {
+        if (!page) return;
+        list.replaceChildren();
+        page.results.slice(0, 5).forEach(function (capture) {
+          var item = document.createElement("li");
+          var asked = capture.messages.length ? capture.messages[capture.messages.length - 1].content : "";
+          item.textContent = capture.created_at.slice(0, 19).replace("T", " ") + " — " + asked.slice(0, 120) +
+            " → " + capture.response.slice(0, 120) +
+            (capture.feedback_score === null ? "" : " (feedback " + capture.feedback_score + ")");
+          list.appendChild(item);
+        });
+        list.dataset.count = String(page.results.length);
+      }).catch(function () { /* the next refresh tries again */ });
+    }
+
+    loadCaptures();
+    setInterval(function () { if (!document.hidden) loadCaptures(); }, 15000);
+  });
+})();

@@ -135,3 +135,32 @@ def test_an_admin_starts_a_canary_watches_the_serving_figures_update_and_rolls_i
     expect(page.get_by_test_id("alias-table").locator("tr[data-alias=production] [data-testid=alias-traffic]")
            ).to_have_text(f"all to {tiny_model.name}")
     assert AuditEvent.objects.filter(action="model.alias_rollback", actor=admin).count() == 1
+
+
+def test_an_admin_turns_request_logging_on_and_sees_the_captured_traffic(page, project, owner, admin, tiny_model):
+    from apps.serving.models import Capture
+
+    alias_set(user=owner, model=tiny_model, name="production", version=tiny_model.pk)
+    alias = ModelAlias.objects.get(name="production")
+    browser_login(page, "adam")
+    page.goto(f"/projects/{project.pk}/models/{tiny_model.pk}/")
+    form = page.get_by_test_id("capture-form").filter(has_text="@production")
+    expect(form.get_by_label("Log requests")).not_to_be_checked()  # off by default
+    form.get_by_label("Log requests").check()
+    form.get_by_label("Keep (days)").fill("-1")
+    form.get_by_role("button", name="Save").click()
+    expect(form.get_by_test_id("capture-status")).to_contain_text("retention_days")
+    assert not ModelAlias.objects.get(pk=alias.pk).capture_enabled  # refused: nothing changed
+
+    form.get_by_label("Keep (days)").fill("14")
+    form.get_by_label("Sample (0-1)").fill("0.5")
+    form.get_by_role("button", name="Save").click()
+    expect(form.get_by_test_id("capture-status")).to_have_text("Logging 50% of requests, kept 14 days, redacted.")
+    alias.refresh_from_db()
+    assert (alias.capture_enabled, alias.capture_sample_rate, alias.capture_retention_days) == (True, 0.5, 14)
+
+    Capture.objects.create(project=project, alias=alias, version=tiny_model, completion_id="chatcmpl-7",
+                           messages=[{"role": "user", "content": "Where is <b>[EMAIL]</b>?"}], response="Here.",
+                           feedback_score=1)
+    captured = page.get_by_test_id("capture-list").filter(has_text="Where is")
+    expect(captured).to_contain_text("Where is <b>[EMAIL]</b>? → Here. (feedback 1)", timeout=25_000)  # as text
