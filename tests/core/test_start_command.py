@@ -76,7 +76,11 @@ def test_start_command_serves_logs_in_and_stops_cleanly_on_ctrl_c(tmp_path):
         wait_ready(base_url, process)
         assert "pong" in wait_worker(tmp_path)
         queues = worker_queues(tmp_path)
-        assert sorted(queues.values()) == [["default"], ["gpu"], ["inference"]], queues  # training never takes default's slots
+        # Training never takes default's slots; its worker also takes the jobs its devices fit (gpu.devices-N).
+        from apps.training.capacity import job_queue, worker_devices
+
+        training = sorted(job_queue(n) for n in range(1, worker_devices() + 1))
+        assert sorted(sorted(q) for q in queues.values()) == sorted([["default"], training, ["inference"]]), queues
         descendants = psutil.Process(process.pid).children(recursive=True)
         names = " ".join(" ".join(p.cmdline()) for p in descendants)
         assert "redis-server" in names and "uvicorn" in names and "celery" in names

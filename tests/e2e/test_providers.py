@@ -13,6 +13,7 @@ from playwright.sync_api import expect
 
 from apps.accounts import services as account_services
 from apps.providers.models import Provider
+from apps.registry.selectors import model_slug
 from tests.conftest import browser_login
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(180)]
@@ -56,7 +57,7 @@ def test_site_admin_registers_allowlists_fetches_models_enables_and_disables_a_p
 
     page.get_by_role("button", name="Fetch models from the provider").click()
     expect(page.get_by_role("status")).to_contain_text("The provider lists 1 model(s).")
-    expect(page.get_by_label("Models")).to_have_value(tiny_model.name)
+    expect(page.get_by_label("Models")).to_have_value(model_slug(tiny_model.name))  # /v1 lists API ids
 
     page.get_by_label("Project", exact=True).select_option(label="Alpha")
     page.get_by_role("button", name="Enable for project").click()
