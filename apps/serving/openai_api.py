@@ -109,11 +109,16 @@ def _model_entry(model, api_id: str, display: str, project) -> dict:
             "name": display}
 
 
+async def _caller(request: HttpRequest, method: str):
+    """(user, token, project) of a request made with `method`, or the error response (405, 401, 403, 429)."""
+    if request.method != method:
+        return error(405, f"Use {method}.", headers={"Allow": method})
+    return await sync_to_async(_authenticate)(request)
+
+
 @csrf_exempt
 async def models(request: HttpRequest) -> HttpResponse:
-    if request.method != "GET":
-        return error(405, "Use GET.", headers={"Allow": "GET"})
-    auth = await sync_to_async(_authenticate)(request)
+    auth = await _caller(request, "GET")
     if isinstance(auth, HttpResponse):
         return auth
     user, token, project = auth
@@ -127,9 +132,7 @@ async def models(request: HttpRequest) -> HttpResponse:
 
 @csrf_exempt
 async def model_detail(request: HttpRequest, model_id: str) -> HttpResponse:
-    if request.method != "GET":
-        return error(405, "Use GET.", headers={"Allow": "GET"})
-    auth = await sync_to_async(_authenticate)(request)
+    auth = await _caller(request, "GET")
     if isinstance(auth, HttpResponse):
         return auth
     user, token, project = auth
@@ -153,9 +156,7 @@ async def model_detail(request: HttpRequest, model_id: str) -> HttpResponse:
 @csrf_exempt
 async def feedback(request: HttpRequest) -> HttpResponse:
     """A user's feedback on an answer: recorded on its capture (apps.serving.captures)."""
-    if request.method != "POST":
-        return error(405, "Use POST.", headers={"Allow": "POST"})
-    auth = await sync_to_async(_authenticate)(request)
+    auth = await _caller(request, "POST")
     if isinstance(auth, HttpResponse):
         return auth
     user, token, project = auth
@@ -339,9 +340,7 @@ def _create(user, project, token, call: dict) -> list[Generation]:
 
 
 async def _complete(request: HttpRequest, *, chat: bool) -> HttpResponse:
-    if request.method != "POST":
-        return error(405, "Use POST.", headers={"Allow": "POST"})
-    auth = await sync_to_async(_authenticate)(request)
+    auth = await _caller(request, "POST")
     if isinstance(auth, HttpResponse):
         return auth
     user, token, project = auth
