@@ -39,10 +39,13 @@ class DashboardConsumer(PolicyConsumer):
         await super().close(code=code, reason=reason)
 
     async def _tick(self) -> None:
-        while True:
-            if not await self._refresh():
-                return
-            await asyncio.sleep(settings.MONITORING_LIVE_INTERVAL_S)
+        try:
+            while True:
+                if not await self._refresh():
+                    return
+                await asyncio.sleep(settings.MONITORING_LIVE_INTERVAL_S)
+        except OSError:  # the client went away between two refreshes (the server's ClientDisconnected)
+            return
 
     async def _refresh(self) -> bool:
         async with self.refreshing:
