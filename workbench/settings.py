@@ -279,6 +279,10 @@ INFERENCE_TIMEOUT_S = env_float("INFERENCE_TIMEOUT_S", 300.0)
 # What a thousand tokens (prompt and completion) cost, as the site's admin prices serving; unset: no
 # cost figure, only the worker-seconds each version used.
 SERVING_PRICE_PER_1K_TOKENS = env_float("SERVING_PRICE_PER_1K_TOKENS", None)
+# How long an ended generation keeps its prompt and output on its row (the stream and a late
+# non-streaming reader need them for a while); after it, only timings and token counts stay, which is
+# all the serving metrics read. Production text is kept only where an alias's request logging asks.
+SERVING_TEXT_RETENTION_S = env_float("SERVING_TEXT_RETENTION_S", 3600.0)
 
 # A campaign's agreement numbers are computed by the web process up to this many answers (~30 ms
 # of Python); past it a `default` worker computes them, since a longer hold of the GIL stalls
@@ -294,6 +298,8 @@ CELERY_BEAT_SCHEDULE = {
                              "options": {"queue": "default", "expires": 30}},
     "serving-captures-expire": {"task": "serving.captures_expire", "schedule": 3600.0,
                                 "options": {"queue": "default", "expires": 3600}},
+    "serving-generations-scrub": {"task": "serving.generations_scrub", "schedule": 600.0,
+                                  "options": {"queue": "default", "expires": 600}},
 }
 
 # --- Monitoring -------------------------------------------------------------------------

@@ -3,6 +3,9 @@ values sane, the messages well formed; everything a worker would refuse anyway i
 here first, naming the field. Prompt length against the context is checked by the worker
 (it needs the tokenizer), which reports it the same way."""
 
+from datetime import timedelta
+
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -101,6 +104,15 @@ def generation_abandon(generation_id: int) -> None:
     Generation.objects.filter(pk=generation_id, state=Generation.State.QUEUED).update(
         state=Generation.State.SUCCEEDED, finish_reason="cancelled", cancel_requested=True, finished_at=timezone.now())
     Generation.objects.filter(pk=generation_id, state=Generation.State.RUNNING).update(cancel_requested=True)
+
+
+def generations_scrub(*, now=None) -> int:
+    """Blank the prompt, messages, output and logprobs of every generation that ended more than
+    SERVING_TEXT_RETENTION_S ago. Returns how many rows were scrubbed."""
+    cutoff = (now or timezone.now()) - timedelta(seconds=settings.SERVING_TEXT_RETENTION_S)
+    return (Generation.objects.filter(state__in=Generation.ENDED, finished_at__lt=cutoff)
+            .exclude(messages__isnull=True, prompt__isnull=True, output="", logprobs__isnull=True)
+            .update(messages=None, prompt=None, output="", logprobs=None))
 
 
 def _as_json(params) -> dict:

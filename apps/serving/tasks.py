@@ -1,5 +1,5 @@
 """Celery tasks of serving: one generation on an `inference` worker (the engine is imported when it runs);
-the periodic check of canary rollouts."""
+the periodic check of canary rollouts, the expiry of captures and of generations' text."""
 
 from celery import shared_task
 
@@ -23,3 +23,10 @@ def captures_expire_task() -> int:
     from apps.serving.captures import captures_expire
 
     return captures_expire()
+
+
+@shared_task(name="serving.generations_scrub")
+def generations_scrub_task() -> int:
+    from apps.serving.services import generations_scrub
+
+    return generations_scrub()
