@@ -22,7 +22,7 @@ from workers.training import (
     target_module_names,
     train,
 )
-from workers.training.data import IGNORE, collate, make_rows
+from workers.training.data import IGNORE, Example, collate, make_rows
 
 # A word-level vocabulary that fits the tiny model's 64 embeddings, split on spaces only, so that
 # the role tags and </s> are whole tokens; the template supports add_generation_prompt.
@@ -268,6 +268,25 @@ def test_packed_rows_shift_targets_within_each_example(tokenizer):
     assert row.positions == list(range(first)) + list(range(len(examples[1].input_ids)))
     assert row.targets[first - 1] == IGNORE  # the first example never predicts the second one's first token
     assert row.targets[:first - 1] == examples[0].labels[1:]
+
+
+def test_packing_fills_rows_best_fit_longest_first_and_keeps_the_order_inside_a_row():
+    config = TrainConfig(max_seq_len=10)
+    lengths = [4, 6, 2, 5, 3]  # closing a row when the next does not fit: [4] [6,2] [5,3] -> 3 rows
+    examples = [Example(input_ids=[n * 10 + k for k in range(n)], labels=[n * 10 + k for k in range(n)])
+                for n in lengths]
+    rows = make_rows(examples, config, shuffle_seed=None)
+    # 6 opens a row (4 free), 5 another (5 free), 4 fills the first, 3 then 2 fill the second.
+    assert [[ids[0] // 10 for ids in _examples_in(row)] for row in rows] == [[4, 6], [2, 5, 3]]
+    assert all(len(row.input_ids) == 10 for row in rows)  # no room left: no padding at all
+    assert sorted(len(e) for row in rows for e in _examples_in(row)) == sorted(lengths)  # every example once
+    unpacked = make_rows(examples, TrainConfig(max_seq_len=10, packing=False), shuffle_seed=None)
+    assert [len(row.input_ids) for row in unpacked] == lengths  # one row per example, in order
+
+
+def _examples_in(row) -> list[list[int]]:
+    starts = [t for t, position in enumerate(row.positions) if position == 0] + [len(row.positions)]
+    return [row.input_ids[a:b] for a, b in zip(starts, starts[1:])]
 
 
 # --- the loop ------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ the ones it already trained on.
 
 from __future__ import annotations
 
+import bisect
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -230,26 +231,45 @@ class Row:
 
 
 def make_rows(examples: list[Example], config: TrainConfig, *, shuffle_seed: int | None) -> list[Row]:
-    """One Row per example, or (packing) examples greedily packed into rows of up to max_seq_len tokens,
-    in the order of a shuffle by `shuffle_seed` (None: as given). Packing is done once per run, so the
-    number of rows (and of steps) is fixed; the rows are reshuffled every epoch."""
+    """One Row per example in the order of a shuffle by `shuffle_seed` (None: as given), or (packing)
+    examples packed into rows of up to max_seq_len tokens by best-fit decreasing. Packing is done once
+    per run, so the number of rows (and of steps) is fixed; the rows are reshuffled every epoch."""
     order = list(range(len(examples)))
     if shuffle_seed is not None:
         random.Random(shuffle_seed).shuffle(order)
-    rows: list[Row] = []
-    current = Row([], [], [])
-    for index in order:
-        example = examples[index]
-        full = len(current.input_ids) + len(example.input_ids) > config.max_seq_len
-        if current.input_ids and (full or not config.packing):
-            rows.append(current)
-            current = Row([], [], [])
-        current.input_ids += example.input_ids
-        current.targets += example.labels[1:] + [IGNORE]
-        current.positions += list(range(len(example.input_ids)))
-    if current.input_ids:
-        rows.append(current)
+    groups = _best_fit_decreasing(examples, order, config.max_seq_len) if config.packing else [[i] for i in order]
+    rows = []
+    for group in groups:
+        row = Row([], [], [])
+        for index in group:
+            example = examples[index]
+            row.input_ids += example.input_ids
+            row.targets += example.labels[1:] + [IGNORE]
+            row.positions += list(range(len(example.input_ids)))
+        rows.append(row)
     return rows
+
+
+def _best_fit_decreasing(examples: list[Example], order: list[int], capacity: int) -> list[list[int]]:
+    """Groups of example indices, each of at most `capacity` tokens: longest first, each into the row
+    with the least room that still holds it (the lowest such row on a tie), else a new row. Closing a
+    row as soon as the next example does not fit left 17% padding on train_lora's examples; this
+    leaves about 4% (bench/README.md). Within a row the examples keep their order in `order`."""
+    rank = {index: position for position, index in enumerate(order)}
+    groups: list[list[int]] = []
+    rooms: list[tuple[int, int]] = []  # (tokens still free, group), sorted: bisect finds the best fit
+    for index in sorted(order, key=lambda i: -len(examples[i].input_ids)):  # stable: ties keep `order`
+        size = len(examples[index].input_ids)
+        at = bisect.bisect_left(rooms, (size, -1))
+        if at < len(rooms):
+            room, group = rooms.pop(at)
+        else:
+            room, group = capacity, len(groups)
+            groups.append([])
+        groups[group].append(index)
+        if room - size > 0:
+            bisect.insort(rooms, (room - size, group))
+    return [sorted(group, key=rank.__getitem__) for group in groups]
 
 
 def epoch_batches(rows: list[Row], config: TrainConfig, *, epoch: int | None) -> list[list[Row]]:
