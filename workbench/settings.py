@@ -245,6 +245,10 @@ TRAINING_MAX_ACTIVE_JOBS_PER_PROJECT = env_int("TRAINING_MAX_ACTIVE_JOBS_PER_PRO
 # The most data-parallel processes (`devices`) a job may ask for: what the gpu workers can give, one
 # per GPU (or per core for gloo on CPU). Unset: this machine's GPUs when it has any, else its cores.
 TRAINING_MAX_DEVICES = env_int("TRAINING_MAX_DEVICES", 0)
+# Whether the training workers have CUDA GPUs, which 4-bit and 8-bit base weights (QLoRA) need: a launch
+# asking for them is refused otherwise. "auto": this machine has NVIDIA devices (set it where the web
+# tier runs apart from the GPU workers, as TRAINING_MAX_DEVICES).
+TRAINING_CUDA = env_str("TRAINING_CUDA", "auto")
 # The devices a `gpu` worker advertises, and so the jobs it takes (apps.training.capacity). Unset: the
 # GPUs CUDA_VISIBLE_DEVICES gives it, else the machine's GPUs, else its CPU cores.
 TRAINING_WORKER_DEVICES = env_int("TRAINING_WORKER_DEVICES", 0)

@@ -260,7 +260,7 @@ def model_delete(*, user, model: RegisteredModel, token=None, ip_address: str | 
 
 
 def model_memory_estimate(*, model: RegisteredModel, precision: str, batch_size: int, seq_len: int, lora_rank: int,
-                          mode: str, lora_parameters: int | None = None) -> dict:
+                          mode: str, lora_parameters: int | None = None, quantization: str = "none") -> dict:
     from workers.models import ModelInfo, memory_estimate
 
     if not model.info:
@@ -274,7 +274,8 @@ def model_memory_estimate(*, model: RegisteredModel, precision: str, batch_size:
         if not 1 <= value <= top:
             raise Invalid(f"{field} is between 1 and {top}.", field=field)
     return memory_estimate(ModelInfo(**model.info), precision=precision, batch_size=batch_size, seq_len=seq_len,
-                           lora_rank=lora_rank, mode=mode, lora_parameters=lora_parameters)
+                           lora_rank=lora_rank, mode=mode, lora_parameters=lora_parameters,
+                           quantization=quantization)
 
 
 def model_content_hash(model: RegisteredModel) -> str:

@@ -95,7 +95,8 @@ def job_estimate(*, user, project: Project, name: str, base_model: int, dataset_
     per_device_batch = math.ceil(train_config.batch_size / train_config.devices)
     memory = {precision: model_memory_estimate(model=model, precision=precision, batch_size=per_device_batch,
                                                seq_len=train_config.max_seq_len, lora_rank=train_config.lora_r,
-                                               mode="lora", lora_parameters=trainable) for precision in precisions}
+                                               mode="lora", lora_parameters=trainable,
+                                               quantization=train_config.quantization) for precision in precisions}
     timing = time_estimate(model=model, version=version, train_split=train_split, eval_split=eval_split,
                            train_config=train_config, examples=examples)
     project.refresh_from_db(fields=["gpu_hour_budget"])
@@ -174,6 +175,9 @@ def _checked_config(config: dict, model: RegisteredModel):
         train_config.validate()
     except ConfigError as exc:
         raise Invalid(str(exc), field=f"config.{exc.field}") from None  # "batch_size: must be at least 1."
+    if train_config.quantization != "none" and not workers_have_cuda():
+        raise Invalid(f"quantization: {train_config.quantization} base weights (QLoRA) need a CUDA GPU, and this "
+                      "installation's training workers have none; choose none.", field="config.quantization")
     most = max_devices()
     if train_config.devices > most:
         raise Invalid(f"devices: at most {most}, what this installation's workers can give (one process per GPU, "
@@ -189,6 +193,19 @@ def _checked_config(config: dict, model: RegisteredModel):
             raise Invalid(f"The model has no module called {', '.join(unknown)}; it has {', '.join(sorted(known))}.",
                           field="config.target_modules")
     return train_config
+
+
+def workers_have_cuda() -> bool:
+    """settings.TRAINING_CUDA: "auto" (this machine has NVIDIA devices, counted without torch), or a
+    yes/no an operator sets where the web tier runs apart from the GPU workers."""
+    import glob
+
+    setting = str(settings.TRAINING_CUDA).strip().lower()
+    if setting in ("1", "true", "yes", "on"):
+        return True
+    if setting in ("0", "false", "no", "off"):
+        return False
+    return bool(glob.glob("/dev/nvidia[0-9]*"))
 
 
 def max_devices() -> int:

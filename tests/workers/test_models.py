@@ -554,6 +554,24 @@ def test_memory_estimate_terms(tiny_info):
     assert memory_estimate(tiny_info, mode="lora", lora_rank=16)["lora_parameters"] == 2 * lora["lora_parameters"]
 
 
+def test_memory_estimate_of_a_quantized_base_keeps_the_embedding_at_precision(tiny_info):
+    embedding = tiny_info.vocab_size * tiny_info.hidden_size
+    linear = tiny_info.parameters - embedding
+    assert linear > 0
+    bf16 = memory_estimate(tiny_info, precision="bf16", mode="lora", lora_rank=8)
+    nf4 = memory_estimate(tiny_info, precision="bf16", mode="lora", lora_rank=8, quantization="nf4")
+    int8 = memory_estimate(tiny_info, precision="bf16", mode="lora", lora_rank=8, quantization="int8")
+    # NF4 with double quantization: 4 bits + an 8-bit absmax per 64 + an fp32 constant per 64 x 256.
+    assert nf4["weights_bytes"] == round(embedding * 2 + linear * (4 + 0.125 + 32 / 16384) / 8)
+    assert int8["weights_bytes"] == embedding * 2 + linear
+    assert nf4["weights_bytes"] < int8["weights_bytes"] < bf16["weights_bytes"] == tiny_info.parameters * 2
+    assert nf4["quantization"] == "nf4" and bf16["quantization"] == "none"
+    for term in ("activations_bytes", "lora_weights_bytes", "optimizer_bytes"):  # only the frozen base shrinks
+        assert nf4[term] == bf16[term]
+    with pytest.raises(ValueError, match="quantization"):
+        memory_estimate(tiny_info, mode="lora", quantization="fp4")
+
+
 @pytest.mark.parametrize("targets, modules", [
     ("all-linear", ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]),
     ("attention", ["q_proj", "k_proj", "v_proj", "o_proj"]),

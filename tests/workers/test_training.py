@@ -5,6 +5,7 @@ no database."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 from pathlib import Path
@@ -149,12 +150,48 @@ def test_default_config_is_valid_and_round_trips_through_a_dict():
     ("checkpoint_every", 0), ("eval_every", 0), ("format", "alpaca"), ("loss_on", "prompt"),
     ("lr_scheduler", "step"), ("precision", "fp8"), ("device", "tpu"), ("target_modules", "mlp"),
     ("target_modules", []), ("batch_size", "8"), ("packing", "yes"), ("prompt_template", "no placeholder"),
+    ("quantization", "fp4"), ("quantization", 4),
 ])
 def test_config_error_names_the_bad_field(field, value):
     with pytest.raises(ConfigError) as caught:
         TrainConfig(**{field: value}).validate()
     assert caught.value.field == field and caught.value.message
     assert isinstance(caught.value, ValueError)
+
+
+def torch_cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+@pytest.mark.parametrize("device", ["cpu", "mps"])
+def test_a_quantized_base_on_a_device_without_cuda_is_refused_naming_quantization(device):
+    with pytest.raises(ConfigError) as caught:
+        TrainConfig(quantization="nf4", device=device).validate()
+    assert caught.value.field == "quantization" and "CUDA" in caught.value.message
+
+
+@pytest.mark.skipif(torch_cuda_available(), reason="checks the refusal on a machine without CUDA")
+def test_a_quantized_base_where_auto_finds_no_gpu_is_refused_before_anything_is_written(model_dir, tmp_path):
+    with pytest.raises(ConfigError) as caught:
+        run(model_dir, tmp_path / "out", max_steps=1, quantization="int8")
+    assert caught.value.field == "quantization" and "cpu" in caught.value.message
+    assert not (tmp_path / "out" / "checkpoints").exists()
+
+
+@pytest.mark.skipif(not torch_cuda_available() or importlib.util.find_spec("bitsandbytes") is None,
+                    reason="QLoRA needs a CUDA GPU and bitsandbytes (bench/gpu_check.sh runs it on one)")
+@pytest.mark.parametrize("quantization", ["nf4", "int8"])
+def test_qlora_trains_on_a_quantized_base_and_the_loss_falls(model_dir, tmp_path, quantization):
+    record = Recorder()
+    result = run(model_dir, tmp_path / "out", record, max_steps=12, batch_size=8, lr_scheduler="constant",
+                 learning_rate=2e-2, lora_dropout=0.0, quantization=quantization, device="cuda",
+                 gradient_checkpointing=True)
+    losses = [p["loss"] for p in record.steps]
+    assert result.final_step == 12 and losses[-1] < losses[0], losses
+    assert record.starts[0]["info"]["quantization"] == quantization
+    assert (result.adapter_dir / "adapter_model.safetensors").is_file()
 
 
 def test_from_dict_refuses_unknown_keys_by_name():

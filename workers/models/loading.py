@@ -26,6 +26,7 @@ def load_for_inference(
     dtype: Any = None,
     *,
     roots: Iterable[os.PathLike | str] | None = None,
+    quantization: str = "none",
 ) -> tuple[Any, Any]:
     """Load (model, tokenizer) from a safetensors directory, the model in eval mode on `device`.
 
@@ -36,7 +37,9 @@ def load_for_inference(
 
     Raises ModelSafetyError / ModelFormatError as inspect_model does, ModelFormatError for a
     GGUF file (convert it first) or a directory without tokenizer files, ValueError for an
-    unavailable device or an unknown dtype.
+    unavailable device or an unknown dtype. quantization "nf4" (4-bit, double quantization) or "int8"
+    loads the linear layers' weights quantized by bitsandbytes, on a CUDA device only (ValueError
+    elsewhere, or when bitsandbytes is not installed); compute runs in `dtype`.
     """
     info = inspect_model(path, roots=roots)
     if info.format != "hf_dir":
@@ -54,10 +57,16 @@ def load_for_inference(
     tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True, trust_remote_code=False)
     # transformers renamed torch_dtype to dtype in 4.56.
     dtype_kw = "dtype" if _version(transformers.__version__) >= (4, 56) else "torch_dtype"
+    placement = {}
+    if quantization != "none":
+        placement = {"quantization_config": _quantization_config(quantization, target, torch_dtype, torch),
+                     "device_map": {"": target}}  # quantized weights are placed while loading, never moved
     model = AutoModelForCausalLM.from_pretrained(
-        directory, use_safetensors=True, trust_remote_code=False, local_files_only=True, **{dtype_kw: torch_dtype}
+        directory, use_safetensors=True, trust_remote_code=False, local_files_only=True, **{dtype_kw: torch_dtype},
+        **placement,
     )
-    model.to(target)
+    if not placement:
+        model.to(target)
     model.eval()
     if tokenizer.pad_token is None and tokenizer.eos_token is not None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -91,6 +100,24 @@ def _device(device: str, torch: Any) -> Any:
     elif target.type != "cpu":
         raise ValueError(f"Unsupported device {device!r}; use cpu, cuda, cuda:N or mps.")
     return target
+
+
+def _quantization_config(kind: str, target: Any, compute_dtype: Any, torch: Any) -> Any:
+    if kind not in ("nf4", "int8"):
+        raise ValueError(f"Unknown quantization {kind!r}; use none, nf4 or int8.")
+    if target.type != "cuda":
+        raise ValueError(f"{kind} weights need a CUDA device (bitsandbytes), not {target.type}.")
+    try:
+        import bitsandbytes  # noqa: F401
+    except ImportError:
+        raise ValueError(f"{kind} weights need the bitsandbytes package: pip install '.[gpu]'.") from None
+    from transformers import BitsAndBytesConfig
+
+    if kind == "int8":
+        return BitsAndBytesConfig(load_in_8bit=True)
+    compute = compute_dtype if isinstance(compute_dtype, torch.dtype) else torch.bfloat16
+    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+                              bnb_4bit_compute_dtype=compute)
 
 
 def _dtype(dtype: Any, torch: Any) -> Any:

@@ -5,7 +5,10 @@ context, allocator fragmentation, temporary buffers of a kernel) and assumes the
 held at `precision` (a GGUF model is dequantized to floats by transformers, so its weights
 count at `precision` too). Every term is in bytes:
 
-weights      parameters x bytes(precision)
+weights      parameters x bytes(precision); with a quantized base (QLoRA, bitsandbytes) the linear
+             layers' weights at QUANTIZED_BYTES per parameter and the embedding matrix (vocab x
+             hidden, which bitsandbytes leaves alone; a tied output layer is the same tensor) at
+             bytes(precision). An untied output layer, also left alone, is counted as quantized.
 kv_cache     inference only: 2 (K and V) x layers x batch x seq x kv_heads x head_dim x bytes
 activations  lora:      layers x batch x seq x hidden x bytes x ACTIVATION_VALUES_PER_TOKEN
                         + batch x seq x vocab x 4 x LOGIT_COPIES_TRAINING
@@ -27,6 +30,10 @@ from .info import ModelInfo
 
 PRECISION_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 MODES = ("inference", "lora")
+# bitsandbytes: NF4 is 4 bits plus, per block of 64, an 8-bit absmax, itself quantized in blocks of 256
+# with an fp32 constant (double quantization): 4 + 8/64 + 32/(64*256) bits. LLM.int8: a byte plus an
+# fp32 scale per row (negligible).
+QUANTIZED_BYTES = {"nf4": (4 + 8 / 64 + 32 / (64 * 256)) / 8, "int8": 1.0}
 LORA_TARGETS = ("all-linear", "attention")
 
 # Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models"
@@ -74,6 +81,7 @@ def memory_estimate(
     mode: str = "inference",
     lora_targets: str = "all-linear",
     lora_parameters: int | None = None,
+    quantization: str = "none",
 ) -> dict[str, Any]:
     """Estimated memory, in bytes, to run `info`'s model (see the module docstring for formulas).
 
@@ -84,7 +92,8 @@ def memory_estimate(
     and `missing`: model sizes the metadata did not state (their terms count as 0).
     `lora_parameters`, when known (workers.training.lora_trainable_parameters counts them exactly from
     the headers for a job's target modules), replaces the count from rank and `lora_targets`.
-    Raises ValueError for an unknown precision, mode or target set, or a non-positive size.
+    quantization: "none" | "nf4" | "int8", the frozen base's weights (see the module docstring).
+    Raises ValueError for an unknown precision, mode, target set or quantization, or a non-positive size.
     """
     if precision not in PRECISION_BYTES:
         raise ValueError(f"precision must be one of {', '.join(PRECISION_BYTES)}, not {precision!r}.")
@@ -101,7 +110,12 @@ def memory_estimate(
     missing = [name for name in ("hidden_size", "layers", "vocab_size", "heads") if not getattr(info, name)]
     tokens = batch_size * seq_len
 
+    if quantization != "none" and quantization not in QUANTIZED_BYTES:
+        raise ValueError(f"quantization must be none or one of {', '.join(QUANTIZED_BYTES)}, not {quantization!r}.")
     weights = info.parameters * width
+    if quantization != "none":
+        kept = min(info.parameters, vocab * hidden)
+        weights = round(kept * width + (info.parameters - kept) * QUANTIZED_BYTES[quantization])
     kv_cache = activations = lora_params = lora_weights = lora_grads = optimizer = 0
     if mode == "inference":
         head_dim = info.head_dim or (hidden // info.heads if info.heads else 0)
@@ -119,6 +133,7 @@ def memory_estimate(
         "estimate": True,
         "mode": mode,
         "precision": precision,
+        "quantization": quantization,
         "batch_size": batch_size,
         "seq_len": seq_len,
         "lora_rank": lora_rank if mode == "lora" else None,

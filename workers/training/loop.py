@@ -188,7 +188,22 @@ def _setup(config: TrainConfig, model_dir: Path, output_dir: Path, train_rows: S
     started = time.perf_counter()
     # The one safe loader: safetensors only, no remote code, no network. It hands the model back in
     # eval mode and the tokenizer padding left (for generation); training flips both where needed.
-    model, tokenizer = load_for_inference(model_dir, device=str(device), dtype=precision)
+    if config.quantization != "none" and device.type != "cuda":  # device auto found no GPU
+        raise ConfigError("quantization", f"{config.quantization} base weights need a CUDA GPU (bitsandbytes); "
+                                          f"this worker trains on {device.type}.")
+    try:
+        model, tokenizer = load_for_inference(model_dir, device=str(device), dtype=precision,
+                                              quantization=config.quantization)
+    except ValueError as exc:
+        if config.quantization == "none":
+            raise
+        raise ConfigError("quantization", str(exc)) from None
+    if config.quantization != "none":
+        from peft import prepare_model_for_kbit_training
+
+        # Norms to fp32 and input gradients on, as PEFT's recipe for a quantized base; checkpointing
+        # is switched on below when asked for.
+        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
     if config.gradient_checkpointing:
         # Non-reentrant checkpointing works with frozen inputs (no enable_input_require_grads needed).
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -237,7 +252,7 @@ def _setup(config: TrainConfig, model_dir: Path, output_dir: Path, train_rows: S
         "total_params": sum(p.numel() for p in model.parameters()),
         "examples": stats.used, "eval_examples": eval_stats.used, "tokens_per_epoch": stats.tokens,
         "rows_per_epoch": len(train_items), "steps_per_epoch": steps_per_epoch,
-        "method": config.method, "devices": world,
+        "method": config.method, "devices": world, "quantization": config.quantization,
         "skipped_rows": stats.skipped, "truncated_examples": stats.truncated,
     }
     return run
