@@ -46,7 +46,9 @@ ROWS = [
     {"prompt": "colour of the grass ?", "response": "green"},
     {"prompt": "say hello", "response": "hello hello hi"},
 ]
-FAST = {"max_seq_len": 32, "batch_size": 2, "learning_rate": 1e-2, "checkpoint_every": 1000}
+# fp32 pinned: "auto" is bf16 on a GPU (bench/gpu_check.sh runs these there), whose rounding breaks the
+# exact comparisons below.
+FAST = {"max_seq_len": 32, "batch_size": 2, "learning_rate": 1e-2, "checkpoint_every": 1000, "precision": "fp32"}
 
 
 def save_tokenizer(directory: Path, template: str | None = CHAT_TEMPLATE) -> None:
@@ -186,7 +188,7 @@ def test_a_quantized_base_where_auto_finds_no_gpu_is_refused_before_anything_is_
 def test_qlora_trains_on_a_quantized_base_and_the_loss_falls(model_dir, tmp_path, quantization):
     record = Recorder()
     result = run(model_dir, tmp_path / "out", record, max_steps=12, batch_size=8, lr_scheduler="constant",
-                 learning_rate=2e-2, lora_dropout=0.0, quantization=quantization, device="cuda",
+                 learning_rate=2e-2, lora_dropout=0.0, quantization=quantization, device="cuda", precision="bf16",
                  gradient_checkpointing=True)
     losses = [p["loss"] for p in record.steps]
     assert result.final_step == 12 and losses[-1] < losses[0], losses

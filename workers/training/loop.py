@@ -198,12 +198,9 @@ def _setup(config: TrainConfig, model_dir: Path, output_dir: Path, train_rows: S
         if config.quantization == "none":
             raise
         raise ConfigError("quantization", str(exc)) from None
-    if config.quantization != "none":
-        from peft import prepare_model_for_kbit_training
-
-        # Norms to fp32 and input gradients on, as PEFT's recipe for a quantized base; checkpointing
-        # is switched on below when asked for.
-        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
+    # No prepare_model_for_kbit_training for a quantized base: its upcast of the norms and embeddings to
+    # fp32 (for fp16 stability) made nf4 take more GPU memory than the bf16 base (bench/gpu_qlora.py);
+    # compute runs in bf16 and non-reentrant checkpointing needs no input gradients.
     if config.gradient_checkpointing:
         # Non-reentrant checkpointing works with frozen inputs (no enable_input_require_grads needed).
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
