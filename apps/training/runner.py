@@ -7,7 +7,10 @@ it), and the engine then resumes from the last complete checkpoint in the job's 
 A message for a job that already ended does nothing (the broker may redeliver it), and a job
 whose worker was lost TRAINING_MAX_RUNS times fails instead of looping (an OOM kill would
 otherwise be redelivered forever). When its worker is told to stop, the job checkpoints at the
-next step and is handed back to the queue (JobRun.hand_back), to resume on another worker.
+next step and is handed back to the queue (JobRun.hand_back), to resume on another worker. With an
+artifact bucket, each checkpoint and the final adapter are uploaded to it too, and a worker whose own
+folder lacks the job's newest checkpoint takes it from there (apps.training.bucket): the other worker
+may be on another machine.
 """
 
 import logging
@@ -19,11 +22,13 @@ from django.conf import settings
 from django.db import close_old_connections, transaction
 from django.utils import timezone
 
+from apps.core import storage
 from apps.core.jobs import JobRun, send_job
-from apps.training import events
+from apps.training import bucket, events
 from apps.training.capacity import worker_devices
 from apps.training.models import MetricPoint, TrainingJob
 from workers.training import ConfigError, TrainCallbacks, TrainCancelled, TrainConfig, TrainingDataError, train
+from workers.training.checkpoint import checkpoints_dir_of
 from workers.training.distributed import train_distributed
 
 logger = logging.getLogger(__name__)
@@ -96,6 +101,11 @@ def _train(run: JobRun) -> None:
     try:
         lineage = adapter_lineage(job)  # hashes the base's weights the first time: before the run, not after
         callbacks.start_clock()  # that hash is once per model, not part of the setup this job records
+        if storage.bucket_enabled() and job.checkpoint_step:
+            fetched = bucket.fetch_checkpoint(job.pk, checkpoints_dir_of(output_dir(job)), up_to_step=job.checkpoint_step,
+                                              log=callbacks.log)
+            if fetched:
+                callbacks.log(f"took the checkpoint at step {fetched} from the artifact bucket")
         config = TrainConfig.from_dict(job.config)
         train_rows = _rows(job, job.train_split)
         eval_rows = _rows(job, job.eval_split, MAX_EVAL_ROWS) if job.eval_split else []
@@ -108,6 +118,8 @@ def _train(run: JobRun) -> None:
         else:
             result = train(config, **arguments)
         timing = {"rows": train_rows, "setup_s": callbacks.setup_s, "eval_seconds": callbacks.eval_seconds}
+        if storage.bucket_enabled():
+            callbacks.upload("the adapter", bucket.upload_adapter, job.pk, result.adapter_dir)
     except TrainCancelled as exc:
         close_old_connections()
         if callbacks.handing_back:
@@ -184,6 +196,9 @@ class JobCallbacks(TrainCallbacks):
         self._upsert(MetricPoint.Kind.EVAL, {**point, "samples": samples})
 
     def on_checkpoint(self, *, step: int, path: str) -> None:
+        # Uploaded before the row records it: a worker on another machine trusts the row's step.
+        if storage.bucket_enabled():
+            self.upload(f"the checkpoint at step {step}", bucket.upload_checkpoint, self.job.pk, step, Path(path))
         self.job.checkpoint_step = step
         TrainingJob.objects.filter(pk=self.job.pk).update(checkpoint_step=step)
         events.job_state(self.job)  # open pages show the new checkpoint
@@ -195,6 +210,16 @@ class JobCallbacks(TrainCallbacks):
             return True
         self.handing_back = self.run.stopping()
         return self.handing_back
+
+    def upload(self, what: str, upload, *args) -> None:
+        """Run an upload to the artifact bucket. One that fails is logged, and the run goes on: its files
+        are on this machine, and the next checkpoint is uploaded whole again."""
+        try:
+            upload(*args)
+        except Exception as exc:
+            logger.exception("job %s: uploading %s to the artifact bucket failed", self.job.pk, what)
+            self.log(f"{what} could not be uploaded to the artifact bucket ({type(exc).__name__}: {exc}); "
+                     "another machine cannot resume from it")
 
     def log(self, message: str) -> None:
         line = f"{timezone.now():%H:%M:%S} {message}"
