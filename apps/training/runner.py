@@ -102,8 +102,10 @@ def _train(run: JobRun) -> None:
         lineage = adapter_lineage(job)  # hashes the base's weights the first time: before the run, not after
         callbacks.start_clock()  # that hash is once per model, not part of the setup this job records
         if storage.bucket_enabled() and job.checkpoint_step:
-            fetched = bucket.fetch_checkpoint(job.pk, checkpoints_dir_of(output_dir(job)), up_to_step=job.checkpoint_step,
-                                              log=callbacks.log)
+            fetched = callbacks.with_bucket(
+                "reading the checkpoints in the artifact bucket", "resuming from this machine's own checkpoints, if any",
+                bucket.fetch_checkpoint, job.pk, checkpoints_dir_of(output_dir(job)), up_to_step=job.checkpoint_step,
+                log=callbacks.log)
             if fetched:
                 callbacks.log(f"took the checkpoint at step {fetched} from the artifact bucket")
         config = TrainConfig.from_dict(job.config)
@@ -119,7 +121,8 @@ def _train(run: JobRun) -> None:
             result = train(config, **arguments)
         timing = {"rows": train_rows, "setup_s": callbacks.setup_s, "eval_seconds": callbacks.eval_seconds}
         if storage.bucket_enabled():
-            callbacks.upload("the adapter", bucket.upload_adapter, job.pk, result.adapter_dir)
+            callbacks.with_bucket("uploading the adapter to the artifact bucket", "it is on this machine only",
+                                  bucket.upload_adapter, job.pk, result.adapter_dir)
     except TrainCancelled as exc:
         close_old_connections()
         if callbacks.handing_back:
@@ -198,7 +201,9 @@ class JobCallbacks(TrainCallbacks):
     def on_checkpoint(self, *, step: int, path: str) -> None:
         # Uploaded before the row records it: a worker on another machine trusts the row's step.
         if storage.bucket_enabled():
-            self.upload(f"the checkpoint at step {step}", bucket.upload_checkpoint, self.job.pk, step, Path(path))
+            self.with_bucket(f"uploading the checkpoint at step {step} to the artifact bucket",
+                             "another machine cannot resume from it", bucket.upload_checkpoint, self.job.pk, step,
+                             Path(path))
         self.job.checkpoint_step = step
         TrainingJob.objects.filter(pk=self.job.pk).update(checkpoint_step=step)
         events.job_state(self.job)  # open pages show the new checkpoint
@@ -211,15 +216,16 @@ class JobCallbacks(TrainCallbacks):
         self.handing_back = self.run.stopping()
         return self.handing_back
 
-    def upload(self, what: str, upload, *args) -> None:
-        """Run an upload to the artifact bucket. One that fails is logged, and the run goes on: its files
-        are on this machine, and the next checkpoint is uploaded whole again."""
+    def with_bucket(self, what: str, meaning: str, action, *args, **kwargs):
+        """`action(*args, **kwargs)`'s result, or None when the artifact bucket failed it: that is logged
+        (`what` failed, `meaning`) and the run goes on with this machine's files, as without a bucket;
+        the next checkpoint is uploaded whole again."""
         try:
-            upload(*args)
+            return action(*args, **kwargs)
         except Exception as exc:
-            logger.exception("job %s: uploading %s to the artifact bucket failed", self.job.pk, what)
-            self.log(f"{what} could not be uploaded to the artifact bucket ({type(exc).__name__}: {exc}); "
-                     "another machine cannot resume from it")
+            logger.exception("job %s: %s failed", self.job.pk, what)
+            self.log(f"{what} failed ({type(exc).__name__}: {exc}); {meaning}")
+            return None
 
     def log(self, message: str) -> None:
         line = f"{timezone.now():%H:%M:%S} {message}"

@@ -94,8 +94,35 @@ def test_an_upload_that_fails_is_in_the_jobs_log_and_the_run_goes_on(s3, setting
     callbacks.on_checkpoint(step=10, path=str(checkpoint_dir(tmp_path, 10)))
     job.refresh_from_db()
     assert job.checkpoint_step == 10  # resumable on this machine all the same
-    assert ("the checkpoint at step 10 could not be uploaded to the artifact bucket (S3UploadFailedError"
-            in job.log_tail)
+    assert ("uploading the checkpoint at step 10 to the artifact bucket failed (S3UploadFailedError"
+            in job.log_tail and "another machine cannot resume from it" in job.log_tail)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+@pytest.mark.django_db(transaction=True)
+def test_a_bucket_that_fails_every_call_neither_fails_nor_stops_a_fine_tune(s3, settings, project, owner,  # noqa: F811
+                                                                            tiny_model, qa_version, tmp_path):
+    from apps.training.runner import run_job
+    from tests.training.fixtures import FAST
+
+    settings.ARTIFACT_ROOT = tmp_path / "artifacts"
+    settings.ARTIFACT_S3_BUCKET = "no-such-bucket"
+    # A job taken over after its worker was lost: its row names a checkpoint the bucket should hold.
+    job = TrainingJob.objects.create(project=project, name="Run", base_model=tiny_model, dataset_version=qa_version,
+                                     train_split="train", config={**FAST, "max_steps": 4, "eval_every": None,
+                                                                  "checkpoint_every": 2},
+                                     created_by=owner, checkpoint_step=2)
+    run_job(job.pk, worker="here", pid=os.getpid())  # the runner, in this process
+    job.refresh_from_db()
+    assert job.state == "succeeded", job.error
+    assert job.info["resumed_from_step"] == 0 and job.checkpoint_step == 4
+    for line in ("reading the checkpoints in the artifact bucket failed (NoSuchBucket",
+                 "uploading the checkpoint at step 2 to the artifact bucket failed (S3UploadFailedError",
+                 "uploading the checkpoint at step 4 to the artifact bucket failed",
+                 "uploading the adapter to the artifact bucket failed", "it is on this machine only"):
+        assert line in job.log_tail
+    assert train_steps(job.pk) == [1, 2, 3, 4]
 
 
 STEPS = 120
