@@ -408,6 +408,13 @@ def test_a_checkpoint_installed_from_elsewhere_resumes_the_run_and_a_bad_one_is_
         install_checkpoint(checkpoints, 3, partial)
     with pytest.raises(ValueError, match="another step's"):
         install_checkpoint(checkpoints, 5, copied)
+
+    def listed_state(directory):
+        copied(directory)
+        (directory / "trainer_state.json").write_text("[3]")
+
+    with pytest.raises(ValueError, match="another step's"):
+        install_checkpoint(checkpoints, 3, listed_state)
     with pytest.raises(OSError, match="dropped"):
         install_checkpoint(checkpoints, 3, failing)
     assert list(checkpoints.iterdir()) == []  # nothing half-written left behind

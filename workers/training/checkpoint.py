@@ -118,7 +118,8 @@ def install_checkpoint(checkpoints_dir: Path, step: int, fill: Callable[[Path], 
         fill(work)
         if not (work / COMPLETE).is_file() or not (work / STATE_FILE).is_file():
             raise ValueError(f"The files given for the checkpoint at step {step} are not a complete checkpoint.")
-        if TrainerState.from_dict(json.loads((work / STATE_FILE).read_text())).step != step:
+        state = json.loads((work / STATE_FILE).read_text())
+        if not isinstance(state, dict) or state.get("step") != step:
             raise ValueError(f"The files given for the checkpoint at step {step} are another step's.")
         _publish(work, final)
     except BaseException:
