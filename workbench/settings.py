@@ -348,6 +348,11 @@ ARTIFACT_S3_BUCKET = env_str("ARTIFACT_S3_BUCKET", "")
 ARTIFACT_S3_ENDPOINT_URL = env_str("ARTIFACT_S3_ENDPOINT_URL")  # MinIO, Ceph, R2…; unset: AWS
 ARTIFACT_S3_REGION = env_str("ARTIFACT_S3_REGION")  # unset: boto3's (AWS_DEFAULT_REGION, the profile)
 ARTIFACT_S3_PREFIX = env_str("ARTIFACT_S3_PREFIX", "blobs/")
+# Fine-tunes' checkpoints and adapters in that bucket (apps/training/bucket.py): <prefix>job-<id>/, so
+# that a job resumes on another machine; none of them under ARTIFACT_S3_PREFIX.
+ARTIFACT_S3_TRAINING_PREFIX = env_str("ARTIFACT_S3_TRAINING_PREFIX", "training/")
+if not ARTIFACT_S3_TRAINING_PREFIX.endswith("/") or ARTIFACT_S3_TRAINING_PREFIX.startswith(ARTIFACT_S3_PREFIX):
+    raise ImproperlyConfigured("ARTIFACT_S3_TRAINING_PREFIX must end with / and lie outside ARTIFACT_S3_PREFIX")
 # Local copies of bucket blobs (for the readers that need a file), least recently used evicted.
 ARTIFACT_BLOB_CACHE_MAX_BYTES = env_int("ARTIFACT_BLOB_CACHE_MAX_BYTES", 10 * 2**30)
 # Self-hosted servers (MinIO, Ceph) usually answer only path-style requests, AWS prefers virtual-hosted.

@@ -8,9 +8,13 @@ Writers stream through a local temporary file, so memory stays bounded, and publ
 (local: rename; S3: an object exists only once its upload completed), so a reader never sees half
 a file. Readers that need a file on disk (format detection, the ingest engine) ask local_blob():
 with S3 it is downloaded once into ARTIFACT_ROOT/blob-cache and its hash checked before use.
+
+With the bucket, whole folders (a training checkpoint, an adapter) are kept too, under a key prefix
+the caller names: put_folder, folder_names, get_folder, delete_folder (below).
 """
 
 import hashlib
+import json
 import os
 import shutil
 import tempfile
@@ -204,3 +208,136 @@ def open_blob(sha256: str) -> BinaryIO:
 def copy_blob_to(sha256: str, destination: Path) -> None:
     with open_blob(sha256) as source, open(destination, "wb") as target:
         shutil.copyfileobj(source, target, CHUNK)
+
+
+# --- folders in the bucket: a directory's files under a key prefix, trusted only through a manifest --
+# put_folder uploads every file, then the manifest (each file's SHA-256 and size) last. Readers trust
+# only a folder with a manifest and check each file they download against it, so neither a writer
+# killed mid-upload nor two writers of one folder can hand a reader a mix of files.
+
+FOLDER_MANIFEST = "MANIFEST.json"
+FOLDER_MANIFEST_MAX_BYTES = 1024 * 1024
+
+
+class CorruptFolder(OSError):
+    """A folder's manifest is malformed, or one of its files is missing or differs from it."""
+
+
+def bucket_enabled() -> bool:
+    """Whether an artifact bucket is configured (ARTIFACT_S3_BUCKET): the folder functions need one."""
+    return _s3_enabled()
+
+
+def _folder_prefix(prefix: str) -> str:
+    if not prefix.endswith("/") or prefix.startswith("/") or ".." in prefix.split("/"):
+        raise ValueError(f"not a folder's key prefix: {prefix!r}")
+    return prefix
+
+
+def _digest_of(path: Path) -> tuple[str, int]:
+    digest, size = hashlib.sha256(), 0
+    with open(path, "rb") as handle:
+        while chunk := handle.read(CHUNK):
+            digest.update(chunk)
+            size += len(chunk)
+    return digest.hexdigest(), size
+
+
+def put_folder(directory: Path, prefix: str) -> dict:
+    """Upload the files under `directory` (symbolic links left out) to <prefix><relative path>, then
+    the manifest <prefix>MANIFEST.json. Returns the manifest."""
+    prefix = _folder_prefix(prefix)
+    files = {}
+    for path in sorted(p for p in Path(directory).rglob("*") if p.is_file() and not p.is_symlink()):
+        name = path.relative_to(directory).as_posix()
+        if name == FOLDER_MANIFEST:
+            raise ValueError(f"{path} has the name of the folder's manifest")
+        sha256, size = _digest_of(path)
+        _s3().upload_file(str(path), settings.ARTIFACT_S3_BUCKET, prefix + name, ExtraArgs=upload_encryption())
+        files[name] = {"sha256": sha256, "bytes": size}
+    manifest = {"files": files}
+    _s3().put_object(Bucket=settings.ARTIFACT_S3_BUCKET, Key=prefix + FOLDER_MANIFEST,
+                     Body=json.dumps(manifest, indent=1).encode(), ContentType="application/json",
+                     **upload_encryption())
+    return manifest
+
+
+def folder_names(prefix: str) -> dict[str, bool]:
+    """The folders directly under `prefix`, each with whether it is complete (has its manifest)."""
+    prefix = _folder_prefix(prefix)
+    names: dict[str, bool] = {}
+    for page in _s3().get_paginator("list_objects_v2").paginate(Bucket=settings.ARTIFACT_S3_BUCKET, Prefix=prefix):
+        for item in page.get("Contents", []):
+            name, _, rest = item["Key"][len(prefix):].partition("/")
+            if name and rest:
+                names[name] = names.get(name, False) or rest == FOLDER_MANIFEST
+    return names
+
+
+def _manifest_files(body: bytes, prefix: str) -> dict[str, dict]:
+    """The files a manifest lists, each name a plain relative path: anything else is CorruptFolder."""
+    def corrupt(why: str) -> CorruptFolder:
+        return CorruptFolder(f"the manifest of {prefix} {why}")
+
+    if len(body) > FOLDER_MANIFEST_MAX_BYTES:
+        raise corrupt(f"is larger than {FOLDER_MANIFEST_MAX_BYTES} bytes")
+    try:
+        files = json.loads(body)["files"]
+    except (ValueError, TypeError, KeyError):
+        raise corrupt("is not a JSON object with its files") from None
+    if not isinstance(files, dict) or not files:
+        raise corrupt("lists no files")
+    for name, facts in files.items():
+        parts = name.split("/")
+        if (name == FOLDER_MANIFEST or "\\" in name or "\0" in name
+                or any(part in ("", ".", "..") for part in parts)):
+            raise corrupt(f"names a file outside its folder: {name[:200]!r}")
+        sha256 = facts.get("sha256") if isinstance(facts, dict) else None
+        size = facts.get("bytes") if isinstance(facts, dict) else None
+        if (not isinstance(sha256, str) or len(sha256) != 64 or any(c not in "0123456789abcdef" for c in sha256)
+                or type(size) is not int or size < 0):
+            raise corrupt(f"has no SHA-256 and size for {name[:200]!r}")
+    return files
+
+
+def get_folder(prefix: str, destination: Path) -> dict:
+    """Download the folder at `prefix` (written by put_folder) into the directory `destination`, each
+    file checked against the manifest. Returns the manifest. FileNotFoundError when it has no manifest
+    (incomplete, or not there); CorruptFolder when the manifest is malformed or a file is missing or
+    differs (what was downloaded is left for the caller to remove)."""
+    from botocore.exceptions import ClientError
+
+    prefix = _folder_prefix(prefix)
+    bucket = settings.ARTIFACT_S3_BUCKET
+    try:
+        body = _s3().get_object(Bucket=bucket, Key=prefix + FOLDER_MANIFEST)["Body"].read(
+            FOLDER_MANIFEST_MAX_BYTES + 1)
+    except ClientError as exc:
+        if _is_not_found(exc):
+            raise FileNotFoundError(f"{prefix} has no manifest in the artifact bucket") from None
+        raise
+    files = _manifest_files(body, prefix)
+    for name, facts in files.items():
+        target = Path(destination, *name.split("/"))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            _s3().download_file(bucket, prefix + name, str(target))
+        except ClientError as exc:
+            if _is_not_found(exc):
+                raise CorruptFolder(f"{prefix}{name}, in its folder's manifest, is not in the bucket") from None
+            raise
+        if _digest_of(target) != (facts["sha256"], facts["bytes"]):
+            raise CorruptFolder(f"{prefix}{name} differs from its folder's manifest")
+    return {"files": files}
+
+
+def delete_folder(prefix: str) -> None:
+    """Delete the folder at `prefix`: its manifest first (readers stop trusting it), then its files."""
+    prefix = _folder_prefix(prefix)
+    bucket = settings.ARTIFACT_S3_BUCKET
+    _s3().delete_object(Bucket=bucket, Key=prefix + FOLDER_MANIFEST)
+    keys = [item["Key"] for page in _s3().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+            for item in page.get("Contents", [])]
+    for start in range(0, len(keys), 1000):  # the most one request deletes
+        _s3().delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": key} for key in keys[start:start + 1000]],
+                                                    "Quiet": True})

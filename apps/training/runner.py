@@ -7,7 +7,10 @@ it), and the engine then resumes from the last complete checkpoint in the job's 
 A message for a job that already ended does nothing (the broker may redeliver it), and a job
 whose worker was lost TRAINING_MAX_RUNS times fails instead of looping (an OOM kill would
 otherwise be redelivered forever). When its worker is told to stop, the job checkpoints at the
-next step and is handed back to the queue (JobRun.hand_back), to resume on another worker.
+next step and is handed back to the queue (JobRun.hand_back), to resume on another worker. With an
+artifact bucket, each checkpoint and the final adapter are uploaded to it too, and a worker whose own
+folder lacks the job's newest checkpoint takes it from there (apps.training.bucket): the other worker
+may be on another machine.
 """
 
 import logging
@@ -19,11 +22,13 @@ from django.conf import settings
 from django.db import close_old_connections, transaction
 from django.utils import timezone
 
+from apps.core import storage
 from apps.core.jobs import JobRun, send_job
-from apps.training import events
+from apps.training import bucket, events
 from apps.training.capacity import worker_devices
 from apps.training.models import MetricPoint, TrainingJob
 from workers.training import ConfigError, TrainCallbacks, TrainCancelled, TrainConfig, TrainingDataError, train
+from workers.training.checkpoint import checkpoints_dir_of
 from workers.training.distributed import train_distributed
 
 logger = logging.getLogger(__name__)
@@ -96,6 +101,13 @@ def _train(run: JobRun) -> None:
     try:
         lineage = adapter_lineage(job)  # hashes the base's weights the first time: before the run, not after
         callbacks.start_clock()  # that hash is once per model, not part of the setup this job records
+        if storage.bucket_enabled() and job.checkpoint_step:
+            fetched = callbacks.with_bucket(
+                "reading the checkpoints in the artifact bucket", "resuming from this machine's own checkpoints, if any",
+                bucket.fetch_checkpoint, job.pk, checkpoints_dir_of(output_dir(job)), up_to_step=job.checkpoint_step,
+                log=callbacks.log)
+            if fetched:
+                callbacks.log(f"took the checkpoint at step {fetched} from the artifact bucket")
         config = TrainConfig.from_dict(job.config)
         train_rows = _rows(job, job.train_split)
         eval_rows = _rows(job, job.eval_split, MAX_EVAL_ROWS) if job.eval_split else []
@@ -108,6 +120,9 @@ def _train(run: JobRun) -> None:
         else:
             result = train(config, **arguments)
         timing = {"rows": train_rows, "setup_s": callbacks.setup_s, "eval_seconds": callbacks.eval_seconds}
+        if storage.bucket_enabled():
+            callbacks.with_bucket("uploading the adapter to the artifact bucket", "it is on this machine only",
+                                  bucket.upload_adapter, job.pk, result.adapter_dir)
     except TrainCancelled as exc:
         close_old_connections()
         if callbacks.handing_back:
@@ -184,6 +199,11 @@ class JobCallbacks(TrainCallbacks):
         self._upsert(MetricPoint.Kind.EVAL, {**point, "samples": samples})
 
     def on_checkpoint(self, *, step: int, path: str) -> None:
+        # Uploaded before the row records it: a worker on another machine trusts the row's step.
+        if storage.bucket_enabled():
+            self.with_bucket(f"uploading the checkpoint at step {step} to the artifact bucket",
+                             "another machine cannot resume from it", bucket.upload_checkpoint, self.job.pk, step,
+                             Path(path))
         self.job.checkpoint_step = step
         TrainingJob.objects.filter(pk=self.job.pk).update(checkpoint_step=step)
         events.job_state(self.job)  # open pages show the new checkpoint
@@ -195,6 +215,17 @@ class JobCallbacks(TrainCallbacks):
             return True
         self.handing_back = self.run.stopping()
         return self.handing_back
+
+    def with_bucket(self, what: str, meaning: str, action, *args, **kwargs):
+        """`action(*args, **kwargs)`'s result, or None when the artifact bucket failed it: that is logged
+        (`what` failed, `meaning`) and the run goes on with this machine's files, as without a bucket;
+        the next checkpoint is uploaded whole again."""
+        try:
+            return action(*args, **kwargs)
+        except Exception as exc:
+            logger.exception("job %s: %s failed", self.job.pk, what)
+            self.log(f"{what} failed ({type(exc).__name__}: {exc}); {meaning}")
+            return None
 
     def log(self, message: str) -> None:
         line = f"{timezone.now():%H:%M:%S} {message}"

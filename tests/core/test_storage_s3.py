@@ -2,7 +2,9 @@
 
 import hashlib
 import io
+import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -258,10 +260,114 @@ def test_uploads_ask_for_the_server_side_encryption_configured(s3, settings):
 @pytest.mark.parametrize(("environment", "message"), [
     ({"ARTIFACT_S3_SSE": "rot13"}, "ARTIFACT_S3_SSE must be AES256 or aws:kms"),
     ({"ARTIFACT_S3_SSE_KMS_KEY_ID": "key-1"}, "ARTIFACT_S3_SSE_KMS_KEY_ID needs ARTIFACT_S3_SSE=aws:kms"),
+    ({"ARTIFACT_S3_TRAINING_PREFIX": "training"}, "ARTIFACT_S3_TRAINING_PREFIX must end with /"),
+    ({"ARTIFACT_S3_TRAINING_PREFIX": "blobs/training/"}, "ARTIFACT_S3_TRAINING_PREFIX must end with / and lie "
+                                                         "outside ARTIFACT_S3_PREFIX"),
 ])
-def test_a_bad_encryption_setting_stops_the_start_naming_it(environment, message):
+def test_a_bad_bucket_setting_stops_the_start_naming_it(environment, message):
     from tests.conftest import child_process_env
 
     result = subprocess.run([sys.executable, "-c", "import django; django.setup()"], capture_output=True, text=True,
                             env={**child_process_env(), **environment}, timeout=60)
     assert result.returncode != 0 and message in result.stderr
+
+
+# --- folders: files first, the manifest last; readers trust only the manifest -------------------------
+
+def a_folder(root) -> dict[str, bytes]:
+    files = {"COMPLETE": b"", "adapter/adapter_model.safetensors": os.urandom(3000), "state.json": b'{"step": 7}'}
+    for name, content in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_bytes(content)
+    return files
+
+
+def files_under(root) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+def test_a_folder_goes_up_with_its_manifest_and_comes_back_checked(s3, settings, tmp_path):
+    files = a_folder(tmp_path / "written")
+    (tmp_path / "written" / "elsewhere").symlink_to("/etc/hostname")  # links are not followed out
+    manifest = storage.put_folder(tmp_path / "written", "jobs/job-1/step-7/")
+    assert sorted(manifest["files"]) == sorted(files)
+    assert manifest["files"]["state.json"] == {"sha256": hashlib.sha256(b'{"step": 7}').hexdigest(), "bytes": 11}
+    assert sorted(keys(s3)) == sorted([f"jobs/job-1/step-7/{name}" for name in files]
+                                      + ["jobs/job-1/step-7/MANIFEST.json"])
+    assert storage.folder_names("jobs/job-1/") == {"step-7": True}
+    (tmp_path / "read").mkdir()
+    assert storage.get_folder("jobs/job-1/step-7/", tmp_path / "read") == manifest
+    assert files_under(tmp_path / "read") == files
+
+
+def test_a_folder_whose_upload_stopped_part_way_has_no_manifest_and_is_not_trusted(s3, settings, tmp_path):
+    (tmp_path / "written").mkdir()
+    (tmp_path / "written" / "A-first.bin").write_bytes(b"uploaded before the failure")
+    (tmp_path / "written" / "MANIFEST.json").write_bytes(b"{}")  # sorts after A-first.bin: the upload stops there
+    (tmp_path / "written" / "later.bin").write_bytes(b"never uploaded")
+    with pytest.raises(ValueError, match="has the name of the folder's manifest"):
+        storage.put_folder(tmp_path / "written", "jobs/job-1/step-9/")
+    assert keys(s3) == ["jobs/job-1/step-9/A-first.bin"]
+    assert storage.folder_names("jobs/job-1/") == {"step-9": False}
+    (tmp_path / "read").mkdir()
+    with pytest.raises(FileNotFoundError, match="step-9/ has no manifest"):
+        storage.get_folder("jobs/job-1/step-9/", tmp_path / "read")
+    assert files_under(tmp_path / "read") == {}
+
+
+def test_a_file_changed_or_lost_after_its_manifest_is_refused(s3, settings, tmp_path):
+    a_folder(tmp_path / "written")
+    storage.put_folder(tmp_path / "written", "jobs/job-1/step-7/")
+    s3.put_object(Bucket=s3.bucket, Key="jobs/job-1/step-7/state.json", Body=b'{"step": 9}')  # same size
+    (tmp_path / "read").mkdir()
+    with pytest.raises(storage.CorruptFolder, match="state.json differs from its folder's manifest"):
+        storage.get_folder("jobs/job-1/step-7/", tmp_path / "read")
+    s3.delete_object(Bucket=s3.bucket, Key="jobs/job-1/step-7/state.json")
+    with pytest.raises(storage.CorruptFolder, match="state.json, in its folder's manifest, is not in the bucket"):
+        storage.get_folder("jobs/job-1/step-7/", tmp_path / "read")
+
+
+GOOD = {"sha256": hashlib.sha256(b"x").hexdigest(), "bytes": 1}
+
+
+@pytest.mark.parametrize(("manifest", "message"), [
+    (b"not json", "is not a JSON object with its files"),
+    (b"[1, 2]", "is not a JSON object with its files"),
+    (b'{"files": null}', "lists no files"),
+    (b'{"files": {}}', "lists no files"),
+    (b'{"files": ["x"]}', "lists no files"),
+    (b'{"files": {"x": "sha"}}', "has no SHA-256 and size for 'x'"),
+    (b'{"files": {"x": {"sha256": 5, "bytes": 1}}}', "has no SHA-256 and size for 'x'"),
+    (b'{"files": {"x": {"sha256": "' + b"0" * 64 + b'", "bytes": true}}}', "has no SHA-256 and size for 'x'"),
+    (b'{"files": {"x": {"sha256": "' + b"0" * 64 + b'", "bytes": -1}}}', "has no SHA-256 and size for 'x'"),
+    (b" " * (1024 * 1024 + 1), "is larger than 1048576 bytes"),
+    *[(json.dumps({"files": {name: GOOD}}).encode(), "names a file outside its folder")
+      for name in ("../escaped", "/etc/passwd", "a/../../escaped", "a//b", "./a", "a\\..\\b", "nul\x00",
+                   "MANIFEST.json", "")],
+])
+def test_a_malformed_or_hostile_manifest_is_refused_and_nothing_is_written(s3, settings, tmp_path, manifest,
+                                                                           message):
+    s3.put_object(Bucket=s3.bucket, Key="jobs/job-1/step-7/x", Body=b"x")
+    s3.put_object(Bucket=s3.bucket, Key="jobs/job-1/step-7/MANIFEST.json", Body=manifest)
+    destination = tmp_path / "deep" / "read"
+    destination.mkdir(parents=True)
+    with pytest.raises(storage.CorruptFolder, match=re.escape(message)):
+        storage.get_folder("jobs/job-1/step-7/", destination)
+    assert files_under(tmp_path) == {}
+
+
+def test_a_deleted_folder_loses_its_manifest_and_its_files_and_nothing_else(s3, settings, tmp_path):
+    a_folder(tmp_path / "written")
+    storage.put_folder(tmp_path / "written", "jobs/job-1/step-7/")
+    storage.put_folder(tmp_path / "written", "jobs/job-1/step-70/")
+    storage.delete_folder("jobs/job-1/step-7/")
+    assert storage.folder_names("jobs/job-1/") == {"step-70": True}
+    assert all(key.startswith("jobs/job-1/step-70/") for key in keys(s3))
+
+
+@pytest.mark.parametrize("prefix", ["jobs/job-1", "/jobs/", "jobs/../blobs/", ""])
+def test_a_folder_prefix_must_be_a_plain_folder(s3, settings, tmp_path, prefix):
+    for call in (lambda: storage.put_folder(tmp_path, prefix), lambda: storage.get_folder(prefix, tmp_path),
+                 lambda: storage.folder_names(prefix), lambda: storage.delete_folder(prefix)):
+        with pytest.raises(ValueError, match="not a folder's key prefix"):
+            call()

@@ -442,6 +442,48 @@ def test_a_partial_checkpoint_is_ignored_and_removed(model_dir, tmp_path):
     assert (checkpoints / "step-2" / "COMPLETE").exists()
 
 
+def test_a_checkpoint_installed_from_elsewhere_resumes_the_run_and_a_bad_one_is_refused(model_dir, tmp_path):
+    import shutil
+
+    from workers.training.checkpoint import complete_steps, install_checkpoint
+
+    with pytest.raises(TrainCancelled):
+        run(model_dir, tmp_path / "first-machine", Recorder(stop_after=3), max_steps=6)
+    written = tmp_path / "first-machine" / "checkpoints" / "step-3"
+    checkpoints = tmp_path / "second-machine" / "checkpoints"
+
+    def partial(directory):  # an upload cut short: no COMPLETE
+        shutil.copytree(written / "adapter", directory / "adapter")
+
+    def copied(directory):
+        shutil.copytree(written, directory, dirs_exist_ok=True)
+
+    def failing(directory):
+        copied(directory)
+        raise OSError("the connection dropped")
+
+    with pytest.raises(ValueError, match="not a complete checkpoint"):
+        install_checkpoint(checkpoints, 3, partial)
+    with pytest.raises(ValueError, match="another step's"):
+        install_checkpoint(checkpoints, 5, copied)
+
+    def listed_state(directory):
+        copied(directory)
+        (directory / "trainer_state.json").write_text("[3]")
+
+    with pytest.raises(ValueError, match="another step's"):
+        install_checkpoint(checkpoints, 3, listed_state)
+    with pytest.raises(OSError, match="dropped"):
+        install_checkpoint(checkpoints, 3, failing)
+    assert list(checkpoints.iterdir()) == []  # nothing half-written left behind
+
+    assert install_checkpoint(checkpoints, 3, copied) == checkpoints / "step-3"
+    assert complete_steps(checkpoints) == [3]
+    resumed = Recorder()
+    result = run(model_dir, tmp_path / "second-machine", resumed, max_steps=6)
+    assert result.resumed_from_step == 3 and [p["step"] for p in resumed.steps] == [4, 5, 6]
+
+
 @pytest.mark.filterwarnings("ignore:.*is_gradient_checkpointing:FutureWarning")  # peft 0.21 on transformers 5
 def test_the_adapter_loads_with_peft_and_carries_the_config(model_dir, tmp_path):
     import torch

@@ -12,7 +12,8 @@ A checkpoint holds everything a resumed run needs to continue exactly where it s
 It is written into a temporary directory beside the final one, every file fsynced, then renamed
 into place, so a worker killed mid-write leaves either the previous checkpoints or a temporary
 directory that is ignored (and removed by the next run). These files are written by the server
-and read only from the job's own output directory.
+and read only from the job's own output directory. A checkpoint written on another machine (kept in
+object storage by the caller) is put back with install_checkpoint, under the same guarantees.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import os
 import random
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +32,7 @@ from typing import Any
 from workers.durable import fsync_directory, fsync_tree
 
 KEEP = 2
+CHECKPOINTS = "checkpoints"
 COMPLETE = "COMPLETE"
 STATE_FILE = "trainer_state.json"
 _PREFIX = "step-"
@@ -58,6 +61,16 @@ class TrainerState:
         return cls(**{k: v for k, v in data.items() if k in known})
 
 
+def checkpoints_dir_of(output_dir: Path) -> Path:
+    """Where a run writing to output_dir keeps its checkpoints."""
+    return output_dir / CHECKPOINTS
+
+
+def complete_steps(checkpoints_dir: Path) -> list[int]:
+    """The steps of the complete checkpoints, oldest first."""
+    return [step for step, _ in _complete(checkpoints_dir)]
+
+
 def latest_checkpoint(checkpoints_dir: Path) -> Path | None:
     """The complete checkpoint with the highest step, or None."""
     complete = _complete(checkpoints_dir)
@@ -82,17 +95,51 @@ def save_checkpoint(checkpoints_dir: Path, *, model: Any, optimizer: Any, schedu
         torch.save(_rng_state(), work / "rng.pt")
         (work / STATE_FILE).write_text(json.dumps(dataclasses.asdict(state), indent=2))
         (work / COMPLETE).write_text("")
-        fsync_tree(work)
-        if final.exists():  # an incomplete directory of this step, from a crash during an older rename
-            shutil.rmtree(final)
-        os.rename(work, final)
-        fsync_directory(checkpoints_dir)
+        _publish(work, final)
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
+    _prune(checkpoints_dir)
+    return final
+
+
+def install_checkpoint(checkpoints_dir: Path, step: int, fill: Callable[[Path], None]) -> Path:
+    """Put a checkpoint written elsewhere (on another machine, read back from object storage) in place
+    as checkpoints_dir/step-<step>, as atomically as save_checkpoint: `fill(directory)` writes its files
+    into a temporary directory, renamed into place only once `fill` returned and the files are a
+    complete checkpoint of that step (else ValueError; nothing is left either way). An existing
+    complete checkpoint of the step is kept as it is. Prunes to the last KEEP. Returns its path."""
+    final = checkpoints_dir / f"{_PREFIX}{step}"
+    if (final / COMPLETE).exists():
+        return final
+    checkpoints_dir.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f"{_TEMP_PREFIX}{_PREFIX}{step}-", dir=checkpoints_dir))
+    try:
+        fill(work)
+        if not (work / COMPLETE).is_file() or not (work / STATE_FILE).is_file():
+            raise ValueError(f"The files given for the checkpoint at step {step} are not a complete checkpoint.")
+        state = json.loads((work / STATE_FILE).read_text())
+        if not isinstance(state, dict) or state.get("step") != step:
+            raise ValueError(f"The files given for the checkpoint at step {step} are another step's.")
+        _publish(work, final)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    _prune(checkpoints_dir)
+    return final
+
+
+def _publish(work: Path, final: Path) -> None:
+    fsync_tree(work)
+    if final.exists():  # an incomplete directory of this step, from a crash during an older rename
+        shutil.rmtree(final)
+    os.rename(work, final)
+    fsync_directory(final.parent)
+
+
+def _prune(checkpoints_dir: Path) -> None:
     for _, old in _complete(checkpoints_dir)[:-KEEP]:
         shutil.rmtree(old, ignore_errors=True)
-    return final
 
 
 def load_checkpoint(path: Path, *, model: Any, optimizer: Any, scheduler: Any, device: Any) -> TrainerState:

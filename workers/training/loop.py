@@ -41,7 +41,14 @@ from typing import Any
 from workers.models import load_for_inference
 
 from .card import write_adapter_files
-from .checkpoint import TrainerState, latest_checkpoint, load_checkpoint, remove_incomplete, save_checkpoint
+from .checkpoint import (
+    TrainerState,
+    checkpoints_dir_of,
+    latest_checkpoint,
+    load_checkpoint,
+    remove_incomplete,
+    save_checkpoint,
+)
 from .config import ConfigError, TrainConfig
 from .data import DataStats, prompt_token_ids
 from .lora import add_lora, decoder, output_layer
@@ -163,7 +170,7 @@ class _Run:
 
     @property
     def checkpoints_dir(self) -> Path:
-        return self.output_dir / "checkpoints"
+        return checkpoints_dir_of(self.output_dir)
 
     @property
     def pad_id(self) -> int:
