@@ -23,4 +23,6 @@ timeout 240 python3 -m pytest --noconftest -o addopts="" -p no:cacheprovider -q 
   || status=1
 timeout 300 python3 -m bench.gpu_qlora --tokenizer .gpucheck/tokenizer 2>&1 | tee "$OUT/gpu_qlora.log" | tail -30 \
   || status=1
+timeout 300 python3 -m bench.gpu_train_lora --tokenizer .gpucheck/tokenizer 2>&1 | tee "$OUT/gpu_train_lora.log" | tail -12 \
+  || status=1
 exit $status
