@@ -6,7 +6,8 @@ tied embeddings), randomly initialised (the device machine cannot download weigh
 do not depend on the values), with the demo model's tokenizer (passed as --tokenizer: the files of
 the converted demo model). Each variant runs in its own process: bf16 compute, LoRA r16/alpha32 on
 q/k/v/o, batches of 8 packed rows of up to 512 tokens, STEPS steps over train_lora's synthetic rows.
-Reported per variant: peak CUDA memory (torch.cuda.max_memory_allocated, model load included) against
+Reported per variant: peak CUDA memory (torch.cuda.max_memory_allocated after the run: the engine resets
+the counter every step, so it is the last step's peak, the base's weights included) against
 the engine's own estimate (workers.models.memory_estimate with the same quantization), non-padding
 tokens/s after the first 3 steps, first and last loss. Target: nf4's peak memory well under bf16's
 (the frozen base at ~0.52 bytes a parameter instead of 2); its speed is reported, not targeted.
