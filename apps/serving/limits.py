@@ -215,6 +215,20 @@ def release(lease: Lease, used_tokens: int | None) -> None:
         logger.warning("releasing serving lease %s failed; its slots will expire", lease.id)
 
 
+def running_by_project() -> dict[int, int]:
+    """Generations each project runs now (those running any), as the limits count them; {} when
+    Redis cannot be asked."""
+    try:
+        client = _redis()
+        prefix = f"{KEY_PREFIX}running:project:"
+        now = time.time()
+        counts = {int(key[len(prefix):]): client.zcount(key, now, "+inf")
+                  for key in client.scan_iter(match=f"{prefix}*", count=1000)}
+    except redis.RedisError:
+        return {}
+    return {project: count for project, count in sorted(counts.items()) if count}
+
+
 def running(project_id: int) -> int:
     """Generations the project runs now, as the limits count them."""
     try:
