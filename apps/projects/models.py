@@ -24,13 +24,13 @@ class Project(models.Model):
     # Worker hours its fine-tune jobs may use (time from start to end, every run); None: no limit.
     gpu_hour_budget = models.FloatField(null=True, blank=True)
     # Fair sharing of serving (apps/serving/limits.py); None: the site's default (settings.SERVING_*).
-    serving_max_concurrent_per_token = models.PositiveIntegerField(
+    serving_max_concurrent_per_token = models.IntegerField(
         null=True, blank=True, validators=[MinValueValidator(1), MaxValueValidator(SERVING_MAX_CONCURRENT)])
-    serving_max_concurrent_per_project = models.PositiveIntegerField(
+    serving_max_concurrent_per_project = models.IntegerField(
         null=True, blank=True, validators=[MinValueValidator(1), MaxValueValidator(SERVING_MAX_CONCURRENT)])
-    serving_tokens_per_minute_per_token = models.PositiveIntegerField(
+    serving_tokens_per_minute_per_token = models.IntegerField(
         null=True, blank=True, validators=[MinValueValidator(1), MaxValueValidator(SERVING_MAX_TOKENS_PER_MINUTE)])
-    serving_tokens_per_minute_per_project = models.PositiveIntegerField(
+    serving_tokens_per_minute_per_project = models.IntegerField(
         null=True, blank=True, validators=[MinValueValidator(1), MaxValueValidator(SERVING_MAX_TOKENS_PER_MINUTE)])
 
     class Meta:
