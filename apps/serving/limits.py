@@ -11,7 +11,7 @@ requests can never both take the last slot. Running generations are a sorted set
 token and per project, each scored with the time it expires: a web process that dies holding
 slots leaks them only until then (the generation's own timeout, plus a margin). Tokens a minute
 are a sliding window: each request's tokens, timed, in a sorted set (the times) and a hash (the
-amounts); at admission it reserves its max_tokens, and when it ends the real count replaces the
+amounts, and their running sum); at admission it reserves its max_tokens, and when it ends the real count replaces the
 reservation (a stream the client left keeps its reservation: what it used is not known here).
 Over a limit, the answer names the limit and says when to retry: for tokens a minute, when enough
 of the window's oldest requests will have left it; for generations at once, a second.
@@ -69,14 +69,14 @@ end
 for i = 3, 4 do
   local times, amounts = KEYS[i], KEYS[i + 2]
   for _, old in ipairs(redis.call('ZRANGEBYSCORE', times, '-inf', now - window)) do
+    redis.call('HINCRBY', amounts, TOTAL, -tonumber(redis.call('HGET', amounts, old) or 0))
     redis.call('HDEL', amounts, old)
   end
   redis.call('ZREMRANGEBYSCORE', times, '-inf', now - window)
   local limit = tonumber(ARGV[6 + i])
   if limit > 0 then
     if reserve > limit then return {0, i, 0, 1} end
-    local used = 0
-    for _, amount in ipairs(redis.call('HVALS', amounts)) do used = used + tonumber(amount) end
+    local used = tonumber(redis.call('HGET', amounts, TOTAL) or 0)
     if used + reserve > limit then
       local entries = redis.call('ZRANGE', times, 0, -1, 'WITHSCORES')
       local retry = window
@@ -98,6 +98,7 @@ for i = 3, 4 do
   if tonumber(ARGV[6 + i]) > 0 then
     redis.call('ZADD', KEYS[i], now, id)
     redis.call('HSET', KEYS[i + 2], id, reserve)
+    redis.call('HINCRBY', KEYS[i + 2], TOTAL, reserve)
     redis.call('EXPIRE', KEYS[i], window + 1)
     redis.call('EXPIRE', KEYS[i + 2], window + 1)
   end
@@ -113,9 +114,11 @@ for i = 1, 2 do
 end
 if used >= 0 then
   for i = 3, 4 do
-    if redis.call('ZSCORE', KEYS[i], id) then
+    local reserved = redis.call('HGET', KEYS[i + 2], id)
+    if reserved and redis.call('ZSCORE', KEYS[i], id) then
       redis.call('ZADD', KEYS[i], now, id)
       redis.call('HSET', KEYS[i + 2], id, used)
+      redis.call('HINCRBY', KEYS[i + 2], TOTAL, used - tonumber(reserved))
       redis.call('EXPIRE', KEYS[i], window + 1)
       redis.call('EXPIRE', KEYS[i + 2], window + 1)
     end
@@ -123,6 +126,11 @@ if used >= 0 then
 end
 return 1
 """
+# Each window's hash keeps its running sum under this field, so a check reads one number instead
+# of adding up the minute's requests (measured: bench/serving_limits.py).
+_TOTAL_FIELD = "total"
+_ACQUIRE = f"local TOTAL = '{_TOTAL_FIELD}'\n" + _ACQUIRE
+_RELEASE = f"local TOTAL = '{_TOTAL_FIELD}'\n" + _RELEASE
 
 
 class LimitExceeded(QuotaExceeded):
