@@ -3,11 +3,14 @@ token and per project, kept in the real Redis; through the live server, a real i
 the official `openai` client. While the worker is paused (SIGSTOP: a busy worker, deterministically)
 the requests admitted hold their slots, which is when the next one must be refused."""
 
+import multiprocessing
 import os
 import signal
 import threading
 import time
+import uuid
 from contextlib import contextmanager
+from types import SimpleNamespace
 
 import openai
 import pytest
@@ -212,3 +215,35 @@ def test_an_admin_sets_a_projects_serving_limits_and_bad_values_get_a_400_naming
     client.force_login(scientist)
     assert client.patch(url, {"serving_max_concurrent_per_token": 100},
                         content_type="application/json").status_code == 403
+
+
+def _take_slots(project, tries: int, start, taken) -> None:
+    """In a child process (a web process of its own): try for a slot `tries` times, keep what it gets."""
+    start.wait()
+    got = 0
+    for _ in range(tries):
+        try:
+            limits.acquire(project, None, slots=1, reserve=1)
+            got += 1
+        except limits.LimitExceeded:
+            pass
+    taken.put(got)
+
+
+@pytest.mark.timeout(60)
+def test_processes_racing_for_the_last_slots_never_take_more_than_the_limit():
+    # attributes only: the children touch Redis, not the database
+    project = SimpleNamespace(pk=uuid.uuid4().int % 10**9, serving_max_concurrent_per_token=None,
+                              serving_max_concurrent_per_project=5, serving_tokens_per_minute_per_token=None,
+                              serving_tokens_per_minute_per_project=None)
+    context = multiprocessing.get_context("fork")
+    start, taken = context.Event(), context.Queue()
+    children = [context.Process(target=_take_slots, args=(project, 10, start, taken)) for _ in range(4)]
+    for child in children:
+        child.start()
+    start.set()
+    counts = [taken.get(timeout=30) for _ in children]
+    for child in children:
+        child.join(10)
+    assert sum(counts) == 5 and limits.running(project.pk) == 5
+    limits._redis().delete(limits._keys(project.pk, None)[1])
