@@ -7,8 +7,9 @@ cookie, so there is no CSRF exposure. The token's project is the project served,
 permissions narrow the caller's as everywhere else (policy layer), and its request budget is
 the token rate limit of the REST API. Generations running at once and tokens a minute are limited
 per token and per project (apps.serving.limits): a request over one is answered 429
-rate_limit_exceeded with Retry-After, and what it took is given back when its answer ends. Generation runs in an `inference` worker; these views
-only wait on the channel layer, asynchronously.
+rate_limit_exceeded with Retry-After, and what it took is given back when its answer ends.
+Generation runs in an `inference` worker; these views only wait on the channel layer,
+asynchronously.
 
 What is supported, as OpenAI defines it: `n` choices (each its own generation, batched
 together by the worker; a seed gives choice i the seed + i), `logprobs`/`top_logprobs`,
