@@ -247,3 +247,40 @@ def test_processes_racing_for_the_last_slots_never_take_more_than_the_limit():
         child.join(10)
     assert sum(counts) == 5 and limits.running(project.pk) == 5
     limits._redis().delete(limits._keys(project.pk, None)[1])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+@pytest.mark.django_db(transaction=True)
+def test_a_playground_answer_cancelled_gives_its_projects_slot_back(scientist, project, tiny_model, inference_worker):
+    import asyncio
+
+    from tests.projects.test_activity_socket import headers_for, run
+    from tests.serving.test_playground_socket import playground_socket
+
+    outcome, headers = {}, headers_for(scientist)
+
+    async def scenario():
+        socket = playground_socket(project, headers)
+        assert (await socket.connect(timeout=10))[0]
+        with paused(inference_worker):
+            await socket.send_json_to({"type": "generate", "model": tiny_model.pk, "messages": QUESTION,
+                                       "params": {"max_new_tokens": 50}})
+            started = await socket.receive_json_from(timeout=10)
+            outcome["running_before"] = limits.running(project.pk)
+            await socket.send_json_to({"type": "cancel", "id": started["id"]})
+            await asyncio.sleep(0.5)  # the consumer records the cancel (no reply) before the worker resumes
+        while (reply := await socket.receive_json_from(timeout=30))["type"] == "delta":
+            pass
+        outcome["reply"] = reply
+        for _ in range(100):
+            if limits.running(project.pk) == 0:
+                break
+            await asyncio.sleep(0.05)
+        outcome["running_after"] = limits.running(project.pk)
+        await socket.disconnect()
+
+    run(scenario)
+    assert outcome["running_before"] == 1
+    assert outcome["reply"]["type"] == "done" and outcome["reply"]["result"]["finish_reason"] == "cancelled"
+    assert outcome["running_after"] == 0
