@@ -21,6 +21,8 @@ BENCHMARKS = {
     "live_overhead": "bench.live_overhead",
     "playground_ttft": "bench.playground_ttft",
     "serve_adapters": "bench.serve_adapters",
+    "serving_limits": "bench.serving_limits",
+    "serve_fairness": "bench.serve_fairness",
     "sync_views": "bench.sync_views",
     "pii_scan": "bench.pii_scan",
     "pii_phone_library": "bench.pii_phone_library",

@@ -197,13 +197,17 @@ def fast_password_hashing(settings):
 
 @pytest.fixture(autouse=True)
 def clear_cache():
-    """Rate-limit counters and open-socket counts live in the cache's Redis; each test starts with
-    a fresh budget. Only those keys go: the same Redis carries the Celery broker and the channel layer."""
+    """Rate-limit counters, serving limits and open-socket counts live in the cache's Redis; each test
+    starts with a fresh budget. Only those keys go: the same Redis carries the Celery broker and the
+    channel layer."""
     from django.core.cache import cache
+
+    from apps.serving.limits import KEY_PREFIX as SERVING_LIMITS
 
     client = cache._cache.get_client(write=True)
     prefix = settings.CACHES["default"]["KEY_PREFIX"]
-    keys = [*client.scan_iter(match=f"{prefix}:1:*", count=1000), *client.scan_iter(match=f"{prefix}:ws:*", count=1000)]
+    keys = [*client.scan_iter(match=f"{prefix}:1:*", count=1000), *client.scan_iter(match=f"{prefix}:ws:*", count=1000),
+            *client.scan_iter(match=f"{SERVING_LIMITS}*", count=1000)]
     if keys:
         client.delete(*keys)
 

@@ -280,6 +280,13 @@ INFERENCE_KV_CACHE_BUDGET_BYTES = env_int("INFERENCE_KV_CACHE_BUDGET_BYTES", 2 *
 # next decoding step without waiting.
 INFERENCE_MAX_WAIT_MS = env_float("INFERENCE_MAX_WAIT_MS", 2.0)
 INFERENCE_TIMEOUT_S = env_float("INFERENCE_TIMEOUT_S", 300.0)
+# Fair sharing of /v1 (apps/serving/limits.py): generations running at once and tokens a minute
+# (prompt and completion; max_tokens reserved at admission, the real count once it ends), per API
+# token and per project; a project's admin may set its own (the project's serving_* fields). 0: no limit.
+SERVING_MAX_CONCURRENT_PER_TOKEN = env_int("SERVING_MAX_CONCURRENT_PER_TOKEN", 32)
+SERVING_MAX_CONCURRENT_PER_PROJECT = env_int("SERVING_MAX_CONCURRENT_PER_PROJECT", 64)
+SERVING_TOKENS_PER_MINUTE_PER_TOKEN = env_int("SERVING_TOKENS_PER_MINUTE_PER_TOKEN", 100_000)
+SERVING_TOKENS_PER_MINUTE_PER_PROJECT = env_int("SERVING_TOKENS_PER_MINUTE_PER_PROJECT", 400_000)
 # What a thousand tokens (prompt and completion) cost, as the site's admin prices serving; unset: no
 # cost figure, only the worker-seconds each version used.
 SERVING_PRICE_PER_1K_TOKENS = env_float("SERVING_PRICE_PER_1K_TOKENS", None)

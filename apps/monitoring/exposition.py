@@ -83,6 +83,11 @@ def serving_families():
         tokens.add_metric([*labels, "out"], line["tokens_out"])
     yield from families.values()
     yield tokens
+    in_flight = GaugeMetricFamily("workbench_serving_in_flight", "Generations running now, per project.",
+                                  labels=["project"])
+    for project, count in serving_selectors.in_flight_by_project().items():
+        in_flight.add_metric([str(project)], count)
+    yield in_flight
 
 
 def exposition() -> bytes:

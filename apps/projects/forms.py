@@ -1,6 +1,6 @@
 from django import forms
 
-from apps.projects.models import Project
+from apps.projects.models import SERVING_LIMIT_FIELDS, Project
 from apps.projects.permissions import BUILTIN_ROLES, GRANTABLE, PERMISSIONS, grantable_model
 
 PERMISSION_CHOICES = [(name, f"{name} — {text}") for name, text in PERMISSIONS.items()]
@@ -20,10 +20,16 @@ class ProjectForm(forms.ModelForm):
 
 class ProjectSettingsForm(ProjectForm):
     class Meta(ProjectForm.Meta):
-        fields = ["name", "description", "gpu_hour_budget"]
-        labels = {"gpu_hour_budget": "GPU-hour budget"}
+        fields = ["name", "description", "gpu_hour_budget", *SERVING_LIMIT_FIELDS]
+        labels = {"gpu_hour_budget": "GPU-hour budget",
+                  "serving_max_concurrent_per_token": "Generations at once per API token",
+                  "serving_max_concurrent_per_project": "Generations at once for the project",
+                  "serving_tokens_per_minute_per_token": "Tokens a minute per API token",
+                  "serving_tokens_per_minute_per_project": "Tokens a minute for the project"}
         help_texts = {"gpu_hour_budget": "Worker hours the project's fine-tunes may use in all (empty: no limit); "
-                                          "launching stops once it is used."}
+                                          "launching stops once it is used.",
+                      **{name: "Serving through /v1 (empty: the site's default); over it a request gets 429."
+                         for name in SERVING_LIMIT_FIELDS}}
 
 
 class MemberAddForm(forms.Form):

@@ -1,8 +1,17 @@
 from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models.functions import Lower
 
 from apps.projects.permissions import BUILTIN_ROLES, ROLE_CHOICES
+
+# The largest serving limits a project may set: beyond them a number is a typo, not a limit.
+SERVING_MAX_CONCURRENT = 10_000
+SERVING_MAX_TOKENS_PER_MINUTE = 1_000_000_000
+SERVING_LIMIT_FIELDS = {"serving_max_concurrent_per_token": SERVING_MAX_CONCURRENT,
+                        "serving_max_concurrent_per_project": SERVING_MAX_CONCURRENT,
+                        "serving_tokens_per_minute_per_token": SERVING_MAX_TOKENS_PER_MINUTE,
+                        "serving_tokens_per_minute_per_project": SERVING_MAX_TOKENS_PER_MINUTE}
 
 
 class Project(models.Model):
@@ -14,6 +23,15 @@ class Project(models.Model):
     archived_at = models.DateTimeField(null=True, blank=True)
     # Worker hours its fine-tune jobs may use (time from start to end, every run); None: no limit.
     gpu_hour_budget = models.FloatField(null=True, blank=True)
+    # Fair sharing of serving (apps/serving/limits.py); None: the site's default (settings.SERVING_*).
+    serving_max_concurrent_per_token = models.IntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1), MaxValueValidator(SERVING_MAX_CONCURRENT)])
+    serving_max_concurrent_per_project = models.IntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1), MaxValueValidator(SERVING_MAX_CONCURRENT)])
+    serving_tokens_per_minute_per_token = models.IntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1), MaxValueValidator(SERVING_MAX_TOKENS_PER_MINUTE)])
+    serving_tokens_per_minute_per_project = models.IntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1), MaxValueValidator(SERVING_MAX_TOKENS_PER_MINUTE)])
 
     class Meta:
         ordering = ["name", "id"]

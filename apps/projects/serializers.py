@@ -3,7 +3,15 @@ from guardian.models import UserObjectPermission
 from rest_framework import serializers
 
 from apps.projects import policy
-from apps.projects.models import AuditEvent, Membership, Project, Role
+from apps.projects.models import (
+    SERVING_LIMIT_FIELDS,
+    SERVING_MAX_CONCURRENT,
+    SERVING_MAX_TOKENS_PER_MINUTE,
+    AuditEvent,
+    Membership,
+    Project,
+    Role,
+)
 from apps.projects.permissions import GRANTABLE, permission_from_codename
 
 
@@ -13,7 +21,7 @@ class ProjectSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Project
-        fields = ["id", "name", "description", "created_at", "archived", "member_count"]
+        fields = ["id", "name", "description", "created_at", "archived", "member_count", *SERVING_LIMIT_FIELDS]
         read_only_fields = ["id", "created_at"]
 
     def get_member_count(self, project: Project) -> int:
@@ -27,6 +35,18 @@ class ProjectWriteSerializer(serializers.Serializer):
     description = serializers.CharField(max_length=5000, required=False, allow_blank=True)
     gpu_hour_budget = serializers.FloatField(required=False, allow_null=True, min_value=0, max_value=1_000_000,
                                              help_text="worker hours the project's fine-tunes may use; null: no limit")
+    serving_max_concurrent_per_token = serializers.IntegerField(
+        required=False, allow_null=True, min_value=1, max_value=SERVING_MAX_CONCURRENT,
+        help_text="generations one API token may run at once; null: the site's default")
+    serving_max_concurrent_per_project = serializers.IntegerField(
+        required=False, allow_null=True, min_value=1, max_value=SERVING_MAX_CONCURRENT,
+        help_text="generations the project may run at once; null: the site's default")
+    serving_tokens_per_minute_per_token = serializers.IntegerField(
+        required=False, allow_null=True, min_value=1, max_value=SERVING_MAX_TOKENS_PER_MINUTE,
+        help_text="prompt and completion tokens one API token may use a minute; null: the site's default")
+    serving_tokens_per_minute_per_project = serializers.IntegerField(
+        required=False, allow_null=True, min_value=1, max_value=SERVING_MAX_TOKENS_PER_MINUTE,
+        help_text="prompt and completion tokens the project may use a minute; null: the site's default")
 
 
 class ProjectArchiveSerializer(serializers.Serializer):

@@ -20,7 +20,7 @@ from guardian.shortcuts import assign_perm, remove_perm
 from apps.core.errors import Conflict, Invalid, NotFound, PermissionDenied
 from apps.projects import policy
 from apps.projects.audit import audit_record
-from apps.projects.models import Membership, Project, Role
+from apps.projects.models import SERVING_LIMIT_FIELDS, Membership, Project, Role
 from apps.projects.permissions import BUILTIN_ROLES, PERMISSIONS, codename, kind_of
 
 MAX_NAME_LENGTH = 120
@@ -56,9 +56,11 @@ UNCHANGED = object()
 
 @transaction.atomic
 def project_update(*, user, project: Project, name: str | None = None, description: str | None = None,
-                   gpu_hour_budget=UNCHANGED, token=None, ip_address: str | None = None) -> Project:
+                   gpu_hour_budget=UNCHANGED, token=None, ip_address: str | None = None, **serving_limits) -> Project:
+    """`serving_limits`: any of SERVING_LIMIT_FIELDS, a whole number or None (the site's default)."""
     policy.require(user, "project.edit", project, token)
-    before = {"name": project.name, "description": project.description, "gpu_hour_budget": project.gpu_hour_budget}
+    changed = ["name", "description", "gpu_hour_budget"]
+    before = {name: getattr(project, name) for name in changed + list(serving_limits)}
     if name is not None:
         project.name = _clean_name(name)
     if description is not None:
@@ -69,10 +71,18 @@ def project_update(*, user, project: Project, name: str | None = None, descripti
             raise Invalid("The GPU-hour budget is a number of hours from 0 to 1,000,000, or empty for none.",
                           field="gpu_hour_budget")
         project.gpu_hour_budget = gpu_hour_budget
-    project.save(update_fields=["name", "description", "gpu_hour_budget"])
+    for name, value in serving_limits.items():
+        if name not in SERVING_LIMIT_FIELDS:
+            raise Invalid(f"Unknown project setting {name}.", field=name)
+        highest = SERVING_LIMIT_FIELDS[name]
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= highest):
+            raise Invalid(f"{name} is a whole number from 1 to {highest:,}, or empty for the site's default.",
+                          field=name)
+        setattr(project, name, value)
+        changed.append(name)
+    project.save(update_fields=changed)
     audit_record(actor=user, action="project.update", project=project, target=project, ip_address=ip_address,
-                 before=before, after={"name": project.name, "description": project.description,
-                                       "gpu_hour_budget": project.gpu_hour_budget})
+                 before=before, after={name: getattr(project, name) for name in before})
     return project
 
 

@@ -26,6 +26,7 @@ from apps.projects.forms import (
     RoleForm,
     role_choices,
 )
+from apps.projects.models import SERVING_LIMIT_FIELDS
 from apps.projects.permissions import BUILTIN_ROLES, GRANTABLE, PERMISSIONS, grantable_model, permission_from_codename
 from workers.ingest.export_formats import STREAM_FORMATS
 
@@ -77,7 +78,8 @@ def project_settings(request: HttpRequest, project_id: int) -> HttpResponse:
     project = policy.get_project(request.user, project_id, "project.edit")
     form = ProjectSettingsForm(request.POST if request.POST.get("form") == "edit" else None, instance=None,
                                initial={"name": project.name, "description": project.description,
-                                        "gpu_hour_budget": project.gpu_hour_budget})
+                                        "gpu_hour_budget": project.gpu_hour_budget,
+                                        **{name: getattr(project, name) for name in SERVING_LIMIT_FIELDS}})
     delete_form = DeleteProjectForm(request.POST if request.POST.get("form") == "delete" else None)
     ip = client_ip(request)
     if request.method == "POST":
@@ -86,7 +88,8 @@ def project_settings(request: HttpRequest, project_id: int) -> HttpResponse:
             if run_service(form, lambda: services.project_update(
                     user=request.user, project=project, name=form.cleaned_data["name"],
                     description=form.cleaned_data["description"],
-                    gpu_hour_budget=form.cleaned_data["gpu_hour_budget"], ip_address=ip)):
+                    gpu_hour_budget=form.cleaned_data["gpu_hour_budget"], ip_address=ip,
+                    **{name: form.cleaned_data[name] for name in SERVING_LIMIT_FIELDS})):
                 messages.success(request, "Project saved.")
                 return redirect("projects:settings", project_id=project.pk)
         elif action in ("archive", "restore"):

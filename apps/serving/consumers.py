@@ -6,10 +6,11 @@ from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 
 from apps.core.errors import DomainError, Invalid
+from apps.projects import policy
 from apps.projects.events import user_group
 from apps.projects.models import Project
 from apps.projects.sockets import PolicyConsumer
-from apps.serving import services, stream
+from apps.serving import limits, services, stream
 from apps.serving.models import Generation
 
 PROVIDER_PREFIX = "provider:"  # a playground model value naming a provider model (apps.providers)
@@ -51,19 +52,28 @@ class PlaygroundConsumer(PolicyConsumer):
             self.running = asyncio.create_task(self._provider_answer(content))
             return
         try:
-            generation = await database_sync_to_async(self._create)(content)
+            lease, generation = await database_sync_to_async(self._create)(content)
         except DomainError as exc:
             await self.send_json({"type": "error", "detail": exc.message, "field": exc.field})
             return
-        self.running = asyncio.create_task(self._stream(generation.pk))
+        self.running = asyncio.create_task(self._stream(generation.pk, lease))
 
-    def _create(self, content: dict) -> Generation:
+    def _create(self, content: dict):
+        """(the lease on the project's serving limits, the generation)."""
         from django.contrib.auth import get_user_model
 
         user = get_user_model().objects.get(pk=self.scope["user"].pk)
-        return services.generation_create(user=user, project=self.project, model_ref=content.get("model"),
-                                          source=Generation.Source.PLAYGROUND, messages=content.get("messages"),
-                                          params=content.get("params") or {})
+        params = content.get("params") or {}
+        policy.require(user, "model.generate", self.project)  # before a limit is taken or named
+        reserve = services.sampling_params(params if isinstance(params, dict) else {}).max_new_tokens
+        lease = limits.acquire(self.project, None, slots=1, reserve=reserve)
+        try:
+            return lease, services.generation_create(
+                user=user, project=self.project, model_ref=content.get("model"), source=Generation.Source.PLAYGROUND,
+                messages=content.get("messages"), params=params)
+        except BaseException:
+            limits.release(lease, 0)
+            raise
 
     def _cancel(self, generation_id) -> None:
         from django.contrib.auth import get_user_model
@@ -71,18 +81,24 @@ class PlaygroundConsumer(PolicyConsumer):
         user = get_user_model().objects.get(pk=self.scope["user"].pk)
         services.generation_cancel(user=user, project=self.project, generation_id=generation_id)
 
-    async def _stream(self, generation_id: int) -> None:
+    async def _stream(self, generation_id: int, lease) -> None:
         sent = time.monotonic()
-        await self.send_json({"type": "started", "id": generation_id})
-        # Closed when this task is cancelled (the socket went away): the generation is abandoned.
-        async with aclosing(stream.follow(generation_id)) as events:
-            async for event in events:
-                if event["type"] == "delta":
-                    await self.send_json({"type": "delta", "id": generation_id, "text": event["text"]})
-                else:
-                    await self.send_json({"type": event["type"], "id": generation_id, "result": event["result"],
-                                          "html": event.get("html", ""),
-                                          "round_trip_s": round(time.monotonic() - sent, 3)})
+        used = None  # tokens the answer used, once it ends; unknown if the socket goes first
+        try:
+            await self.send_json({"type": "started", "id": generation_id})
+            # Closed when this task is cancelled (the socket went away): the generation is abandoned.
+            async with aclosing(stream.follow(generation_id)) as events:
+                async for event in events:
+                    if event["type"] == "delta":
+                        await self.send_json({"type": "delta", "id": generation_id, "text": event["text"]})
+                    else:
+                        result = event["result"]
+                        used = result.get("prompt_tokens", 0) + result.get("completion_tokens", 0)
+                        await self.send_json({"type": event["type"], "id": generation_id, "result": result,
+                                              "html": event.get("html", ""),
+                                              "round_trip_s": round(time.monotonic() - sent, 3)})
+        finally:
+            await asyncio.shield(database_sync_to_async(limits.release)(lease, used))
 
     async def _provider_answer(self, content: dict) -> None:
         """An outside provider's answer, whole (provider_chat does not stream): "started", one

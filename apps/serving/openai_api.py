@@ -5,8 +5,11 @@
 Authentication is a project API token only (`Authorization: Bearer wb_...`): no session
 cookie, so there is no CSRF exposure. The token's project is the project served, its
 permissions narrow the caller's as everywhere else (policy layer), and its request budget is
-the token rate limit of the REST API. Generation runs in an `inference` worker; these views
-only wait on the channel layer, asynchronously.
+the token rate limit of the REST API. Generations running at once and tokens a minute are limited
+per token and per project (apps.serving.limits): a request over one is answered 429
+rate_limit_exceeded with Retry-After, and what it took is given back when its answer ends.
+Generation runs in an `inference` worker; these views only wait on the channel layer,
+asynchronously.
 
 What is supported, as OpenAI defines it: `n` choices (each its own generation, batched
 together by the worker; a seed gives choice i the seed + i), `logprobs`/`top_logprobs`,
@@ -36,7 +39,7 @@ from apps.accounts.throttling import TokenRateThrottle
 from apps.core.errors import DomainError, Invalid
 from apps.projects import policy
 from apps.registry.selectors import served_names
-from apps.serving import services, stream
+from apps.serving import limits, services, stream
 from apps.serving.captures import feedback_record
 from apps.serving.models import Generation
 
@@ -93,7 +96,8 @@ def _authenticate(request: HttpRequest):
 
 def _domain_error(exc: DomainError, names: dict[str, str] | None = None) -> JsonResponse:
     field = exc.field or None
-    param = (names or {}).get(field, field) if field else None
+    # a limit's name is in the message: `param` names only the request's own fields
+    param = (names or {}).get(field, field) if field and exc.status != 429 else None
     kinds = {401: "authentication_error", 403: "permission_error", 404: "not_found_error", 429: "rate_limit_error"}
     code = {429: "rate_limit_exceeded"}.get(exc.status)
     if exc.status == 404 and field == "model":
@@ -339,6 +343,19 @@ def _create(user, project, token, call: dict) -> list[Generation]:
     return generations
 
 
+def _admit(user, project, token, call: dict):
+    """(the lease on the serving limits, the generations): the request's n generations and its
+    max_tokens for each are taken from the token's and the project's limits (apps.serving.limits),
+    or LimitExceeded; given back if the generations cannot be created."""
+    reserve = services.sampling_params(call["params"]).max_new_tokens * call["n"]
+    lease = limits.acquire(project, token, slots=call["n"], reserve=reserve)
+    try:
+        return lease, _create(user, project, token, call)
+    except BaseException:
+        limits.release(lease, 0)
+        raise
+
+
 async def _complete(request: HttpRequest, *, chat: bool) -> HttpResponse:
     auth = await _caller(request, "POST")
     if isinstance(auth, HttpResponse):
@@ -348,20 +365,25 @@ async def _complete(request: HttpRequest, *, chat: bool) -> HttpResponse:
     try:
         call = _parse(request, chat)
         names = call["names"]
-        generations = await sync_to_async(_create)(user, project, token, call)
+        lease, generations = await sync_to_async(_admit)(user, project, token, call)
     except DomainError as exc:
         return _domain_error(exc, names)
 
     follows = [stream.follow(g.pk) for g in generations]
     # An error before the first token (a prompt too long) is a 400: wait for every choice's first event.
-    firsts = await asyncio.gather(*(anext(f) for f in follows))
+    try:
+        firsts = await asyncio.gather(*(anext(f) for f in follows))
+    except BaseException:
+        await asyncio.shield(sync_to_async(limits.release)(lease, None))
+        raise
     failed = next((first for first in firsts if first["type"] == "error"), None)
     if failed is not None:
         for follow in follows:
             await follow.aclose()  # the other choices are abandoned
+        await sync_to_async(limits.release)(lease, 0)
         return _worker_error(failed["result"], names)
     reply = Reply(generations[0].pk, call["model"], chat, n=len(generations))
-    events = _merge([_chain(first, follow) for first, follow in zip(firsts, follows)])
+    events = _released(_merge([_chain(first, follow) for first, follow in zip(firsts, follows)]), lease)
     if call["stream"]:
         return StreamingHttpResponse(reply.sse(events, include_usage=call["include_usage"]),
                                      content_type="text/event-stream",
@@ -383,6 +405,24 @@ def _worker_error(result: dict, names: dict) -> JsonResponse:
         return error(503, result["error"], kind="server_error")
     code = "context_length_exceeded" if field == "prompt" and "context" in result["error"] else None
     return error(400, result["error"], param=names.get(field, field), code=code)
+
+
+async def _released(events, lease):
+    """The events; once they end (every choice done or failed, or the client gone: closed), the
+    lease's slots are given back and the tokens the choices used counted in place of its reservation
+    (a choice unfinished: the reservation stays)."""
+    results: dict[int, dict] = {}
+    try:
+        async with aclosing(events):
+            async for index, event in events:
+                if event["type"] != "delta":
+                    results[index] = event["result"]
+                yield index, event
+    finally:
+        used = None
+        if len(results) == lease.slots:
+            used = sum(r.get("prompt_tokens", 0) + r.get("completion_tokens", 0) for r in results.values())
+        await asyncio.shield(sync_to_async(limits.release)(lease, used))
 
 
 async def _chain(first: dict, rest):

@@ -110,7 +110,7 @@ def _generate(run: JobRun) -> None:
         future = batcher().submit(f"model-{generation.model.base_model_id or generation.model_id}", base,
                                   generation.prompt, SamplingParams(**params), on_token=stream.on_token,
                                   messages=generation.messages, adapter_path=adapter,
-                                  is_cancelled=stream.is_cancelled)
+                                  is_cancelled=stream.is_cancelled, tag=f"project-{generation.project_id}")
         result = future.result(timeout=settings.INFERENCE_TIMEOUT_S)
     except InferenceInputError as exc:
         run.fail(str(exc), error_field=exc.field)

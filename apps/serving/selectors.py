@@ -92,3 +92,10 @@ def recent_lines(*, minutes: int = 5, now: datetime | None = None) -> list[dict]
                  row["alias__name"] or "")].append(row)
     return [{"project": project, "model": model, "version": version, "alias": alias, **summarize(group)}
             for (project, model, version, alias), group in sorted(grouped.items())]
+
+
+def in_flight_by_project() -> dict[int, int]:
+    """Generations each project runs now (apps.serving.limits counts them for its limits)."""
+    from apps.serving.limits import running_by_project
+
+    return running_by_project()

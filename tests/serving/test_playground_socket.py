@@ -111,3 +111,38 @@ def test_only_its_author_can_stop_a_generation_and_it_stops_at_once(scientist, a
 
     run(scenario)
     assert Generation.objects.get().cancel_requested
+
+
+@pytest.mark.timeout(60)
+def test_the_playground_is_held_to_its_projects_serving_limits(scientist, project):
+    from apps.registry.models import RegisteredModel
+    from apps.serving import limits
+
+    model = RegisteredModel.objects.create(project=project, name="Base", format="hf_dir", source_path="/x",
+                                           weights_path="/x", status="ready", info={})
+    project.serving_max_concurrent_per_project, project.serving_tokens_per_minute_per_project = 1, 100
+    project.save()
+    elsewhere = limits.acquire(project, None, slots=1, reserve=1)  # a /v1 answer of the project, running
+    headers = headers_for(scientist)
+    ask = {"type": "generate", "model": model.pk, "messages": [{"role": "user", "content": "hi"}]}
+
+    replies = []
+
+    def refused(body: dict) -> dict:
+        async def scenario():
+            socket = playground_socket(project, headers)
+            assert (await socket.connect(timeout=TIMEOUT_S))[0]
+            await socket.send_json_to(body)
+            replies.append(await socket.receive_json_from(timeout=TIMEOUT_S))
+            await socket.disconnect()
+
+        run(scenario)
+        return replies[-1]
+
+    busy = refused({**ask, "params": {"max_new_tokens": 8}})
+    assert busy["type"] == "error" and busy["field"] == "serving_max_concurrent_per_project"
+    assert "1 generations running at once for this project" in busy["detail"]
+    limits.release(elsewhere, 0)
+    too_many = refused({**ask, "params": {"max_new_tokens": 101}})
+    assert too_many["field"] == "serving_tokens_per_minute_per_project" and "alone" in too_many["detail"]
+    assert not Generation.objects.exists()

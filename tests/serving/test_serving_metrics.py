@@ -98,3 +98,27 @@ def test_prometheus_gets_the_last_minutes_per_version_and_alias(family, project)
     assert samples[("workbench_serving_requests", "Support v1", "production", None)] == 1
     assert samples[("workbench_serving_latency_p99_seconds", "Support", "production", None)] == 2.0
     assert samples[("workbench_serving_tokens", "Support", "production", "out")] == 20
+
+
+class ServingCollector:
+    def collect(self):
+        return serving_families()
+
+
+@pytest.mark.timeout(60)
+def test_prometheus_gets_the_generations_each_project_runs_now(project, other_project):
+    from apps.serving import limits
+
+    leases = [limits.acquire(project, None, slots=2, reserve=8), limits.acquire(other_project, None, slots=1, reserve=8)]
+
+    def in_flight() -> dict[str, float]:
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(ServingCollector())
+        return {s.labels["project"]: s.value for f in text_string_to_metric_families(generate_latest(registry).decode())
+                for s in f.samples if s.name == "workbench_serving_in_flight"}
+
+    assert in_flight() == {str(project.pk): 2, str(other_project.pk): 1}
+    limits.release(leases[0], 10)
+    assert in_flight() == {str(other_project.pk): 1}
+    limits.release(leases[1], None)
+    assert in_flight() == {}

@@ -8,12 +8,14 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from tests.workers.test_inference import PROMPTS, save_tiny_chat_model
 from workers.inference import Batcher, ModelCache, SamplingParams, generate_batch, render_prompt
 from workers.inference import batcher as batcher_module
+from workers.inference.batcher import round_robin
 from workers.inference.decode import DecodeBatch, Sequence, kv_bytes_per_token
 from workers.inference.prompts import encode_prompt
 from workers.models import load_for_inference
@@ -222,6 +224,78 @@ def test_a_cache_budget_for_one_row_runs_requests_one_after_another(tiny, tiny_d
     assert [r.token_ids for r in results] == [alone(model, tokenizer, p) for p in prompts]
     # the ones that waited count their wait in their time to first token
     assert results[0].time_to_first_token_s < results[1].time_to_first_token_s < results[2].time_to_first_token_s
+
+
+# --- fair admission ------------------------------------------------------------------------------
+
+@pytest.mark.timeout(30)
+def test_round_robin_takes_one_request_per_tag_in_turn_after_the_last_tag_admitted():
+    queue = [SimpleNamespace(tag=tag, name=f"{tag}{i}") for i, tag in enumerate("AAAABAC")]
+    picked, rest = round_robin(queue, 4, last_tag="A")
+    assert [r.name for r in picked] == ["B4", "C6", "A0", "A1"]
+    assert [r.name for r in rest] == ["A2", "A3", "A5"]
+    picked, rest = round_robin(queue, 10, last_tag=None)
+    assert [r.name for r in picked] == ["A0", "B4", "C6", "A1", "A2", "A3", "A5"] and rest == []
+    assert round_robin([], 3, last_tag="A") == ([], [])
+
+
+def first_tokens(order: list[str], name: str):
+    """An is_cancelled callback recording when `name` produced its first token (it is asked after each)."""
+    def is_cancelled() -> bool:
+        if name not in order:
+            order.append(name)
+        return False
+    return is_cancelled
+
+
+@pytest.mark.timeout(120)
+def test_a_project_flooding_the_queue_does_not_starve_another(tiny, tiny_dir):
+    model, tokenizer = tiny
+    long_prompt = runs_to_length(model, tokenizer)
+    order: list[str] = []
+    futures = {}
+    with Batcher(ModelCache(10**9), max_batch_size=2, max_wait_ms=200) as batcher:
+        def submit(name: str, tag: str, prompt: str = PROMPTS[1]) -> None:
+            futures[name] = batcher.submit("tiny", tiny_dir, prompt, GREEDY, tag=tag,
+                                           is_cancelled=first_tokens(order, name))
+
+        def on_token_of_a0(delta: str) -> None:
+            if "b0" not in futures:  # on the worker thread: the batch is full, all of these wait
+                for i in range(2, 22):
+                    submit(f"a{i}", "project-a")
+                submit("b0", "project-b")
+
+        futures["a0"] = batcher.submit("tiny", tiny_dir, long_prompt, GREEDY, tag="project-a",
+                                       on_token=on_token_of_a0, is_cancelled=first_tokens(order, "a0"))
+        submit("a1", "project-a", long_prompt)
+        futures["a0"].result(timeout=60)  # by then every other one was submitted
+        for future in futures.values():
+            future.result(timeout=60)
+    assert len(order) == 23 and set(order[:2]) == {"a0", "a1"}
+    # b0 came last, behind 20 of project A's, and is admitted in the next round (first come, first
+    # served, it would have been the 23rd)
+    assert order.index("b0") in (2, 3)
+    assert [name for name in order if name.startswith("a")][2:] == [f"a{i}" for i in range(2, 22)]  # in order
+
+
+@pytest.mark.timeout(120)
+def test_a_long_generation_keeps_its_row_but_short_ones_pass_through_the_other(tiny, tiny_dir):
+    model, tokenizer = tiny
+    long_prompt = runs_to_length(model, tokenizer)
+    short = SamplingParams(max_new_tokens=2)
+    futures = {}
+    with Batcher(ModelCache(10**9), max_batch_size=2, max_wait_ms=0) as batcher:
+        def on_token_of_long(delta: str) -> None:
+            if "short0" not in futures:
+                for i in range(4):  # one row is free: they take it one after another
+                    futures[f"short{i}"] = batcher.submit("tiny", tiny_dir, PROMPTS[1], short, tag="b")
+
+        futures["long"] = batcher.submit("tiny", tiny_dir, long_prompt, GREEDY, tag="a", on_token=on_token_of_long)
+        long = futures["long"].result(timeout=60)
+        shorts = [futures[f"short{i}"].result(timeout=60) for i in range(4)]
+    assert long.completion_tokens == GREEDY.max_new_tokens
+    # every short one ran and ended while the long one was still generating
+    assert all(s.completion_tokens <= 2 and s.total_s < long.total_s for s in shorts)
 
 
 # --- the demo model ---------------------------------------------------------------------------------

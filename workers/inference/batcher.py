@@ -12,8 +12,13 @@ with a long queue never holds up another one. A model with nothing running waits
 `max_wait_ms` after its first request for companions to prefill with it (a comparison submits
 its prompts together); once rows run, newcomers join at the next step without waiting. A batch
 holds at most `max_batch_size` rows, and newcomers join only while the key/value cache, at
-the widest it can grow, stays within `kv_cache_budget_bytes`; the others wait their turn, in
-order of arrival.
+the widest it can grow, stays within `kv_cache_budget_bytes`; the others wait their turn.
+
+Fair admission: each request carries a tag (the project it is for). When rows free up, waiting
+requests are admitted round-robin across tags, starting after the tag admitted last, and in order
+of arrival within a tag: a tag that floods the queue cannot starve another, whose request is
+admitted within the next round. A long generation keeps its row until it ends, but newcomers
+join the other rows at every step, so it never holds up the queue.
 
 Adapters: a batch is one base model's. Requests for LoRA adapters over that base join the same
 running batch as the base's own requests, each row through its own adapter (the base's
@@ -63,6 +68,7 @@ class _Request:
     sequence: DecodeSequence | None = None  # set once rendered and tokenized
     adapter_path: str | None = None
     adapters: Any = None  # the AdapterSet holding this request's adapter pinned (sequence.adapter)
+    tag: str = ""  # whose request it is (a project): admission is round-robin across tags
 
 
 @dataclass(eq=False)
@@ -85,6 +91,7 @@ class Batcher:
         self.batches_run = 0  # prefills run: groups of requests admitted together, each one forward
         self._pending: dict[tuple, list[_Request]] = {}
         self._running: dict[tuple, _Running] = {}  # only the worker thread touches it
+        self._last_tag: dict[tuple, str] = {}  # per model, the tag admitted last (round-robin resumes after it)
         # group -> (the model, weakly: a prefix is only valid for the model object it came from,
         # and holding it would defeat the model cache's eviction; the prefix; the last prompt)
         self._prefixes: OrderedDict[tuple, tuple[weakref.ref, SharedPrefix | None, list[int] | None, str | None]] = (
@@ -97,7 +104,8 @@ class Batcher:
     def submit(self, model_key: str, path: os.PathLike | str, prompt: str | None = None,
                params: SamplingParams | None = None, on_token: Callable[[str], None] | None = None, *,
                messages: list[dict] | None = None, adapter_path: os.PathLike | str | None = None,
-               device: str = "auto", dtype: Any = None, is_cancelled: Callable[[], bool] | None = None) -> Future:
+               device: str = "auto", dtype: Any = None, is_cancelled: Callable[[], bool] | None = None,
+               tag: str = "") -> Future:
         """Queue one request; its Future resolves to a GenerationResult.
 
         `prompt` is the prompt text, or give chat `messages` instead (rendered with the model's
@@ -106,7 +114,8 @@ class Batcher:
         params.logprobs it is `on_token(text_delta, logprobs)` (the entries since the last call).
         `is_cancelled()`, asked after each generated token (on the worker thread), ends this
         request early with finish_reason "cancelled" and frees its place in the batch; keep it
-        cheap. The result's times count from this call.
+        cheap. `tag` names whose request it is (a project): when the batch is full, waiting
+        requests are admitted round-robin across tags. The result's times count from this call.
         Values that are wrong whatever the model (SamplingParams, message shape) raise
         InferenceInputError here; a prompt too long for the model's context fails the Future
         with InferenceInputError(field="prompt"); a model that cannot be loaded fails it with
@@ -126,7 +135,7 @@ class Batcher:
             validate_messages(messages)
         group = (model_key, str(path), device, str(dtype) if dtype is not None else None)  # one batch per base
         request = _Request(prompt, messages, params, on_token, Future(), is_cancelled,
-                           adapter_path=str(adapter_path) if adapter_path is not None else None)
+                           adapter_path=str(adapter_path) if adapter_path is not None else None, tag=str(tag))
         with self._cond:
             if self._closed:
                 raise RuntimeError("The batcher is closed.")
@@ -180,8 +189,8 @@ class Batcher:
                     continue
             free = self.max_batch_size - (len(running.batch.rows) if running else 0)
             if free > 0:
-                taken[group] = queue[:free]
-                del queue[:free]
+                taken[group], queue[:] = round_robin(queue, free, self._last_tag.get(group))
+                self._last_tag[group] = taken[group][-1].tag
                 if not queue:
                     del self._pending[group]
         return taken, wait_s
@@ -280,6 +289,29 @@ class Batcher:
     def _requeue(self, group: tuple, requests: list[_Request]) -> None:
         with self._cond:
             self._pending[group] = requests + self._pending.get(group, [])
+
+
+def round_robin(queue: list, count: int, last_tag: str | None) -> tuple[list, list]:
+    """(up to `count` requests to admit, the rest in their order). One request per tag in turn,
+    the tags in order of their first request, starting after `last_tag`; oldest first within a
+    tag. Requests are anything with a `tag`."""
+    by_tag: dict[str, list] = {}
+    for request in queue:
+        by_tag.setdefault(request.tag, []).append(request)
+    tags = list(by_tag)
+    if last_tag in by_tag:
+        start = tags.index(last_tag) + 1
+        tags = tags[start:] + tags[:start]
+    picked: list = []
+    while len(picked) < count and tags:
+        for tag in list(tags):
+            if len(picked) == count:
+                break
+            picked.append(by_tag[tag].pop(0))
+            if not by_tag[tag]:
+                tags.remove(tag)
+    chosen = set(map(id, picked))
+    return picked, [r for r in queue if id(r) not in chosen]
 
 
 def _unpin(request: _Request) -> None:
