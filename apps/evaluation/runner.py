@@ -1,5 +1,6 @@
-"""Runs one judge run inside an `inference` worker: the adapter between the database and the
-judging engine (workers.judging.run_judge).
+"""Runs one judge run, or one eval run, inside an `inference` worker: the adapters between the
+database and the judging engine (workers.judging.run_judge) or the generation of a comparison's
+grid (workers.comparison.run_grid, the batcher and model cache comparisons share).
 
 A provider judge is called through apps.providers.services.provider_chat (enablement, the
 launcher's `provider.use`, budget, rate limit, the address; the client retries 5xx and timeouts
@@ -16,12 +17,14 @@ import threading
 import time
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import close_old_connections, connection, transaction
 
 from apps.core.errors import DomainError, PermissionDenied, QuotaExceeded
 from apps.core.jobs import JobCancelled, JobRun
 from apps.evaluation import selectors
-from apps.evaluation.models import JudgeRun, Verdict
+from apps.evaluation.models import EvalItem, EvalRun, JudgeRun, Verdict
+from workers.comparison.run import GridCancelled
+from workers.evaluation import aggregate, deltas, gate
 from workers.judging import JudgeCancelled, Reply, check_rubric, run_judge
 from workers.judging.run import orders
 
@@ -123,3 +126,100 @@ def _local_call(job: JudgeRun):
         result = future.result(timeout=settings.INFERENCE_TIMEOUT_S)
         return Reply(text=result.text, prompt_tokens=result.prompt_tokens, completion_tokens=result.completion_tokens)
     return call
+
+
+# --- eval suites ----------------------------------------------------------------------------------
+
+CANDIDATE, BASELINE = 0, 1  # the grid's columns
+
+
+def run_eval_job(run_id: int, *, worker: str = "") -> None:
+    """What the `evaluation.eval_run` task runs: claim, generate and score the outputs not yet
+    stored (the baseline's too, unless an earlier run of the suite has its figures), then write
+    the aggregates, the delta to the baseline and the gate's verdict."""
+    run = JobRun.claim(EvalRun, run_id, worker=worker, what="eval run", every_s=0)
+    if run is None:
+        return
+    with run:
+        try:
+            fields = _evaluate(run)
+        except (JobCancelled, GridCancelled):
+            close_old_connections()
+            run.cancel()
+        except Exception as exc:  # a model that cannot load, a timeout: the scientist sees why
+            logger.exception("eval run %s failed", run_id)
+            close_old_connections()
+            run.fail(f"{type(exc).__name__}: {exc}"[:2000])
+        else:
+            close_old_connections()
+            run.finish(**fields)
+
+
+def _baseline_figures(job: EvalRun) -> dict | None:
+    """The baseline's aggregates when they need no generating: the run's model is the baseline,
+    or the suite (fixed prompts, greedy decoding) already ran it, as a run's model or beside one."""
+    suite = job.suite
+    earlier = selectors.latest_run(suite, suite.baseline_model_id)
+    if earlier is not None:
+        return earlier.aggregates
+    beside = (EvalRun.objects.filter(suite=suite, state=EvalRun.State.SUCCEEDED, items__baseline=True)
+              .order_by("-finished_at", "-id").first())
+    return beside.baseline_aggregates if beside is not None else None
+
+
+def _evaluate(run: JobRun) -> dict:
+    from apps.serving.runner import batcher, model_paths
+    from workers.comparison import GridModel, GridPrompt, run_grid
+    from workers.inference import SamplingParams
+
+    job = EvalRun.objects.select_related("suite__dataset_version", "suite__baseline_model", "model").get(pk=run.job.pk)
+    suite = job.suite
+    rows = selectors.suite_rows(suite)
+    baseline = None
+    if suite.baseline_model_id and suite.baseline_model_id != job.model_id:
+        baseline = _baseline_figures(job)
+    columns = [(CANDIDATE, job.model)]
+    if suite.baseline_model_id and suite.baseline_model_id != job.model_id and baseline is None:
+        columns.append((BASELINE, suite.baseline_model))
+    models = []
+    for column, model in columns:
+        base, adapter = model_paths(model)
+        models.append(GridModel(column=column, key=f"model-{model.base_model_id or model.pk}", path=str(base),
+                                adapter_path=str(adapter) if adapter else None,
+                                chat=bool((model.info or {}).get("chat_template"))))
+    prompts = [GridPrompt(row=position, text=text, reference=reference) for position, text, reference in rows]
+    by_position = {position: (text, reference) for position, text, reference in rows}
+    done = {(position, BASELINE if is_baseline else CANDIDATE)
+            for position, is_baseline in EvalItem.objects.filter(run=job).values_list("position", "baseline")}
+    total = len(rows) * len(columns)
+    run.progress(len(done), total)
+
+    def on_cells(cells) -> bool:
+        close_old_connections()
+        EvalItem.objects.bulk_create(
+            [EvalItem(run_id=job.pk, position=c.row, baseline=c.column == BASELINE, prompt=by_position[c.row][0],
+                      reference=by_position[c.row][1] or "", output=c.text, error=c.error, scores=c.scores)
+             for c in cells],
+            update_conflicts=True, unique_fields=["run", "position", "baseline"],
+            update_fields=["output", "error", "scores"])
+        run.progress(EvalItem.objects.filter(run=job).count(), total)  # raises JobCancelled when asked to stop
+        return False
+
+    run_grid(models, prompts, SamplingParams(max_new_tokens=suite.max_new_tokens, temperature=0.0), batcher=batcher(),
+             on_cells=on_cells, done=done, batch_size=settings.INFERENCE_MAX_BATCH_SIZE,
+             timeout_s=settings.INFERENCE_TIMEOUT_S)
+    close_old_connections()
+
+    def figures(is_baseline: bool) -> dict:
+        return aggregate(EvalItem.objects.filter(run=job, baseline=is_baseline).values_list("scores", flat=True),
+                         suite.metrics)
+
+    values = figures(False)
+    if suite.baseline_model_id == job.model_id:
+        baseline = values
+    elif suite.baseline_model_id and baseline is None:
+        baseline = figures(True)
+    failures = gate(values, suite.metrics)
+    return {"aggregates": values, "baseline_aggregates": baseline or {},
+            "delta": deltas(values, baseline) if baseline else {}, "passed": not failures,
+            "failures": [f.as_dict() for f in failures]}

@@ -1,0 +1,165 @@
+"""Eval suites: defined through the API (each bad input refused naming its field), run by a real
+`inference` worker on the tiny model and an adapter of it, and gating an alias's moves."""
+
+import json
+
+import pytest
+
+from apps.evaluation.models import EvalItem, EvalSuite
+from tests.comparison.factories import placeholder_model
+from tests.conftest import wait_for
+from tests.training.fixtures import QA, make_version
+
+
+def post(client, url, body):
+    return client.post(url, json.dumps(body), content_type="application/json")
+
+
+def suite_body(version, **fields) -> dict:
+    return {"name": "QA check", "dataset_version": version.pk, "split": "validation",
+            "metrics": [{"metric": "exact_match", "threshold": 0.5}, {"metric": "rouge_l"}], **fields}
+
+
+@pytest.mark.django_db
+@pytest.mark.timeout(60)
+def test_a_suite_is_created_listed_and_read(client, scientist, viewer, project, owner):
+    version = make_version(project, owner)
+    baseline = placeholder_model(project, "Base")
+    client.force_login(scientist)
+    made = post(client, f"/api/projects/{project.pk}/eval-suites/",
+                suite_body(version, baseline_model=baseline.pk, gate_alias="production"))
+    assert made.status_code == 201, made.content
+    body = made.json()
+    assert body["metrics"] == [{"metric": "exact_match", "threshold": 0.5}, {"metric": "rouge_l", "threshold": None}]
+    assert (body["split"], body["gate_alias"], body["baseline_model"]) == ("validation", "production", baseline.pk)
+    client.force_login(viewer)
+    assert client.get(f"/api/projects/{project.pk}/eval-suites/").json()["results"][0]["id"] == body["id"]
+    assert client.get(f"/api/projects/{project.pk}/eval-suites/{body['id']}/").json()["name"] == "QA check"
+
+
+@pytest.mark.django_db
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("change, field", [
+    ({"metrics": [{"metric": "bleu"}]}, "metrics[0].metric"),
+    ({"metrics": []}, "metrics"),
+    ({"metrics": "exact_match"}, "metrics"),
+    ({"metrics": [{"metric": "exact_match", "threshold": 2}]}, "metrics[0].threshold"),
+    ({"metrics": [{"metric": "perplexity", "threshold": -1}]}, "metrics[0].threshold"),
+    ({"metrics": [{"metric": "rouge_l", "threshold": "<script>"}]}, "metrics[0].threshold"),
+    ({"split": "test"}, "split"),
+    ({"split": "x" * 65}, "split"),
+    ({"name": ""}, "name"),
+    ({"name": "n" * 121}, "name"),
+    ({"max_new_tokens": 0}, "max_new_tokens"),
+    ({"max_new_tokens": "many"}, "max_new_tokens"),
+    ({"gate_alias": "Prod uction!"}, "gate_alias"),
+    ({"gate_alias": "production", "metrics": [{"metric": "rouge_l"}]}, "metrics"),
+    ({"baseline_model": 10 ** 9}, "baseline_model"),
+    ({"auto_run": "sometimes"}, "auto_run"),
+    ({"dataset_version": "one"}, "dataset_version"),
+])
+def test_bad_suites_are_refused_with_400_naming_the_field(client, scientist, project, owner, change, field):
+    version = make_version(project, owner)
+    client.force_login(scientist)
+    refused = post(client, f"/api/projects/{project.pk}/eval-suites/", {**suite_body(version), **change})
+    assert refused.status_code == 400, refused.content
+    assert field in json.dumps(refused.json()), refused.json()
+    assert not EvalSuite.objects.exists()
+
+
+@pytest.mark.django_db
+@pytest.mark.timeout(60)
+def test_a_dataset_version_or_model_of_another_project_is_not_found(client, scientist, project, other_project,
+                                                                    owner):
+    foreign = make_version(other_project, owner)
+    client.force_login(scientist)
+    refused = post(client, f"/api/projects/{project.pk}/eval-suites/", suite_body(foreign))
+    assert refused.status_code == 404
+    version = make_version(project, owner, name="Mine")
+    refused = post(client, f"/api/projects/{project.pk}/eval-suites/",
+                   suite_body(version, baseline_model=placeholder_model(other_project).pk))
+    assert refused.status_code == 400 and refused.json()["field"] == "baseline_model"
+    suite = post(client, f"/api/projects/{project.pk}/eval-suites/", suite_body(version)).json()
+    launched = post(client, f"/api/projects/{project.pk}/eval-suites/{suite['id']}/runs/",
+                    {"model": placeholder_model(other_project).pk})
+    assert launched.status_code == 400 and launched.json()["field"] == "model"
+    assert post(client, f"/api/projects/{other_project.pk}/eval-suites/{suite['id']}/runs/",
+                {"model": 1}).status_code == 404
+
+
+def ended(client, project, run_id, timeout=180) -> dict:
+    def check():
+        body = client.get(f"/api/projects/{project.pk}/eval-runs/{run_id}/").json()
+        return body if body["state"] in ("succeeded", "failed", "cancelled") else None
+    return wait_for(check, timeout=timeout, interval=0.2, what=f"eval run {run_id} to end")
+
+
+def run_suite(client, project, suite_id, model_id) -> dict:
+    launched = post(client, f"/api/projects/{project.pk}/eval-suites/{suite_id}/runs/", {"model": model_id})
+    assert launched.status_code == 201, launched.content
+    run = ended(client, project, launched.json()["id"])
+    assert run["state"] == "succeeded", run["error"]
+    return run
+
+
+def move(client, model, alias, version):
+    return client.put(f"/api/models/{model.pk}/aliases/{alias}/", json.dumps({"version": version.pk}),
+                      content_type="application/json")
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated:FutureWarning")
+def test_runs_score_every_item_beside_the_baseline_and_gate_alias_moves(client, scientist, project, owner,
+                                                                        tiny_model, adapter_model, inference_worker):
+    version = make_version(project, owner)
+    client.force_login(scientist)
+    loose = post(client, f"/api/projects/{project.pk}/eval-suites/", {
+        "name": "Loose", "dataset_version": version.pk, "split": "validation", "baseline_model": tiny_model.pk,
+        "max_new_tokens": 6, "gate_alias": "staging",
+        "metrics": [{"metric": "exact_match"}, {"metric": "rouge_l"}, {"metric": "perplexity", "threshold": 1e6}]})
+    strict = post(client, f"/api/projects/{project.pk}/eval-suites/", {
+        "name": "Strict", "dataset_version": version.pk, "split": "validation", "max_new_tokens": 6,
+        "gate_alias": "production", "metrics": [{"metric": "exact_match", "threshold": 1}]})
+    assert loose.status_code == strict.status_code == 201, (loose.content, strict.content)
+    loose, strict = loose.json(), strict.json()
+
+    # No run of the gating suite yet: the move is refused, saying why.
+    refused = move(client, tiny_model, "staging", adapter_model)
+    assert refused.status_code == 409, refused.content
+    assert "“Loose” gates @staging and this version has no finished run of it" in refused.json()["detail"]
+
+    run = run_suite(client, project, loose["id"], adapter_model.pk)
+    rows = [(p, r) for p, r in QA]  # the validation split: QA once
+    assert run["items_done"] == run["items_total"] == 2 * len(rows)  # the adapter's and the baseline's
+    items = EvalItem.objects.filter(run_id=run["id"])
+    assert items.filter(baseline=False).count() == items.filter(baseline=True).count() == len(rows)
+    assert all(set(i.scores) >= {"exact_match", "rouge_l", "perplexity"} and i.reference for i in items)
+    adapter_ppl = sum(i.scores["perplexity"] for i in items.filter(baseline=False)) / len(rows)
+    base_ppl = sum(i.scores["perplexity"] for i in items.filter(baseline=True)) / len(rows)
+    assert run["aggregates"]["perplexity"] == pytest.approx(adapter_ppl, abs=1e-3)
+    assert run["baseline_aggregates"]["perplexity"] == pytest.approx(base_ppl, abs=1e-3)
+    assert run["delta"]["perplexity"] == pytest.approx(adapter_ppl - base_ppl, abs=1e-3)
+    assert run["passed"] is True and run["failures"] == []
+
+    # Passing now: the alias moves.
+    assert move(client, tiny_model, "staging", adapter_model).status_code == 200
+
+    # A second run reuses the baseline's figures: only the adapter is generated.
+    again = run_suite(client, project, loose["id"], adapter_model.pk)
+    assert again["items_total"] == len(rows) and not EvalItem.objects.filter(run_id=again["id"], baseline=True)
+    assert again["baseline_aggregates"] == run["baseline_aggregates"]
+
+    # The strict suite fails (the tiny model does not match every reference word for word): refused with the
+    # metric, its value (the mean of the items' exact matches) and the threshold.
+    failed = run_suite(client, project, strict["id"], adapter_model.pk)
+    matches = [i.scores["exact_match"] for i in EvalItem.objects.filter(run_id=failed["id"])]
+    value = round(sum(matches) / len(matches), 6)
+    assert failed["passed"] is False and value < 1
+    reason = f"exact_match {value:g} is not at least its threshold 1"
+    assert failed["failures"] == [{"metric": "exact_match", "value": value, "threshold": 1.0, "reason": reason}]
+    refused = move(client, tiny_model, "production", adapter_model)
+    assert refused.status_code == 409
+    assert f"“Strict” gates @production: {reason}" in refused.json()["detail"]
+    assert refused.json()["field"] == "version"
