@@ -19,13 +19,13 @@ import time
 from django.conf import settings
 from django.db import close_old_connections, connection, transaction
 
-from apps.core.errors import DomainError, PermissionDenied, QuotaExceeded
+from apps.core.errors import DomainError, Invalid, PermissionDenied, QuotaExceeded
 from apps.core.jobs import JobCancelled, JobRun
 from apps.evaluation import selectors
-from apps.evaluation.models import EvalItem, EvalRun, JudgeRun, Verdict
+from apps.evaluation.models import EvalItem, EvalRun, Judge, JudgeRun, Verdict
 from workers.comparison.run import GridCancelled
-from workers.evaluation import aggregate, deltas, gate
-from workers.judging import JudgeCancelled, Reply, check_rubric, run_judge
+from workers.evaluation import JUDGED, aggregate, deltas, gate, judged_scores
+from workers.judging import PAIRWISE, JudgeCancelled, PairItem, PointItem, Reply, check_rubric, run_judge
 from workers.judging.run import orders
 
 logger = logging.getLogger(__name__)
@@ -63,15 +63,7 @@ def _judge(run: JobRun) -> None:
     calls_done = len(done) * per_item
     total = len(items) * per_item
     run.progress(calls_done, total)
-    call = _provider_call(job) if job.config.get("provider_model") else _local_call(job)
-    runner_thread = threading.get_ident()
-
-    def call_and_close(messages):
-        try:
-            return call(messages)
-        finally:
-            if threading.get_ident() != runner_thread:  # the engine's thread: give its connection back
-                connection.close()
+    call_and_close = _judge_call(job.project, job.config, job.created_by)
 
     def on_item(verdicts) -> bool:
         nonlocal calls_done
@@ -89,17 +81,32 @@ def _judge(run: JobRun) -> None:
               concurrency=settings.JUDGE_CONCURRENCY)
 
 
-def _provider_call(job: JudgeRun):
+def _judge_call(project, config: dict, launcher):
+    """The judge model's call for the engine (config: provider_model or local_model, max_tokens),
+    safe from the engine's threads: each gives its database connection back after a call."""
+    call = _provider_call(project, config, launcher) if config.get("provider_model") else _local_call(config)
+    runner_thread = threading.get_ident()
+
+    def call_and_close(messages):
+        try:
+            return call(messages)
+        finally:
+            if threading.get_ident() != runner_thread:  # the engine's thread: give its connection back
+                connection.close()
+    return call_and_close
+
+
+def _provider_call(project, config: dict, launcher):
     from apps.providers.services import provider_chat
 
-    if job.created_by is None:  # provider_chat checks `provider.use` of whom the run is for
+    if launcher is None:  # provider_chat checks `provider.use` of whom the run is for
         raise PermissionDenied("provider.use", "The person who launched this run is gone; launch it again.")
 
     def call(messages: list[dict]) -> Reply:
         while True:
             try:
-                reply = provider_chat(job.project, job.config["provider_model"], messages, user=job.created_by,
-                                      max_tokens=job.config["max_tokens"], temperature=0)
+                reply = provider_chat(project, config["provider_model"], messages, user=launcher,
+                                      max_tokens=config["max_tokens"], temperature=0)
             except QuotaExceeded as exc:
                 if exc.retry_after_s > MAX_QUOTA_WAIT_S:
                     raise
@@ -110,15 +117,15 @@ def _provider_call(job: JudgeRun):
     return call
 
 
-def _local_call(job: JudgeRun):
+def _local_call(config: dict):
     from apps.registry.models import RegisteredModel
     from apps.serving.runner import batcher, model_paths
     from workers.inference import SamplingParams
 
-    model = RegisteredModel.objects.select_related("base_model").get(pk=job.config["local_model"])
+    model = RegisteredModel.objects.select_related("base_model").get(pk=config["local_model"])
     base, adapter = model_paths(model)
     key = f"model-{model.base_model_id or model.pk}"
-    params = SamplingParams(max_new_tokens=job.config["max_tokens"], temperature=0.0)
+    params = SamplingParams(max_new_tokens=config["max_tokens"], temperature=0.0)
 
     def call(messages: list[dict]) -> Reply:
         future = batcher().submit(key, str(base), params=params, adapter_path=str(adapter) if adapter else None,
@@ -143,9 +150,12 @@ def run_eval_job(run_id: int, *, worker: str = "") -> None:
     with run:
         try:
             fields = _evaluate(run)
-        except (JobCancelled, GridCancelled):
+        except (JobCancelled, GridCancelled, JudgeCancelled):
             close_old_connections()
             run.cancel()
+        except DomainError as exc:  # a judge's provider's own message, a spent budget, a refused model
+            close_old_connections()
+            run.fail(exc.message[:2000])
         except Exception as exc:  # a model that cannot load, a timeout: the scientist sees why
             logger.exception("eval run %s failed", run_id)
             close_old_connections()
@@ -176,7 +186,8 @@ def _evaluate(run: JobRun) -> dict:
     suite = job.suite
     rows = selectors.suite_rows(suite)
     baseline = None
-    if suite.baseline_model_id and suite.baseline_model_id != job.model_id:
+    wins = any(m["metric"] == "win_rate" for m in suite.metrics)  # pairs need the baseline's outputs here
+    if suite.baseline_model_id and suite.baseline_model_id != job.model_id and not wins:
         baseline = _baseline_figures(job)
     columns = [(CANDIDATE, job.model)]
     if suite.baseline_model_id and suite.baseline_model_id != job.model_id and baseline is None:
@@ -209,6 +220,7 @@ def _evaluate(run: JobRun) -> dict:
              on_cells=on_cells, done=done, batch_size=settings.INFERENCE_MAX_BATCH_SIZE,
              timeout_s=settings.INFERENCE_TIMEOUT_S)
     close_old_connections()
+    _judge_outputs(run, job, total)
 
     def figures(is_baseline: bool) -> dict:
         return aggregate(EvalItem.objects.filter(run=job, baseline=is_baseline).values_list("scores", flat=True),
@@ -223,3 +235,53 @@ def _evaluate(run: JobRun) -> dict:
     return {"aggregates": values, "baseline_aggregates": baseline or {},
             "delta": deltas(values, baseline) if baseline else {}, "passed": not failures,
             "failures": [f.as_dict() for f in failures]}
+
+
+def _judge_outputs(run: JobRun, job: EvalRun, generated: int) -> None:
+    """Score the run's outputs with the suite's judges: each pointwise judge once per output (every
+    criterion the suite asks of it), each pairwise judge once per (output, the baseline's output)
+    pair, both orders. An item's judged scores are stored together, so a resumed run judges only
+    what is missing; an unreadable answer is stored as no score (counted out of the mean)."""
+    judged = [m for m in job.suite.metrics if m["metric"] in JUDGED]
+    if not judged:
+        return
+    items = {(i.position, i.baseline): i for i in EvalItem.objects.filter(run=job)}
+    work = []
+    for judge_id in dict.fromkeys(m["judge"] for m in judged):
+        judge = Judge.objects.filter(pk=judge_id, project_id=job.project_id).first()
+        if judge is None:
+            raise Invalid(f"The suite's judge {judge_id} was deleted: make the suite again without it.")
+        rubric = check_rubric(judge.rubric)
+        asked = [m for m in judged if m["judge"] == judge_id]
+        keys = [m["key"] for m in asked]
+        todo = []
+        for (position, is_baseline), item in sorted(items.items()):
+            if is_baseline or item.error or all(k in item.scores for k in keys):
+                continue
+            if rubric.kind == PAIRWISE:
+                other = items.get((position, True))
+                if other is None or other.error:
+                    continue
+                todo.append(PairItem(key=str(position), prompt=item.prompt, first=item.output, second=other.output))
+            else:
+                todo.append(PointItem(key=str(position), prompt=item.prompt, response=item.output))
+        config = {"provider_model": judge.provider_model_id, "local_model": judge.local_model_id,
+                  "max_tokens": judge.max_tokens}
+        work.append((rubric, asked, todo, config))
+    total = generated + sum(len(todo) for _, _, todo, _ in work)
+    done = generated
+
+    for rubric, asked, todo, config in work:
+        scales = {c.name: c.scale for c in rubric.criteria}
+
+        def on_item(verdicts, rubric=rubric, asked=asked, scales=scales) -> bool:
+            nonlocal done
+            item = items[(int(verdicts[0].key), False)]
+            item.scores.update(judged_scores(rubric.kind, verdicts, asked, scales))
+            item.save(update_fields=["scores"])
+            done += 1
+            run.progress(done, total)  # raises JobCancelled once the run is asked to stop
+            return False
+
+        run_judge(rubric, todo, call=_judge_call(job.project, config, job.created_by), on_item=on_item,
+                  concurrency=settings.JUDGE_CONCURRENCY)

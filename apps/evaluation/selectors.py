@@ -250,3 +250,16 @@ def gate_refusal(project_id: int, alias: str, version_id: int) -> str | None:
             reasons.append(f"the eval suite “{suite.name}” gates @{alias}: "
                            + "; ".join(f["reason"] for f in run.failures))
     return "; ".join(reasons) or None
+
+
+def judge_calibration(judge: Judge) -> dict:
+    """Whether the judge counts as calibrated: its newest succeeded run's agreement with the blind
+    votes against the project's threshold (`calibrated`, and `reason` when not)."""
+    rules = calibration_policy(judge.project)
+    for run in JudgeRun.objects.filter(judge=judge, state=JudgeRun.State.SUCCEEDED).select_related(
+            "project", "comparison").order_by("-finished_at", "-id"):
+        figures = agreement(run, rules)
+        if figures is not None:
+            return figures["calibration"]
+    return {"calibrated": False, "reason": "no finished run of it has been compared with people's votes",
+            "min_kappa": rules.min_kappa, "min_items": rules.min_items}

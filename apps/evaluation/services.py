@@ -24,8 +24,8 @@ from apps.projects.audit import audit_record
 from apps.projects.models import Project
 from apps.providers import selectors as provider_selectors
 from apps.registry.models import RegisteredModel
-from workers.evaluation import MetricError, check_metrics
-from workers.judging import RubricError, check_rubric, estimate_cost
+from workers.evaluation import JUDGED, MetricError, check_metrics
+from workers.judging import PAIRWISE, POINTWISE, RubricError, check_rubric, estimate_cost
 
 MAX_NAME = 120
 MIN_MAX_TOKENS, MAX_MAX_TOKENS = 16, 4096
@@ -233,6 +233,7 @@ def eval_suite_create(*, user, project: Project, name: str, dataset_version, met
         raise Invalid(f"Version {version.number} has no “{split}” split.", field="split")
     baseline = None if baseline_model is None else _suite_model(user, project, baseline_model, "baseline_model",
                                                                 token)
+    _check_judged(user, project, checked, baseline, gate_alias, token)
     suite = EvalSuite(project=project, name=name, dataset_version=version, split=split, metrics=checked,
                       baseline_model=baseline, max_new_tokens=max_new_tokens, gate_alias=gate_alias,
                       auto_run=auto_run, created_by=user)
@@ -254,9 +255,49 @@ def eval_suite_create(*, user, project: Project, name: str, dataset_version, met
     return suite
 
 
+def _check_judged(user, project: Project, metrics: list[dict], baseline, gate_alias: str, token) -> None:
+    """A judge metric names a judge of the project: pointwise with that criterion for a criterion's
+    score, pairwise (and a baseline to play against) for a win rate; a provider judge takes
+    `provider.use`. A judge that is not calibrated reports but may not gate: no threshold on it in a
+    suite that gates an alias."""
+    for i, metric in enumerate(metrics):
+        if metric["metric"] not in JUDGED:
+            continue
+        field = f"metrics[{i}]"
+        judge = Judge.objects.filter(project=project, pk=metric["judge"]).select_related("project").first()
+        if judge is None:
+            raise Invalid("No such judge in this project.", field=f"{field}.judge")
+        if judge.provider_model_id:
+            policy.require(user, "provider.use", project, token)
+        if metric["metric"] == "judge":
+            if judge.kind != POINTWISE:
+                raise Invalid(f"“{judge.name}” compares two answers; a criterion's score needs a pointwise judge.",
+                              field=f"{field}.judge")
+            criteria = [c["name"] for c in judge.rubric.get("criteria", [])]
+            if metric["criterion"] not in criteria:
+                raise Invalid(f"“{judge.name}” has no criterion {metric['criterion']!r}: one of "
+                              f"{', '.join(criteria)}.", field=f"{field}.criterion")
+        else:
+            if judge.kind != PAIRWISE:
+                raise Invalid(f"“{judge.name}” scores one answer; a win rate needs a pairwise judge.",
+                              field=f"{field}.judge")
+            if baseline is None:
+                raise Invalid("A win rate is against the suite's baseline: choose a baseline_model.",
+                              field="baseline_model")
+        if gate_alias and metric["threshold"] is not None:
+            calibration = selectors.judge_calibration(judge)
+            if not calibration["calibrated"]:
+                raise Invalid(f"The judge “{judge.name}” is not calibrated ({calibration['reason']}), so it cannot "
+                              f"gate @{gate_alias}: drop this metric's threshold, or calibrate the judge against "
+                              "people's votes first.", field=f"{field}.threshold")
+
+
 def eval_run_start(*, user, suite: EvalSuite, model, token=None, ip_address: str | None = None) -> EvalRun:
     """Queue a run of the suite for a ready model of the project (the `inference` queue)."""
     policy.require(user, "compare.run", suite.project, token)
+    if Judge.objects.filter(pk__in=[m["judge"] for m in suite.metrics if m["metric"] in JUDGED],
+                            provider_model__isnull=False).exists():
+        policy.require(user, "provider.use", suite.project, token)  # its provider judge calls out for them
     chosen = _suite_model(user, suite.project, model, "model", token)
     with transaction.atomic():
         run = _queue_run(suite, chosen, user)

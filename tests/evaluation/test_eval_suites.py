@@ -30,7 +30,8 @@ def test_a_suite_is_created_listed_and_read(client, scientist, viewer, project, 
                 suite_body(version, baseline_model=baseline.pk, gate_alias="production"))
     assert made.status_code == 201, made.content
     body = made.json()
-    assert body["metrics"] == [{"metric": "exact_match", "threshold": 0.5}, {"metric": "rouge_l", "threshold": None}]
+    assert body["metrics"] == [{"metric": "exact_match", "key": "exact_match", "threshold": 0.5},
+                               {"metric": "rouge_l", "key": "rouge_l", "threshold": None}]
     assert (body["split"], body["gate_alias"], body["baseline_model"]) == ("validation", "production", baseline.pk)
     client.force_login(viewer)
     assert client.get(f"/api/projects/{project.pk}/eval-suites/").json()["results"][0]["id"] == body["id"]
@@ -163,3 +164,106 @@ def test_runs_score_every_item_beside_the_baseline_and_gate_alias_moves(client, 
     assert refused.status_code == 409
     assert f"“Strict” gates @production: {reason}" in refused.json()["detail"]
     assert refused.json()["field"] == "version"
+
+
+POINTWISE = {"kind": "pointwise", "criteria": [{"name": "correct", "scale": "pass_fail"},
+                                               {"name": "clarity", "scale": "1-5"}]}
+PAIRWISE = {"kind": "pairwise", "criteria": [{"name": "helpfulness"}]}
+
+
+def local_judge(project, rubric, name):
+    from apps.evaluation.models import Judge
+
+    return Judge.objects.create(project=project, name=name, rubric=rubric, local_model=placeholder_model(project))
+
+
+@pytest.mark.django_db
+@pytest.mark.timeout(60)
+def test_judge_metrics_name_a_fitting_judge_and_an_uncalibrated_one_cannot_gate(client, scientist, project, owner,
+                                                                                 other_project):
+    version = make_version(project, owner)
+    point, pair = local_judge(project, POINTWISE, "Points"), local_judge(project, PAIRWISE, "Pairs")
+    foreign = local_judge(other_project, POINTWISE, "Theirs")
+    baseline = placeholder_model(project, "Base")
+    client.force_login(scientist)
+    url = f"/api/projects/{project.pk}/eval-suites/"
+
+    def refused(metrics, **fields):
+        response = post(client, url, suite_body(version, metrics=metrics, **fields))
+        assert response.status_code == 400, response.content
+        return response.json()
+
+    assert refused([{"metric": "judge", "judge": foreign.pk, "criterion": "correct"}])["field"] == "metrics[0].judge"
+    assert refused([{"metric": "judge", "judge": pair.pk, "criterion": "correct"}])["field"] == "metrics[0].judge"
+    missing = refused([{"metric": "judge", "judge": point.pk, "criterion": "tone"}])
+    assert missing["field"] == "metrics[0].criterion" and "correct, clarity" in missing["detail"]
+    assert refused([{"metric": "win_rate", "judge": point.pk}], baseline_model=baseline.pk)["field"] == \
+        "metrics[0].judge"
+    assert refused([{"metric": "win_rate", "judge": pair.pk}])["field"] == "baseline_model"
+    gating = refused([{"metric": "rouge_l", "threshold": 0.1},
+                      {"metric": "judge", "judge": point.pk, "criterion": "correct", "threshold": 0.8}],
+                     gate_alias="production")
+    assert gating["field"] == "metrics[1].threshold"
+    assert "“Points” is not calibrated (no finished run of it has been compared with people's votes)" in \
+        gating["detail"] and "cannot gate @production" in gating["detail"]
+    # Reported without a threshold, or in a suite that gates nothing, it is welcome.
+    assert post(client, url, suite_body(version, name="Reported", gate_alias="production", metrics=[
+        {"metric": "rouge_l", "threshold": 0.1},
+        {"metric": "judge", "judge": point.pk, "criterion": "correct"}])).status_code == 201
+    assert post(client, url, suite_body(version, name="Ungated", baseline_model=baseline.pk, metrics=[
+        {"metric": "win_rate", "judge": pair.pk, "threshold": 0.5}])).status_code == 201
+
+
+def pointwise_answer(correct: str, clarity: int) -> dict:
+    return {"content": json.dumps({"correct": {"score": correct, "reason": "scripted"},
+                                   "clarity": {"score": clarity, "reason": "scripted"}})}
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated:FutureWarning")
+def test_judges_score_a_run_s_outputs_and_its_wins_against_the_baseline(client, scientist, project, owner, tiny_model,
+                                                                        adapter_model, judge_provider, scripted_judge,
+                                                                        inference_worker):
+    import re
+
+    version = make_version(project, owner)
+    questions = [q for q, _ in QA]  # the validation split
+    rules = [{"pattern": "^" + re.escape(f"[Prompt]\n{q}\n\n[Response]\n"),
+              **pointwise_answer("pass" if i % 2 == 0 else "fail", i % 5 + 1)} for i, q in enumerate(questions)]
+    rules += [{"pattern": "^" + re.escape(f"[Prompt]\n{questions[0]}\n\n[Response A]"),
+               "content": json.dumps({"winner": "tie", "reason": "scripted"})},
+              {"pattern": "^" + re.escape(f"[Prompt]\n{questions[1]}\n\n[Response A]"), "content": "A, surely."}]
+    scripted_judge.script(rules, default={"content": json.dumps({"winner": "A", "reason": "always A"})})
+    client.force_login(scientist)
+    judges = {}
+    for name, rubric in (("Points", POINTWISE), ("Pairs", PAIRWISE)):
+        made = post(client, f"/api/projects/{project.pk}/judges/", {
+            "name": name, "rubric": rubric, "provider_model": "Scripted/judge-1", "max_tokens": 64})
+        assert made.status_code == 201, made.content
+        judges[name] = made.json()["id"]
+    suite = post(client, f"/api/projects/{project.pk}/eval-suites/", {
+        "name": "Judged", "dataset_version": version.pk, "split": "validation", "baseline_model": tiny_model.pk,
+        "max_new_tokens": 6, "metrics": [
+            {"metric": "judge", "judge": judges["Points"], "criterion": "correct"},
+            {"metric": "judge", "judge": judges["Points"], "criterion": "clarity"},
+            {"metric": "win_rate", "judge": judges["Pairs"], "threshold": 0.6}]})
+    assert suite.status_code == 201, suite.content
+
+    run = run_suite(client, project, suite.json()["id"], adapter_model.pk)
+    points, pairs = f"judge:{judges['Points']}:", f"win_rate:{judges['Pairs']}"
+    # correct: pass, fail, pass, fail, pass, fail -> 3 / 6; clarity 1,2,3,4,5,1 on 0..1: (0+.25+.5+.75+1+0) / 6
+    assert run["aggregates"][points + "correct"] == 0.5
+    assert run["aggregates"][points + "clarity"] == round(2.5 / 6, 6)
+    # a tie, an unreadable pair (left out), and four pairs answered "A" in both orders (position only: a tie)
+    assert run["aggregates"][pairs] == 0.5
+    assert run["passed"] is False and run["failures"][0]["reason"] == f"{pairs} 0.5 is not at least its threshold 0.6"
+    items = {i.position: i.scores for i in EvalItem.objects.filter(run_id=run["id"], baseline=False)}
+    assert sorted(s[pairs] is None for s in items.values()) == [False] * 5 + [True]
+    # the baseline's outputs are scored on the references, not judged
+    assert not any(k.startswith(("judge:", "win_rate:")) for i in EvalItem.objects.filter(run_id=run["id"],
+                                                                                           baseline=True)
+                   for k in i.scores)
+    asked = scripted_judge.requests()
+    assert len(asked) == len(questions) + 2 * len(questions)  # one per output, both orders per pair
