@@ -190,6 +190,16 @@ class EvalRun(LeasedJob):
     def is_active(self) -> bool:
         return self.state in self.ACTIVE
 
+    @property
+    def metric_rows(self) -> list[dict]:
+        """Each metric of the suite with this run's value, the baseline's, the delta and its
+        threshold (`failed` when the gate missed it), for the pages."""
+        missed = {f["metric"] for f in self.failures or []}
+        return [{"key": m["key"], "value": self.aggregates.get(m["key"]),
+                 "baseline": (self.baseline_aggregates or {}).get(m["key"]),
+                 "delta": (self.delta or {}).get(m["key"]), "threshold": m.get("threshold"),
+                 "failed": m["key"] in missed} for m in self.suite.metrics]
+
 
 class EvalItem(models.Model):
     """One output of a run: the run's model's (or, `baseline`, the baseline model's) answer to

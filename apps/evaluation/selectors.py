@@ -229,7 +229,7 @@ def latest_run(suite: EvalSuite, model_id: int) -> EvalRun | None:
 def model_eval_results(model_id: int) -> list[EvalRun]:
     """Each suite's newest succeeded run of a model (the model and job pages show them, with the delta)."""
     runs, seen = [], set()
-    for run in (EvalRun.objects.filter(model_id=model_id, state=EvalRun.State.SUCCEEDED).select_related("suite")
+    for run in (EvalRun.objects.filter(model_id=model_id, state=EvalRun.State.SUCCEEDED).select_related("suite", "model")
                 .order_by("-finished_at", "-id")):
         if run.suite_id not in seen:
             seen.add(run.suite_id)
@@ -263,3 +263,9 @@ def judge_calibration(judge: Judge) -> dict:
             return figures["calibration"]
     return {"calibrated": False, "reason": "no finished run of it has been compared with people's votes",
             "min_kappa": rules.min_kappa, "min_items": rules.min_items}
+
+
+def job_eval_results(job_id: int) -> list[EvalRun]:
+    """The runs a fine-tune's success started (auto-run suites on its adapter), newest first."""
+    return list(EvalRun.objects.filter(training_job_id=job_id).select_related("suite", "model")
+                .order_by("-created_at", "-id"))

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from apps.evaluation.models import EvalItem, EvalSuite
+from apps.evaluation.models import EvalItem, EvalRun, EvalSuite
 from tests.comparison.factories import placeholder_model
 from tests.conftest import wait_for
 from tests.training.fixtures import QA, make_version
@@ -267,3 +267,41 @@ def test_judges_score_a_run_s_outputs_and_its_wins_against_the_baseline(client, 
                    for k in i.scores)
     asked = scripted_judge.requests()
     assert len(asked) == len(questions) + 2 * len(questions)  # one per output, both orders per pair
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_fine_tune_runs_the_auto_run_suites_and_its_job_and_model_pages_show_the_delta(
+        client, scientist, project, owner, tiny_model, qa_version, celery_worker, inference_worker):
+    from tests.training.fixtures import launch_body
+
+    client.force_login(scientist)
+    auto = post(client, f"/api/projects/{project.pk}/eval-suites/", {
+        "name": "After training", "dataset_version": qa_version.pk, "split": "validation", "auto_run": True,
+        "baseline_model": tiny_model.pk, "max_new_tokens": 4,
+        "metrics": [{"metric": "rouge_l"}, {"metric": "perplexity", "threshold": 1e6}]})
+    manual = post(client, f"/api/projects/{project.pk}/eval-suites/", {
+        "name": "By hand", "dataset_version": qa_version.pk, "metrics": [{"metric": "rouge_l"}]})
+    assert auto.status_code == manual.status_code == 201
+    launched = client.post(f"/api/projects/{project.pk}/jobs/", launch_body(tiny_model, qa_version, max_steps=10),
+                           content_type="application/json")
+    assert launched.status_code == 201, launched.content
+    job_id = launched.json()["id"]
+
+    def auto_run():
+        run = EvalRun.objects.filter(training_job_id=job_id).first()
+        return run if run is not None and run.state in EvalRun.ENDED else None
+    run = wait_for(auto_run, timeout=240, interval=0.5, what="the suite run after the fine-tune")
+    job = client.get(f"/api/jobs/{job_id}/").json()
+    assert job["state"] == "succeeded" and run.state == "succeeded", run.error
+    assert run.suite_id == auto.json()["id"] and run.model_id == job["adapter"]  # the auto-run suite only
+    assert EvalRun.objects.count() == 1
+    delta = run.delta["perplexity"]
+    assert delta == pytest.approx(run.aggregates["perplexity"] - run.baseline_aggregates["perplexity"], abs=1e-5)
+
+    shown = f"{'+' if delta > 0 else ''}{delta}"
+    for url in (f"/projects/{project.pk}/jobs/{job_id}/", f"/projects/{project.pk}/models/{job['adapter']}/"):
+        page = client.get(url).content.decode()
+        assert 'data-testid="eval-results"' in page and "After training" in page, url
+        assert f'<td data-field="delta">{shown}</td>' in page, url
