@@ -305,3 +305,22 @@ def test_a_fine_tune_runs_the_auto_run_suites_and_its_job_and_model_pages_show_t
         page = client.get(url).content.decode()
         assert 'data-testid="eval-results"' in page and "After training" in page, url
         assert f'<td data-field="delta">{shown}</td>' in page, url
+
+
+@pytest.mark.django_db
+@pytest.mark.timeout(60)
+def test_the_suites_page_answers_by_permission(client, scientist, viewer, annotator, outsider, project, owner):
+    version = make_version(project, owner)
+    EvalSuite.objects.create(project=project, name="Visible suite", dataset_version=version,
+                             metrics=[{"metric": "rouge_l", "key": "rouge_l", "threshold": None}])
+    url = f"/projects/{project.pk}/eval-suites/"
+    client.force_login(scientist)
+    page = client.get(url).content.decode()
+    assert "Visible suite" in page and 'data-testid="suite-form"' in page
+    client.force_login(viewer)  # compare.view without compare.run: reads, creates nothing
+    page = client.get(url).content.decode()
+    assert "Visible suite" in page and 'data-testid="suite-form"' not in page and 'data-field="run"' not in page
+    client.force_login(annotator)
+    assert client.get(url).status_code == 403
+    client.force_login(outsider)
+    assert client.get(url).status_code == 404
