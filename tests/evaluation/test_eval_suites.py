@@ -324,3 +324,38 @@ def test_the_suites_page_answers_by_permission(client, scientist, viewer, annota
     assert client.get(url).status_code == 403
     client.force_login(outsider)
     assert client.get(url).status_code == 404
+
+
+@pytest.mark.django_db
+@pytest.mark.timeout(60)
+def test_a_canary_onto_a_version_is_gated_as_a_move_is(client, admin, project, owner):
+    from django.utils import timezone
+
+    from apps.registry.models import ModelAlias, RegisteredModel
+
+    base = placeholder_model(project, "Base")
+    tuned = RegisteredModel.objects.create(project=project, name="Tuned", format="peft", kind="adapter",
+                                           base_model=base, source_path="/a", status="ready", info={})
+    ModelAlias.objects.create(project=project, model=base, version=base, name="production")
+    suite = EvalSuite.objects.create(project=project, name="Gate", dataset_version=make_version(project, owner),
+                                     gate_alias="production",
+                                     metrics=[{"metric": "rouge_l", "key": "rouge_l", "threshold": 0.4}])
+    client.force_login(admin)
+    url = f"/api/models/{base.pk}/aliases/production/canary/"
+    body = json.dumps({"version": tuned.pk, "weight": 10})
+    refused = client.put(url, body, content_type="application/json")
+    assert refused.status_code == 409 and "has no finished run of it" in refused.json()["detail"]
+
+    reason = "rouge_l 0.3 is not at least its threshold 0.4"
+    EvalRun.objects.create(project=project, suite=suite, model=tuned, state="succeeded", finished_at=timezone.now(),
+                           aggregates={"rouge_l": 0.3}, passed=False,
+                           failures=[{"metric": "rouge_l", "value": 0.3, "threshold": 0.4, "reason": reason}])
+    refused = client.put(url, body, content_type="application/json")
+    assert refused.status_code == 409 and reason in refused.json()["detail"]
+    assert ModelAlias.objects.get(name="production").canary_version_id is None
+
+    EvalRun.objects.create(project=project, suite=suite, model=tuned, state="succeeded", finished_at=timezone.now(),
+                           aggregates={"rouge_l": 0.5}, passed=True)  # the newest run decides
+    started = client.put(url, body, content_type="application/json")
+    assert started.status_code == 200, started.content
+    assert ModelAlias.objects.get(name="production").canary_version_id == tuned.pk
