@@ -143,16 +143,25 @@ CANDIDATE, BASELINE = 0, 1  # the grid's columns
 def run_eval_job(run_id: int, *, worker: str = "") -> None:
     """What the `evaluation.eval_run` task runs: claim, generate and score the outputs not yet
     stored (the baseline's too, unless an earlier run of the suite has its figures), then write
-    the aggregates, the delta to the baseline and the gate's verdict."""
+    the aggregates, the delta to the baseline and the gate's verdict. When its worker is told to
+    stop, the run goes back to the queue after the batch (or judged item) in hand, its stored
+    items kept for whichever worker takes it next."""
     run = JobRun.claim(EvalRun, run_id, worker=worker, what="eval run", every_s=0)
     if run is None:
         return
     with run:
+        if run.stopping():  # its worker is stopping (a message it took meanwhile): not a model loaded
+            run.hand_back()
+            return
         try:
             fields = _evaluate(run)
-        except (JobCancelled, GridCancelled, JudgeCancelled):
+        except JobCancelled:
             close_old_connections()
             run.cancel()
+        except (GridCancelled, JudgeCancelled):  # its worker is stopping: back to the queue, its items kept
+            close_old_connections()
+            if not run.hand_back():
+                run.cancel()
         except DomainError as exc:  # a judge's provider's own message, a spent budget, a refused model
             close_old_connections()
             run.fail(exc.message[:2000])
@@ -214,7 +223,7 @@ def _evaluate(run: JobRun) -> dict:
             update_conflicts=True, unique_fields=["run", "position", "baseline"],
             update_fields=["output", "error", "scores"])
         run.progress(EvalItem.objects.filter(run=job).count(), total)  # raises JobCancelled when asked to stop
-        return False
+        return run.stopping()  # its worker is stopping: handed back after this batch
 
     run_grid(models, prompts, SamplingParams(max_new_tokens=suite.max_new_tokens, temperature=0.0), batcher=batcher(),
              on_cells=on_cells, done=done, batch_size=settings.INFERENCE_MAX_BATCH_SIZE,
@@ -281,7 +290,7 @@ def _judge_outputs(run: JobRun, job: EvalRun, generated: int) -> None:
             item.save(update_fields=["scores"])
             done += 1
             run.progress(done, total)  # raises JobCancelled once the run is asked to stop
-            return False
+            return run.stopping()  # its worker is stopping: handed back after this item
 
         run_judge(rubric, todo, call=_judge_call(job.project, config, job.created_by), on_item=on_item,
                   concurrency=settings.JUDGE_CONCURRENCY)
