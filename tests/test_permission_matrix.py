@@ -376,6 +376,37 @@ def _judge_body(world: World) -> dict:
             "local_model": RegisteredModel.objects.filter(project=world.project).first().pk}
 
 
+def _arrange_eval_suite(run_state: str | None = None):
+    """A suite of world.project on a version of its dataset, and a placeholder model to run it on;
+    with `run_state`, a run of it in that state (no worker: nothing runs it)."""
+    def arrange(world: World) -> dict:
+        from apps.datasets.models import DatasetRow, DatasetVersion
+        from apps.evaluation.models import EvalRun, EvalSuite
+        from tests.comparison.factories import placeholder_model
+
+        version = DatasetVersion.objects.create(dataset=world.dataset, number=1, status="ready", author=world.owner,
+                                                row_count=1, content_hash="e" * 64)
+        DatasetRow.objects.create(version=version, position=0, row_hash="0" * 64, prompt="2+2?", response="4",
+                                  metadata={})
+        suite = EvalSuite.objects.create(project=world.project, name="Suite", dataset_version=version,
+                                         metrics=[{"metric": "exact_match", "threshold": None}],
+                                         created_by=world.owner)
+        placeholder_model(world.project, "Candidate")
+        kwargs = {"suite_id": suite.pk}
+        if run_state:
+            kwargs["run_id"] = EvalRun.objects.create(project=world.project, suite=suite, state=run_state,
+                                                      model=suite.project.models.get(name="Candidate"),
+                                                      created_by=world.owner).pk
+        return kwargs
+    return arrange
+
+
+def _candidate_body(world: World) -> dict:
+    from apps.registry.models import RegisteredModel
+
+    return {"model": RegisteredModel.objects.get(project=world.project, name="Candidate").pk}
+
+
 def _comparison_body(world: World) -> dict:
     from apps.comparison.models import Comparison
 
@@ -697,6 +728,20 @@ ENDPOINTS = [
     Endpoint("judge-calibration-get", "GET", f"{P}/judge-calibration/", "compare.view", _no_body, 200),
     Endpoint("judge-calibration-update", "PATCH", f"{P}/judge-calibration/", "project.edit",
              lambda w: {"min_kappa": 0.4}, 200),
+    # eval suites (apps/evaluation): tests/evaluation runs and creates them for real; a suite with no metric is a
+    # 400 after the permission check; these rows check who may.
+    Endpoint("eval-suites-list", "GET", f"{P}/eval-suites/", "compare.view", _no_body, 200),
+    Endpoint("eval-suite-create", "POST", f"{P}/eval-suites/", "compare.run",
+             lambda w: {"name": "Suite", "dataset_version": 999999, "metrics": []}, 400, audit_writes=0),
+    Endpoint("eval-suite-get", "GET", f"{P}/eval-suites/<int:suite_id>/", "compare.view", _no_body, 200,
+             arrange=_arrange_eval_suite()),
+    Endpoint("eval-suite-launch", "POST", f"{P}/eval-suites/<int:suite_id>/runs/", "compare.run", _candidate_body,
+             201, checks=("compare.view", "compare.run", "model.view"), arrange=_arrange_eval_suite()),
+    Endpoint("eval-runs-list", "GET", f"{P}/eval-runs/", "compare.view", _no_body, 200),
+    Endpoint("eval-run-get", "GET", f"{P}/eval-runs/<int:run_id>/", "compare.view", _no_body, 200,
+             arrange=_arrange_eval_suite("succeeded")),
+    Endpoint("eval-run-cancel", "POST", f"{P}/eval-runs/<int:run_id>/cancel/", "compare.run", _no_body, 200,
+             checks=("compare.view", "compare.run"), arrange=_arrange_eval_suite("queued")),
     # project API tokens (a token never creates a token)
     Endpoint("project-tokens-list", "GET", f"{P}/tokens/", "token.manage", _no_body, 200),
     Endpoint("project-token-create", "POST", f"{P}/tokens/", "token.manage",
@@ -887,7 +932,7 @@ def test_every_project_scoped_endpoint_in_the_url_conf_has_a_row():
     dummy = {"project_id": 1, "dataset_id": 2, "membership_id": 3, "role_id": 4, "grant_id": 5, "number": 6,
              "job_id": 7, "comparison_id": 8, "campaign_id": 9, "item_id": 10, "schema_id": 11, "annotation_id": 12,
              "export_id": 13, "model_id": 14, "entry_id": 15, "target_id": 16, "alias": "production",
-             "judge_id": 17, "run_id": 18, "sweep_id": 19}
+             "judge_id": 17, "run_id": 18, "sweep_id": 19, "suite_id": 20}
     in_table = {(resolve(fill(e.url, dummy)).route, e.method) for e in ENDPOINTS}
     assert in_url_conf, "found no project-scoped API routes: the walk above is broken"
     assert in_url_conf - in_table == set(), "project-scoped endpoints without a row in ENDPOINTS"

@@ -1,4 +1,4 @@
-"""The judges API: define judges, see what a run would cost, launch it over a comparison, watch
+"""The judges and eval suites API. Judges: define them, see what a run would cost, launch it over a comparison, watch
 it, cancel it, read its results and its agreement with people."""
 
 from drf_spectacular.utils import extend_schema
@@ -11,15 +11,20 @@ from rest_framework.views import APIView
 from apps.core.errors import Invalid
 from apps.core.http import client_ip
 from apps.evaluation import selectors, services
-from apps.evaluation.models import Judge, JudgeRun
+from apps.evaluation.models import EvalRun, EvalSuite, Judge, JudgeRun
 from apps.evaluation.serializers import (
     CalibrationPolicySerializer,
     ComparisonChoiceSerializer,
     EstimateSerializer,
+    EvalRunDetailSerializer,
+    EvalRunSerializer,
+    EvalSuiteCreateSerializer,
+    EvalSuiteSerializer,
     JudgeCreateSerializer,
     JudgeRunDetailSerializer,
     JudgeRunSerializer,
     JudgeSerializer,
+    ModelChoiceSerializer,
 )
 from apps.projects import policy
 
@@ -128,3 +133,73 @@ class CalibrationPolicyApi(APIView):
         rules = services.calibration_policy_update(user=request.user, project=project, token=request.auth,
                                                    ip_address=client_ip(request), **request.data)
         return Response(CalibrationPolicySerializer(rules).data)
+
+
+# --- eval suites ----------------------------------------------------------------------------------
+
+def _suite(request: Request, project_id: int, suite_id: int) -> EvalSuite:
+    return policy.get_object(request.user, EvalSuite, suite_id, "compare.view", request.auth, project_id=project_id,
+                             related=("dataset_version", "baseline_model"))
+
+
+def _eval_run(request: Request, project_id: int, run_id: int) -> EvalRun:
+    return policy.get_object(request.user, EvalRun, run_id, "compare.view", request.auth, project_id=project_id,
+                             related=("suite", "model"))
+
+
+class EvalSuiteListCreateApi(ListAPIView):
+    serializer_class = EvalSuiteSerializer
+
+    def get_queryset(self):
+        project = policy.get_project(self.request.user, self.kwargs["project_id"], "compare.view", self.request.auth)
+        return selectors.project_suites(project)
+
+    @extend_schema(request=EvalSuiteCreateSerializer, responses={201: EvalSuiteSerializer})
+    def post(self, request: Request, project_id: int) -> Response:
+        project = policy.get_project(request.user, project_id, token=request.auth)
+        data = EvalSuiteCreateSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        suite = services.eval_suite_create(user=request.user, project=project, token=request.auth,
+                                           ip_address=client_ip(request), **data.validated_data)
+        return Response(EvalSuiteSerializer(suite).data, status=status.HTTP_201_CREATED)
+
+
+class EvalSuiteDetailApi(APIView):
+    @extend_schema(responses=EvalSuiteSerializer)
+    def get(self, request: Request, project_id: int, suite_id: int) -> Response:
+        return Response(EvalSuiteSerializer(_suite(request, project_id, suite_id)).data)
+
+
+class EvalRunLaunchApi(APIView):
+    @extend_schema(request=ModelChoiceSerializer, responses={201: EvalRunSerializer})
+    def post(self, request: Request, project_id: int, suite_id: int) -> Response:
+        suite = _suite(request, project_id, suite_id)
+        data = ModelChoiceSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        run = services.eval_run_start(user=request.user, suite=suite, model=data.validated_data["model"],
+                                      token=request.auth, ip_address=client_ip(request))
+        return Response(EvalRunSerializer(run).data, status=status.HTTP_201_CREATED)
+
+
+class EvalRunListApi(ListAPIView):
+    serializer_class = EvalRunSerializer
+
+    def get_queryset(self):
+        project = policy.get_project(self.request.user, self.kwargs["project_id"], "compare.view", self.request.auth)
+        return selectors.project_eval_runs(project)
+
+
+class EvalRunDetailApi(APIView):
+    @extend_schema(responses=EvalRunDetailSerializer)
+    def get(self, request: Request, project_id: int, run_id: int) -> Response:
+        return Response(EvalRunDetailSerializer(_eval_run(request, project_id, run_id)).data)
+
+
+class EvalRunCancelApi(APIView):
+    """A queued run ends at once; a running one stops after the batch in hand."""
+
+    @extend_schema(request=None, responses=EvalRunSerializer)
+    def post(self, request: Request, project_id: int, run_id: int) -> Response:
+        run = services.eval_run_cancel(user=request.user, run=_eval_run(request, project_id, run_id),
+                                       token=request.auth, ip_address=client_ip(request))
+        return Response(EvalRunSerializer(run).data)

@@ -120,3 +120,100 @@ class CalibrationPolicy(models.Model):
 
     class Meta:
         default_permissions = ()
+
+
+class EvalSuite(models.Model):
+    """A named, fixed evaluation: every prompt of a dataset version (or of one of its splits),
+    generated greedily, scored on `metrics` (workers.evaluation: [{metric, threshold}]) against the
+    rows' references, beside a baseline model's scores. With `gate_alias`, moving that alias of any
+    model of the project onto a version needs the version's latest run of the suite to pass every
+    threshold. With `auto_run`, each fine-tune of the project that registers an adapter runs it.
+    A suite is not edited (its runs stay comparable): make another."""
+
+    project = models.ForeignKey("projects.Project", on_delete=models.CASCADE, related_name="eval_suites")
+    name = models.CharField(max_length=120)
+    dataset_version = models.ForeignKey("datasets.DatasetVersion", on_delete=models.RESTRICT, related_name="+")
+    split = models.CharField(max_length=64, blank=True)  # "" for every row of the version
+    metrics = models.JSONField()
+    baseline_model = models.ForeignKey("registry.RegisteredModel", null=True, blank=True, on_delete=models.RESTRICT,
+                                       related_name="+")
+    max_new_tokens = models.PositiveIntegerField(default=64)
+    gate_alias = models.CharField(max_length=48, blank=True)
+    auto_run = models.BooleanField(default=False)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        default_permissions = ()
+        constraints = [models.UniqueConstraint(fields=["project", "name"], name="eval_suite_unique_name")]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class EvalRun(LeasedJob):
+    """One model's run of a suite on the `inference` queue: its outputs (EvalItem), the
+    aggregates, the baseline's aggregates (generated in the same run, or taken from an earlier
+    run of the suite that has them) with the delta, and the gate's verdict."""
+
+    State = JobState
+    ACTIVE, ENDED = ACTIVE_STATES, ENDED_STATES
+    TASK, QUEUE = "evaluation.eval_run", "inference"
+    DONE_FIELD, TOTAL_FIELD = "items_done", "items_total"
+
+    project = models.ForeignKey("projects.Project", on_delete=models.CASCADE, related_name="eval_runs")
+    suite = models.ForeignKey(EvalSuite, on_delete=models.CASCADE, related_name="runs")
+    model = models.ForeignKey("registry.RegisteredModel", on_delete=models.RESTRICT, related_name="+")
+    training_job = models.ForeignKey("training.TrainingJob", null=True, blank=True, on_delete=models.SET_NULL,
+                                     related_name="+")  # the fine-tune that launched it (auto-run)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.QUEUED)
+    cancel_requested = models.BooleanField(default=False)
+    items_done = models.PositiveIntegerField(default=0)
+    items_total = models.PositiveIntegerField(default=0)
+    aggregates = models.JSONField(default=dict, blank=True)
+    baseline_aggregates = models.JSONField(default=dict, blank=True)
+    delta = models.JSONField(default=dict, blank=True)
+    passed = models.BooleanField(null=True)  # the gate's verdict, once it succeeded
+    failures = models.JSONField(default=list, blank=True)  # GateFailure.as_dict() of each missed threshold
+    error = models.TextField(blank=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        default_permissions = ()
+        indexes = [models.Index(fields=["suite", "model", "state"])]
+
+    @property
+    def is_active(self) -> bool:
+        return self.state in self.ACTIVE
+
+    @property
+    def metric_rows(self) -> list[dict]:
+        """Each metric of the suite with this run's value, the baseline's, the delta and its
+        threshold (`failed` when the gate missed it), for the pages."""
+        missed = {f["metric"] for f in self.failures or []}
+        return [{"key": m["key"], "value": self.aggregates.get(m["key"]),
+                 "baseline": (self.baseline_aggregates or {}).get(m["key"]),
+                 "delta": (self.delta or {}).get(m["key"]), "threshold": m.get("threshold"),
+                 "failed": m["key"] in missed} for m in self.suite.metrics]
+
+
+class EvalItem(models.Model):
+    """One output of a run: the run's model's (or, `baseline`, the baseline model's) answer to
+    one row of the suite, with its scores."""
+
+    run = models.ForeignKey(EvalRun, on_delete=models.CASCADE, related_name="items")
+    position = models.PositiveIntegerField()  # the dataset row's position
+    baseline = models.BooleanField(default=False)
+    prompt = models.TextField()
+    reference = models.TextField(blank=True)
+    output = models.TextField(blank=True)
+    error = models.TextField(blank=True)
+    scores = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["run", "baseline", "position"]
+        constraints = [models.UniqueConstraint(fields=["run", "position", "baseline"], name="eval_item_unique")]

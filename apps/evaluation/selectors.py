@@ -11,7 +11,7 @@ from django.db.models import Count, Max
 from apps.comparison.models import Comparison, Output, Vote
 from apps.comparison.selectors import contestants, leaderboard_of
 from apps.core.memo import memoized
-from apps.evaluation.models import CalibrationPolicy, Judge, JudgeRun, Verdict
+from apps.evaluation.models import CalibrationPolicy, EvalRun, EvalSuite, Judge, JudgeRun, Verdict
 from workers.judging import PAIRWISE, PairItem, PointItem, Rubric, check_rubric, cohen_kappa
 from workers.judging.stats import (
     calibration,
@@ -198,3 +198,74 @@ def judge_boards(comparison: Comparison) -> list[dict]:
                        "calibration": figures["calibration"],
                        "board": leaderboard_of([c.model for c in columns], kinds)})
     return boards
+
+
+# --- eval suites ----------------------------------------------------------------------------------
+
+def project_suites(project):
+    return EvalSuite.objects.filter(project=project).select_related("dataset_version__dataset", "baseline_model")
+
+
+def project_eval_runs(project):
+    return EvalRun.objects.filter(project=project).select_related("suite", "model")
+
+
+def suite_rows(suite: EvalSuite) -> list[tuple[int, str, str | None]]:
+    """The suite's items: (row position, prompt, reference — the row's reference, else its
+    response) of every row of its version (or split) that has a prompt, in order."""
+    rows = suite.dataset_version.rows.exclude(prompt__isnull=True).exclude(prompt="")
+    if suite.split:
+        rows = rows.filter(split=suite.split)
+    return [(r["position"], r["prompt"], r["reference"] or r["response"] or None)
+            for r in rows.order_by("position").values("position", "prompt", "reference", "response")]
+
+
+def latest_run(suite: EvalSuite, model_id: int) -> EvalRun | None:
+    """The model's newest succeeded run of the suite."""
+    return (EvalRun.objects.filter(suite=suite, model_id=model_id, state=EvalRun.State.SUCCEEDED)
+            .order_by("-finished_at", "-id").first())
+
+
+def model_eval_results(model_id: int) -> list[EvalRun]:
+    """Each suite's newest succeeded run of a model (the model and job pages show them, with the delta)."""
+    runs, seen = [], set()
+    for run in (EvalRun.objects.filter(model_id=model_id, state=EvalRun.State.SUCCEEDED).select_related("suite", "model")
+                .order_by("-finished_at", "-id")):
+        if run.suite_id not in seen:
+            seen.add(run.suite_id)
+            runs.append(run)
+    return runs
+
+
+def gate_refusal(project_id: int, alias: str, version_id: int) -> str | None:
+    """Why moving the alias named `alias` onto the version is refused by the project's suites that
+    gate it (None when every one passes): a version with no succeeded run of a gating suite, or
+    whose newest run missed a threshold (which metric, its value against the threshold)."""
+    reasons = []
+    for suite in EvalSuite.objects.filter(project_id=project_id, gate_alias=alias).order_by("name"):
+        run = latest_run(suite, version_id)
+        if run is None:
+            reasons.append(f"the eval suite “{suite.name}” gates @{alias} and this version has no finished run of it")
+        elif not run.passed:
+            reasons.append(f"the eval suite “{suite.name}” gates @{alias}: "
+                           + "; ".join(f["reason"] for f in run.failures))
+    return "; ".join(reasons) or None
+
+
+def judge_calibration(judge: Judge) -> dict:
+    """Whether the judge counts as calibrated: its newest succeeded run's agreement with the blind
+    votes against the project's threshold (`calibrated`, and `reason` when not)."""
+    rules = calibration_policy(judge.project)
+    for run in JudgeRun.objects.filter(judge=judge, state=JudgeRun.State.SUCCEEDED).select_related(
+            "project", "comparison").order_by("-finished_at", "-id"):
+        figures = agreement(run, rules)
+        if figures is not None:
+            return figures["calibration"]
+    return {"calibrated": False, "reason": "no finished run of it has been compared with people's votes",
+            "min_kappa": rules.min_kappa, "min_items": rules.min_items}
+
+
+def job_eval_results(job_id: int) -> list[EvalRun]:
+    """The runs a fine-tune's success started (auto-run suites on its adapter), newest first."""
+    return list(EvalRun.objects.filter(training_job_id=job_id).select_related("suite", "model")
+                .order_by("-created_at", "-id"))

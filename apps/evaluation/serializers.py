@@ -1,6 +1,6 @@
 from rest_framework import serializers
 
-from apps.evaluation.models import Judge, JudgeRun
+from apps.evaluation.models import EvalItem, EvalRun, EvalSuite, Judge, JudgeRun
 
 
 class JudgeSerializer(serializers.ModelSerializer):
@@ -65,3 +65,54 @@ class JudgeRunDetailSerializer(JudgeRunSerializer):
 class CalibrationPolicySerializer(serializers.Serializer):
     min_kappa = serializers.FloatField(help_text="the least Cohen's kappa with the blind votes, -1 to 1")
     min_items = serializers.IntegerField(help_text="the fewest judge-vs-person items to judge by")
+
+
+class EvalSuiteSerializer(serializers.ModelSerializer):
+    dataset = serializers.IntegerField(source="dataset_version.dataset_id", read_only=True)
+    version_number = serializers.IntegerField(source="dataset_version.number", read_only=True)
+
+    class Meta:
+        model = EvalSuite
+        fields = ["id", "name", "dataset", "dataset_version", "version_number", "split", "metrics", "baseline_model",
+                  "max_new_tokens", "gate_alias", "auto_run", "created_at"]
+
+
+class EvalSuiteCreateSerializer(serializers.Serializer):
+    """Types only: the service checks the values, each refusal naming its field."""
+
+    name = serializers.CharField(max_length=120)
+    dataset_version = serializers.IntegerField()
+    split = serializers.CharField(required=False, allow_blank=True, max_length=64, default="")
+    metrics = serializers.JSONField(help_text="[{metric: exact_match|rouge_l|perplexity, threshold: number|null}]")
+    baseline_model = serializers.IntegerField(required=False, allow_null=True, default=None)
+    max_new_tokens = serializers.IntegerField(required=False, default=64)
+    gate_alias = serializers.CharField(required=False, allow_blank=True, max_length=48, default="")
+    auto_run = serializers.BooleanField(required=False, default=False)
+
+
+class ModelChoiceSerializer(serializers.Serializer):
+    model = serializers.IntegerField(help_text="a ready model of the project")
+
+
+class EvalRunSerializer(serializers.ModelSerializer):
+    suite_name = serializers.CharField(source="suite.name", read_only=True)
+    model_name = serializers.CharField(source="model.name", read_only=True)
+
+    class Meta:
+        model = EvalRun
+        fields = ["id", "suite", "suite_name", "model", "model_name", "training_job", "state", "items_done",
+                  "items_total", "aggregates", "baseline_aggregates", "delta", "passed", "failures", "error",
+                  "cancel_requested", "created_at", "started_at", "finished_at"]
+
+
+class EvalItemSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = EvalItem
+        fields = ["position", "baseline", "prompt", "reference", "output", "error", "scores"]
+
+
+class EvalRunDetailSerializer(EvalRunSerializer):
+    items = EvalItemSerializer(many=True, read_only=True)
+
+    class Meta(EvalRunSerializer.Meta):
+        fields = [*EvalRunSerializer.Meta.fields, "items"]

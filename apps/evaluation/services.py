@@ -1,4 +1,4 @@
-"""Judges: defining them, estimating and launching their runs over a comparison's outputs,
+"""Judges and eval suites. Judges: defining them, estimating and launching their runs over a comparison's outputs,
 cancelling and deleting (writes; each asks the policy first).
 
 A judge is checked whole when it is made, each refusal naming its field: a rubric with at least
@@ -8,6 +8,8 @@ or a provider model enabled for it, which also takes `provider.use`), a sane ans
 
 from __future__ import annotations
 
+import re
+
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -15,14 +17,15 @@ from apps.comparison.models import Comparison
 from apps.core.errors import Conflict, Invalid, NotFound
 from apps.core.jobs import ask_to_cancel, enqueue
 from apps.evaluation import selectors
-from apps.evaluation.models import CalibrationPolicy, Judge, JudgeRun
-from apps.evaluation.tasks import judge_run_task
+from apps.evaluation.models import CalibrationPolicy, EvalRun, EvalSuite, Judge, JudgeRun
+from apps.evaluation.tasks import eval_run_task, judge_run_task
 from apps.projects import policy
 from apps.projects.audit import audit_record
 from apps.projects.models import Project
 from apps.providers import selectors as provider_selectors
 from apps.registry.models import RegisteredModel
-from workers.judging import RubricError, check_rubric, estimate_cost
+from workers.evaluation import JUDGED, MetricError, check_metrics
+from workers.judging import PAIRWISE, POINTWISE, RubricError, check_rubric, estimate_cost
 
 MAX_NAME = 120
 MIN_MAX_TOKENS, MAX_MAX_TOKENS = 16, 4096
@@ -172,3 +175,170 @@ def calibration_policy_update(*, user, project: Project, token=None, ip_address:
                      ip_address=ip_address, before=before,
                      after={"min_kappa": rules.min_kappa, "min_items": rules.min_items})
     return rules
+
+
+# --- eval suites ----------------------------------------------------------------------------------
+
+MAX_SUITE_ITEMS = 500  # as a comparison's prompts: a suite reruns after every fine-tune
+MIN_NEW_TOKENS, MAX_NEW_TOKENS = 1, 1024
+
+
+def _suite_model(user, project: Project, ref, field: str, token) -> RegisteredModel:
+    """A ready model of the project the principal may see; anything else Invalid naming `field`."""
+    visible = policy.visible_in_project(user, RegisteredModel, project, "model.view", token)
+    model = None
+    if isinstance(ref, int) and not isinstance(ref, bool):
+        model = visible.filter(pk=ref).first()
+    if model is None:
+        raise Invalid(f"No such model in this project: {str(ref)[:40]}.", field=field)
+    if model.status != RegisteredModel.Status.READY:
+        raise Invalid(f"The model “{model.name}” is {model.status}, not ready.", field=field)
+    return model
+
+
+def eval_suite_create(*, user, project: Project, name: str, dataset_version, metrics, split: str = "",
+                      baseline_model=None, max_new_tokens: int = 64, gate_alias: str = "", auto_run: bool = False,
+                      token=None, ip_address: str | None = None) -> EvalSuite:
+    """Check a suite whole (each refusal naming its field) and save it. A dataset version the
+    principal cannot read in this project is not found (404)."""
+    from apps.datasets.selectors import readable_version
+    from apps.registry.models import ALIAS_NAME
+
+    policy.require(user, "compare.run", project, token)
+    name = " ".join(name.split()) if isinstance(name, str) else ""
+    if not name or len(name) > MAX_NAME:
+        raise Invalid(f"name is 1 to {MAX_NAME} characters.", field="name")
+    try:
+        checked = check_metrics(metrics)
+    except MetricError as exc:
+        raise Invalid(exc.message, field=exc.field) from None
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) \
+            or not MIN_NEW_TOKENS <= max_new_tokens <= MAX_NEW_TOKENS:
+        raise Invalid(f"max_new_tokens is a whole number from {MIN_NEW_TOKENS} to {MAX_NEW_TOKENS}.",
+                      field="max_new_tokens")
+    if not isinstance(gate_alias, str) or (gate_alias and not re.match(ALIAS_NAME, gate_alias)):
+        raise Invalid("gate_alias is an alias name (production, staging, team-a) or empty.", field="gate_alias")
+    if gate_alias and not any(m["threshold"] is not None for m in checked):
+        raise Invalid("A suite that gates an alias needs a threshold on at least one metric.", field="metrics")
+    if not isinstance(auto_run, bool):
+        raise Invalid("auto_run is true or false.", field="auto_run")
+    if not isinstance(split, str) or len(split) > 64:
+        raise Invalid("split is a split name (train, validation, test) or empty for every row.", field="split")
+    try:
+        version = readable_version(user, project, dataset_version, token)
+    except Invalid:
+        raise NotFound("No such dataset version in this project.") from None
+    split = split.strip()
+    if split and not version.rows.filter(split=split).exists():
+        raise Invalid(f"Version {version.number} has no “{split}” split.", field="split")
+    baseline = None if baseline_model is None else _suite_model(user, project, baseline_model, "baseline_model",
+                                                                token)
+    _check_judged(user, project, checked, baseline, gate_alias, token)
+    suite = EvalSuite(project=project, name=name, dataset_version=version, split=split, metrics=checked,
+                      baseline_model=baseline, max_new_tokens=max_new_tokens, gate_alias=gate_alias,
+                      auto_run=auto_run, created_by=user)
+    items = len(selectors.suite_rows(suite))
+    if not items:
+        raise Invalid("No row of that version (or split) has a prompt: the suite would be empty.", field="split")
+    if items > MAX_SUITE_ITEMS:
+        raise Invalid(f"The suite would hold {items} prompts; at most {MAX_SUITE_ITEMS} (choose a split).",
+                      field="split")
+    try:
+        with transaction.atomic():
+            suite.save()
+            audit_record(actor=user, action="eval_suite.create", project=project, target=suite,
+                         ip_address=ip_address, after={"name": name, "dataset_version": version.pk, "split": split,
+                                                       "metrics": checked, "gate_alias": gate_alias,
+                                                       "baseline_model": baseline.pk if baseline else None})
+    except IntegrityError:
+        raise Invalid(f"This project already has a suite called “{name}”.", field="name") from None
+    return suite
+
+
+def _check_judged(user, project: Project, metrics: list[dict], baseline, gate_alias: str, token) -> None:
+    """A judge metric names a judge of the project: pointwise with that criterion for a criterion's
+    score, pairwise (and a baseline to play against) for a win rate; a provider judge takes
+    `provider.use`. A judge that is not calibrated reports but may not gate: no threshold on it in a
+    suite that gates an alias."""
+    for i, metric in enumerate(metrics):
+        if metric["metric"] not in JUDGED:
+            continue
+        field = f"metrics[{i}]"
+        judge = Judge.objects.filter(project=project, pk=metric["judge"]).select_related("project").first()
+        if judge is None:
+            raise Invalid("No such judge in this project.", field=f"{field}.judge")
+        if judge.provider_model_id:
+            policy.require(user, "provider.use", project, token)
+        if metric["metric"] == "judge":
+            if judge.kind != POINTWISE:
+                raise Invalid(f"“{judge.name}” compares two answers; a criterion's score needs a pointwise judge.",
+                              field=f"{field}.judge")
+            criteria = [c["name"] for c in judge.rubric.get("criteria", [])]
+            if metric["criterion"] not in criteria:
+                raise Invalid(f"“{judge.name}” has no criterion {metric['criterion']!r}: one of "
+                              f"{', '.join(criteria)}.", field=f"{field}.criterion")
+        else:
+            if judge.kind != PAIRWISE:
+                raise Invalid(f"“{judge.name}” scores one answer; a win rate needs a pairwise judge.",
+                              field=f"{field}.judge")
+            if baseline is None:
+                raise Invalid("A win rate is against the suite's baseline: choose a baseline_model.",
+                              field="baseline_model")
+        if gate_alias and metric["threshold"] is not None:
+            calibration = selectors.judge_calibration(judge)
+            if not calibration["calibrated"]:
+                raise Invalid(f"The judge “{judge.name}” is not calibrated ({calibration['reason']}), so it cannot "
+                              f"gate @{gate_alias}: drop this metric's threshold, or calibrate the judge against "
+                              "people's votes first.", field=f"{field}.threshold")
+
+
+def eval_run_start(*, user, suite: EvalSuite, model, token=None, ip_address: str | None = None) -> EvalRun:
+    """Queue a run of the suite for a ready model of the project (the `inference` queue)."""
+    policy.require(user, "compare.run", suite.project, token)
+    if Judge.objects.filter(pk__in=[m["judge"] for m in suite.metrics if m["metric"] in JUDGED],
+                            provider_model__isnull=False).exists():
+        policy.require(user, "provider.use", suite.project, token)  # its provider judge calls out for them
+    chosen = _suite_model(user, suite.project, model, "model", token)
+    with transaction.atomic():
+        run = _queue_run(suite, chosen, user)
+        audit_record(actor=user, action="eval_suite.run", project=suite.project, target=run, ip_address=ip_address,
+                     after={"suite": suite.pk, "model": chosen.pk})
+    return run
+
+
+def _queue_run(suite: EvalSuite, model: RegisteredModel, user, training_job=None) -> EvalRun:
+    total = len(selectors.suite_rows(suite))
+    run = EvalRun.objects.create(project=suite.project, suite=suite, model=model, items_total=total,
+                                 training_job=training_job, created_by=user)
+    transaction.on_commit(lambda: _enqueue_eval(run.pk))
+    return run
+
+
+def eval_runs_after_fine_tune(job) -> list[EvalRun]:
+    """The runs a succeeded fine-tune starts: one of each of its project's auto-run suites for its
+    adapter, for whom launched the job (the training runner calls it as the job succeeds)."""
+    if job.adapter_id is None:
+        return []
+    runs = []
+    for suite in EvalSuite.objects.filter(project_id=job.project_id, auto_run=True).select_related("project"):
+        run = _queue_run(suite, job.adapter, job.created_by, training_job=job)
+        audit_record(actor=None, action="eval_suite.run", project=suite.project, target=run,
+                     after={"suite": suite.pk, "model": job.adapter_id, "training_job": job.pk})
+        runs.append(run)
+    return runs
+
+
+def _enqueue_eval(run_id: int) -> None:
+    def fail(reason: str) -> None:
+        EvalRun.objects.filter(pk=run_id).update(state=EvalRun.State.FAILED, error=reason, finished_at=timezone.now())
+
+    enqueue(eval_run_task, run_id, queue=EvalRun.QUEUE, on_failure=fail)
+
+
+def eval_run_cancel(*, user, run: EvalRun, token=None, ip_address: str | None = None) -> EvalRun:
+    """A queued run ends at once; a running one stops after the batch in hand."""
+    policy.require(user, "compare.run", run.project, token)
+    with transaction.atomic():
+        run = ask_to_cancel(EvalRun, run.pk, what="run")
+        audit_record(actor=user, action="eval_suite.cancel", project=run.project, target=run, ip_address=ip_address)
+    return run

@@ -1,4 +1,4 @@
-"""Celery tasks of judges: a judge run on an `inference` worker (apps.core.tasks reaps those whose
+"""Celery tasks of judges and eval suites: a judge run or an eval run on an `inference` worker (apps.core.tasks reaps those whose
 worker vanished)."""
 
 from celery import shared_task
@@ -9,3 +9,10 @@ def judge_run_task(self, run_id: int) -> None:
     from apps.evaluation.runner import run_judge_job
 
     run_judge_job(run_id, worker=self.request.hostname or "")
+
+
+@shared_task(name="evaluation.eval_run", bind=True)
+def eval_run_task(self, run_id: int) -> None:
+    from apps.evaluation.runner import run_eval_job
+
+    run_eval_job(run_id, worker=self.request.hostname or "")

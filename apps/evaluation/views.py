@@ -4,9 +4,11 @@ from django.shortcuts import render
 
 from apps.comparison.models import Comparison
 from apps.evaluation import selectors
+from apps.evaluation.models import EvalRun
 from apps.projects import policy
 from apps.providers import selectors as provider_selectors
 from apps.registry.models import RegisteredModel
+from workers.evaluation import JUDGED, METRICS
 from workers.judging.rubric import KINDS, SCALES
 
 
@@ -26,3 +28,24 @@ def comparison_judges(request: HttpRequest, project_id: int, comparison_id: int)
         "judges": selectors.project_judges(project), "kinds": KINDS, "scales": SCALES,
         "runs": selectors.project_runs(project).filter(comparison=comparison),
         "local_models": local_models, "provider_models": provider_models})
+
+
+@login_required
+def eval_suites(request: HttpRequest, project_id: int) -> HttpResponse:
+    """The project's eval suites: create one, run it on a model, and watch its runs (the page's
+    script talks to the suites API and re-renders the runs while one is active)."""
+    from apps.datasets.models import Dataset, DatasetVersion
+
+    project = policy.get_project(request.user, project_id, "compare.view")
+    request.nav_section = "compare"
+    perms = policy.project_permissions(request.user, project)
+    runs = list(selectors.project_eval_runs(project)[:20])
+    readable = policy.visible_in_project(request.user, Dataset, project, "dataset.view").filter(deleted_at__isnull=True)
+    return render(request, "evaluation/suites.html", {
+        "project": project, "perms": perms, "tab": "compare", "suites": selectors.project_suites(project),
+        "runs": runs, "active": any(run.state in EvalRun.ACTIVE for run in runs),
+        "metrics": [(name, metric) for name, metric in METRICS.items() if name not in JUDGED],
+        "models": policy.visible_in_project(request.user, RegisteredModel, project, "model.view").filter(
+            status=RegisteredModel.Status.READY, deleted_at__isnull=True).order_by("name"),
+        "versions": DatasetVersion.objects.filter(dataset__in=readable, status=DatasetVersion.Status.READY)
+        .select_related("dataset").order_by("dataset__name", "-number")})

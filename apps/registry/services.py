@@ -606,6 +606,8 @@ def alias_set(*, user, model: RegisteredModel, name: str, version, protected: bo
         raise Invalid(f"“{target.name}” is {target.status}: an alias points at a ready version.", field="version")
     with transaction.atomic():
         alias = ModelAlias.objects.select_for_update().filter(model=model, name=name).first()
+        if alias is None or alias.version_id != target.pk:
+            _require_gates(model, name, target)
         protecting = protected is not None and protected != (alias.protected if alias else False)
         if (alias is not None and alias.protected) or protecting:
             policy.require(user, "model.promote", model, token)
@@ -624,6 +626,17 @@ def alias_set(*, user, model: RegisteredModel, name: str, version, protected: bo
                      after={"alias": f"{model.name}@{name}", "version": target.pk, "version_name": target.name,
                             "protected": alias.protected})
     return alias
+
+
+def _require_gates(model: RegisteredModel, alias: str, target: RegisteredModel) -> None:
+    """Conflict (naming each failed metric, its value against its threshold) when an eval suite
+    that gates this alias name has no passing run on `target`: no promotion, canary included,
+    past a failed gate."""
+    from apps.evaluation.selectors import gate_refusal
+
+    reason = gate_refusal(model.project_id, alias, target.pk)
+    if reason:
+        raise Conflict(f"{model.name}@{alias} cannot move to “{target.name}”: {reason}.", field="version")
 
 
 @transaction.atomic
@@ -692,6 +705,7 @@ def alias_canary_start(*, user, model: RegisteredModel, name: str, version, weig
             raise Invalid(f"“{target.name}” is {target.status}: a canary is a ready version.", field="version")
         if target.pk == alias.version_id:
             raise Invalid(f"{model.name}@{alias.name} already serves “{target.name}”.", field="version")
+        _require_gates(model, alias.name, target)
         before = _canary_state(alias)
         now = timezone.now()
         alias.canary_version, alias.canary_weight = target, weight

@@ -8,6 +8,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 from apps.core.errors import DomainError, Invalid, NotFound
 from apps.core.http import client_ip
 from apps.core.pages import run_service
+from apps.evaluation import selectors as eval_selectors
 from apps.projects import policy
 from apps.registry import selectors, services
 from apps.registry.models import CatalogueModel, ModelAlias, RegisteredModel
@@ -106,6 +107,7 @@ def model_detail(request: HttpRequest, project_id: int, model_id: int) -> HttpRe
         "alias_head": head, "head_aliases": head.aliases.order_by("name") if head != model else [],
         "alias_versions": services.alias_versions(model).filter(status=RegisteredModel.Status.READY)
         .order_by("kind", "name") if "model.alias" in perms else [],
+        "eval_results": eval_selectors.model_eval_results(model.pk) if "compare.view" in perms else None,
         "project": model.project, "model": model, "info": model.info, "form": form, "estimate": estimate,
         "perms": perms, "tab": "models",
         "can_download": model.kind == RegisteredModel.Kind.ADAPTER and policy.can(request.user, "model.download", model),

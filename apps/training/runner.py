@@ -145,6 +145,7 @@ def _train(run: JobRun) -> None:
 
 
 def _succeed(run: JobRun, result, timing: dict) -> None:
+    from apps.evaluation.services import eval_runs_after_fine_tune
     from apps.registry.services import adapter_register
     from apps.training.speed import record_job_speed
 
@@ -157,6 +158,7 @@ def _succeed(run: JobRun, result, timing: dict) -> None:
         job.tokens_trained = result.metrics.get("tokens_trained", job.tokens_trained)
         job.save(update_fields=["adapter", "metrics", "current_step", "tokens_trained"])
         run.finish()
+        eval_runs_after_fine_tune(job)  # the project's auto-run suites, queued once this commits
     try:  # the next estimates learn this machine's speed; a failure here must not fail the job
         record_job_speed(job, **timing)
     except Exception:

@@ -7,6 +7,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 from apps.core.errors import Conflict, Invalid, NotFound, PermissionDenied
 from apps.core.http import client_ip
 from apps.datasets.models import Dataset, DatasetVersion
+from apps.evaluation import selectors as eval_selectors
 from apps.projects import policy
 from apps.registry.models import RegisteredModel
 from apps.training import events, selectors, services
@@ -106,6 +107,7 @@ def job_detail(request: HttpRequest, project_id: int, job_id: int) -> HttpRespon
         "project": job.project, "perms": perms, "tab": "jobs", "job": job, "state": events.state_payload(job),
         "queue_position": selectors.queue_position(job), "waiting_reason": waiting_reason(job), "config": sorted(job.config.items()),
         "latest_samples": eval_points[-1].values.get("samples", []) if eval_points else [],
+        "eval_results": eval_selectors.job_eval_results(job.pk) if "compare.view" in perms else None,
         "samples_step": eval_points[-1].step if eval_points else None})
 
 

@@ -17,7 +17,7 @@ from apps.comparison.models import Comparison
 from apps.core import jobs
 from apps.core.jobs import JobCancelled, JobRun, leased_kinds, mark_worker_stopping, reap, reap_stale
 from apps.datasets.models import Dataset, DeriveJob, ExportJob, ImportJob, SearchIndexJob
-from apps.evaluation.models import Judge, JudgeRun
+from apps.evaluation.models import EvalRun, EvalSuite, Judge, JudgeRun
 from apps.serving.models import Generation
 from apps.training.models import SpeedMeasurement, TrainingJob
 from tests.comparison.factories import make_comparison
@@ -55,6 +55,16 @@ def new_judge_run(project, owner, state):
                                  rubric={"kind": "pairwise", "criteria": [{"name": "helpfulness"}]})
     return JudgeRun.objects.create(project=project, judge=judge, state=state, created_by=owner,
                                    comparison=make_comparison(project, owner, outputs=False))
+
+
+def new_eval_run(project, owner, state):
+    from tests.comparison.factories import placeholder_model
+
+    suite = EvalSuite.objects.create(project=project, name=f"Suite {time.monotonic_ns()}", created_by=owner,
+                                     dataset_version=make_version(project, owner, name=f"QA {time.monotonic_ns()}"),
+                                     metrics=[{"metric": "rouge_l", "threshold": None}])
+    return EvalRun.objects.create(project=project, suite=suite, model=placeholder_model(project), state=state,
+                                  created_by=owner)
 
 
 def new_campaign(project, owner):
@@ -99,6 +109,7 @@ KINDS = {
     "calibration": (SpeedMeasurement, new_calibration),
     "search index build": (SearchIndexJob, new_search_index_build),
     "judge run": (JudgeRun, new_judge_run),
+    "eval run": (EvalRun, new_eval_run),
 }
 
 
@@ -112,7 +123,8 @@ def stop_suggestions(model, pk):
 
 # How each kind that can be cancelled is asked to stop, as its service asks.
 CANCELS = {"training": ask_to_cancel, "comparison": ask_to_cancel, "import": ask_to_cancel, "derive": ask_to_cancel,
-           "suggestion run": stop_suggestions, "judge run": ask_to_cancel}
+           "suggestion run": stop_suggestions, "judge run": ask_to_cancel,
+           "eval run": ask_to_cancel}
 
 
 @pytest.fixture(params=sorted(KINDS))
