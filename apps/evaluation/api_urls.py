@@ -16,4 +16,11 @@ urlpatterns = [
          name="api-judge-run-cancel"),
     path("projects/<int:project_id>/judge-calibration/", api.CalibrationPolicyApi.as_view(),
          name="api-judge-calibration"),
+    path("projects/<int:project_id>/teacher-runs/", api.TeacherRunListLaunchApi.as_view(), name="api-teacher-runs"),
+    path("projects/<int:project_id>/teacher-runs/estimate/", api.TeacherEstimateApi.as_view(),
+         name="api-teacher-estimate"),
+    path("projects/<int:project_id>/teacher-runs/<int:run_id>/", api.TeacherRunDetailApi.as_view(),
+         name="api-teacher-run"),
+    path("projects/<int:project_id>/teacher-runs/<int:run_id>/cancel/", api.TeacherRunCancelApi.as_view(),
+         name="api-teacher-run-cancel"),
 ]

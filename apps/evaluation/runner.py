@@ -21,7 +21,7 @@ from django.db import connection, transaction
 from apps.core.errors import DomainError, PermissionDenied, QuotaExceeded
 from apps.core.jobs import JobCancelled, JobRun
 from apps.evaluation import selectors
-from apps.evaluation.models import JudgeRun, Verdict
+from apps.evaluation.models import JudgeRun, TeacherRun, Verdict
 from workers.judging import JudgeCancelled, Reply, check_rubric, run_judge
 from workers.judging.run import orders
 
@@ -60,7 +60,7 @@ def _judge(run: JobRun) -> None:
     calls_done = len(done) * per_item
     total = len(items) * per_item
     run.progress(calls_done, total)
-    call = _provider_call(job) if job.config.get("provider_model") else _local_call(job)
+    call = provider_call(job) if job.config.get("provider_model") else local_call(job)
     runner_thread = threading.get_ident()
 
     def call_and_close(messages):
@@ -86,8 +86,12 @@ def _judge(run: JobRun) -> None:
               concurrency=settings.JUDGE_CONCURRENCY)
 
 
-def _provider_call(job: JudgeRun):
+def provider_call(job: JudgeRun | TeacherRun, *, temperature: float = 0.0, seed: int | None = None):
+    """A call to the run's provider model (config["provider_model"], answers of at most
+    config["max_tokens"]) for the person who launched it; a short rate-limit refusal is waited out."""
     from apps.providers.services import provider_chat
+
+    sampling = {"temperature": temperature, **({"seed": seed} if seed is not None else {})}
 
     if job.created_by is None:  # provider_chat checks `provider.use` of whom the run is for
         raise PermissionDenied("provider.use", "The person who launched this run is gone; launch it again.")
@@ -96,7 +100,7 @@ def _provider_call(job: JudgeRun):
         while True:
             try:
                 reply = provider_chat(job.project, job.config["provider_model"], messages, user=job.created_by,
-                                      max_tokens=job.config["max_tokens"], temperature=0)
+                                      max_tokens=job.config["max_tokens"], **sampling)
             except QuotaExceeded as exc:
                 if exc.retry_after_s > MAX_QUOTA_WAIT_S:
                     raise
@@ -107,7 +111,8 @@ def _provider_call(job: JudgeRun):
     return call
 
 
-def _local_call(job: JudgeRun):
+def local_call(job: JudgeRun | TeacherRun, *, temperature: float = 0.0, seed: int | None = None):
+    """A call to the run's local model (config["local_model"]) through the worker's shared batcher."""
     from apps.registry.models import RegisteredModel
     from apps.serving.runner import batcher, model_paths
     from workers.inference import SamplingParams
@@ -115,7 +120,7 @@ def _local_call(job: JudgeRun):
     model = RegisteredModel.objects.select_related("base_model").get(pk=job.config["local_model"])
     base, adapter = model_paths(model)
     key = f"model-{model.base_model_id or model.pk}"
-    params = SamplingParams(max_new_tokens=job.config["max_tokens"], temperature=0.0)
+    params = SamplingParams(max_new_tokens=job.config["max_tokens"], temperature=temperature, seed=seed)
 
     def call(messages: list[dict]) -> Reply:
         future = batcher().submit(key, str(base), params=params, adapter_path=str(adapter) if adapter else None,

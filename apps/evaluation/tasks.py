@@ -1,5 +1,5 @@
-"""Celery tasks of judges: a judge run on an `inference` worker (apps.core.tasks reaps those whose
-worker vanished)."""
+"""Celery tasks of judges and teachers: their runs on an `inference` worker (apps.core.tasks reaps
+those whose worker vanished)."""
 
 from celery import shared_task
 
@@ -9,3 +9,10 @@ def judge_run_task(self, run_id: int) -> None:
     from apps.evaluation.runner import run_judge_job
 
     run_judge_job(run_id, worker=self.request.hostname or "")
+
+
+@shared_task(name="evaluation.teacher_run", bind=True)
+def teacher_run_task(self, run_id: int) -> None:
+    from apps.evaluation.teacher import run_teacher_job
+
+    run_teacher_job(run_id, worker=self.request.hostname or "")

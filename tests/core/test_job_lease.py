@@ -17,7 +17,7 @@ from apps.comparison.models import Comparison
 from apps.core import jobs
 from apps.core.jobs import JobCancelled, JobRun, leased_kinds, mark_worker_stopping, reap, reap_stale
 from apps.datasets.models import Dataset, DeriveJob, ExportJob, ImportJob, SearchIndexJob
-from apps.evaluation.models import Judge, JudgeRun
+from apps.evaluation.models import Judge, JudgeRun, TeacherRun
 from apps.serving.models import Generation
 from apps.training.models import SpeedMeasurement, TrainingJob
 from tests.comparison.factories import make_comparison
@@ -55,6 +55,11 @@ def new_judge_run(project, owner, state):
                                  rubric={"kind": "pairwise", "criteria": [{"name": "helpfulness"}]})
     return JudgeRun.objects.create(project=project, judge=judge, state=state, created_by=owner,
                                    comparison=make_comparison(project, owner, outputs=False))
+
+
+def new_teacher_run(project, owner, state):
+    return TeacherRun.objects.create(project=project, state=state, created_by=owner,
+                                     source_version=make_version(project, owner, name=f"QA {time.monotonic_ns()}"))
 
 
 def new_campaign(project, owner):
@@ -99,6 +104,7 @@ KINDS = {
     "calibration": (SpeedMeasurement, new_calibration),
     "search index build": (SearchIndexJob, new_search_index_build),
     "judge run": (JudgeRun, new_judge_run),
+    "teacher run": (TeacherRun, new_teacher_run),
 }
 
 
@@ -112,7 +118,7 @@ def stop_suggestions(model, pk):
 
 # How each kind that can be cancelled is asked to stop, as its service asks.
 CANCELS = {"training": ask_to_cancel, "comparison": ask_to_cancel, "import": ask_to_cancel, "derive": ask_to_cancel,
-           "suggestion run": stop_suggestions, "judge run": ask_to_cancel}
+           "suggestion run": stop_suggestions, "judge run": ask_to_cancel, "teacher run": ask_to_cancel}
 
 
 @pytest.fixture(params=sorted(KINDS))
