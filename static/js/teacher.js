@@ -56,7 +56,7 @@
     field(article, "done").textContent = run.rows_done;
     article.querySelector("progress").value = run.rows_done;
     field(article, "tokens").textContent = run.prompt_tokens + run.completion_tokens;
-    if (field(article, "cost") && run.cost !== null) field(article, "cost").textContent = run.cost;
+    if (run.cost !== null) { field(article, "cost").textContent = run.cost; field(article, "priced").hidden = false; }
     var active = run.state === "queued" || run.state === "running";
     if (field(article, "cancel")) field(article, "cancel").hidden = !active;
     field(article, "error").textContent = run.error;
