@@ -25,7 +25,7 @@ from django.db import connection, transaction
 from django.db.models import F, Value
 from django.db.models.functions import Coalesce
 
-from apps.core.errors import DomainError
+from apps.core.errors import DomainError, PermissionDenied
 from apps.core.jobs import JobCancelled, JobRun
 from apps.datasets.models import ImportJob
 from apps.datasets.services import import_cancel, import_create, import_start
@@ -63,6 +63,8 @@ def run_teacher_job(run_id: int, *, worker: str = "") -> None:
 
 def _ask(run: JobRun) -> None:
     job = TeacherRun.objects.select_related("project", "created_by", "source_version").get(pk=run.job.pk)
+    if job.created_by is None:  # the teacher and the import act for the person who launched the run
+        raise PermissionDenied("dataset.import", "The person who launched this run is gone; launch it again.")
     items = selectors.teacher_items(job.source_version, job.config["prompt_column"])
     done = set(job.answers.values_list("position", flat=True))
     rows_done, total = len(done), len(items)

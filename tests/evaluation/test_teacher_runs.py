@@ -218,3 +218,41 @@ def test_another_projects_model_version_or_provider_answers_404(client, scientis
     run = TeacherRun.objects.create(project=other_project, source_version=theirs, created_by=owner)
     assert client.get(f"{url}{run.pk}/").status_code == 404
     assert client.post(f"{url}{run.pk}/cancel/").status_code == 404
+
+
+def test_a_run_taken_over_after_its_worker_died_asks_only_for_the_rows_not_yet_answered(
+        scientist, owner, project, judge_provider, scripted_judge, celery_worker):
+    from apps.evaluation.models import TeacherAnswer
+    from apps.evaluation.teacher import run_teacher_job
+
+    version = make_version(project, owner, rows=[(f"question {i}", "answer") for i in range(6)], eval_rows=[])
+    scripted_judge.script([], default={"content": "new answer"})
+    # The run as its service made it (no message sent: no worker but this test's takes it), held by a
+    # worker that was lost after storing the answers to rows 0 and 1.
+    config = {"provider_model": judge_provider.models.get().pk, "local_model": None, "teacher": "Scripted/judge-1",
+              "max_tokens": 32, "temperature": 0.0, "seed": None, "prompt_column": "prompt"}
+    run = TeacherRun.objects.create(project=project, source_version=version, config=config, rows_total=6,
+                                    rows_done=2, created_by=scientist, state="running", runs=1, worker="lost@host")
+    TeacherAnswer.objects.bulk_create([TeacherAnswer(run=run, position=i, response="stored answer", prompt_tokens=1,
+                                                     completion_tokens=1) for i in (0, 1)])
+
+    run_teacher_job(run.pk, worker="b@host")
+
+    run.refresh_from_db()
+    assert (run.state, run.runs, run.worker, run.rows_done) == ("succeeded", 2, "b@host", 6), run.error
+    assert sorted(r["user"] for r in scripted_judge.requests()) == [f"question {i}" for i in range(2, 6)]
+    made = DatasetRow.objects.filter(version=run.version).order_by("position")
+    assert list(made.values_list("response", flat=True)) == ["stored answer"] * 2 + ["new answer"] * 4
+
+
+def test_a_run_that_spends_the_providers_daily_budget_fails_with_the_budget_message_and_writes_no_version(
+        client, scientist, owner, project, site_admin, judge_provider, scripted_judge, celery_worker,
+        inference_worker):
+    provider_services.provider_update(user=site_admin, provider=judge_provider, daily_request_budget=3)
+    version = make_version(project, owner, rows=[(f"question {i}", "answer") for i in range(6)], eval_rows=[])
+    scripted_judge.script([], default={"content": "an answer"})
+    client.force_login(scientist)
+    run = launch_and_wait(client, project, teacher_body(version))
+    assert run["state"] == "failed" and "used its 3 requests for today" in run["error"]
+    assert len(scripted_judge.requests()) == 3 and run["rows_done"] <= 3
+    assert run["version"] is None and DatasetVersion.objects.filter(dataset=version.dataset).count() == 1
