@@ -129,16 +129,17 @@ def _queue_import(job: TeacherRun) -> ImportJob:
     version, column = job.source_version, job.config["prompt_column"]
     answers = {a.position: a for a in job.answers.all()}
     asked = {item.position: item.messages for item in selectors.teacher_items(version, column)}
-    roles = {"id": "id", "response": "response", "split": "split"}
+    answered = [(position, split) for position, split in version.rows.order_by("position")
+                .values_list("position", "split").iterator() if position in answers and position in asked]
+    roles = {"id": "id", "response": "response", **({"split": "split"} if any(s for _, s in answered) else {})}
     roles.update({"messages": "messages"} if column == MESSAGES else {"prompt": "prompt"})
     with tempfile.NamedTemporaryFile("w+b", suffix=".jsonl") as spool:
-        for position, split in version.rows.order_by("position").values_list("position", "split").iterator():
-            answer = answers.get(position)
-            if answer is None or position not in asked:
-                continue
+        for position, split in answered:
+            answer = answers[position]
             prompt = {"messages": asked[position]} if column == MESSAGES else {"prompt": asked[position][-1]["content"]}
             spool.write(json.dumps({
-                "id": f"row-{position}", **prompt, "response": answer.response, "split": split or None,
+                "id": f"row-{position}", **prompt, "response": answer.response,
+                **({"split": split or None} if "split" in roles else {}),
                 "teacher": job.config["teacher"], "teacher_run": job.pk, "source_version": version.number,
                 "prompt_tokens": answer.prompt_tokens, "completion_tokens": answer.completion_tokens,
                 "cost": str(answer.cost) if answer.cost is not None else None}, ensure_ascii=False).encode() + b"\n")
@@ -146,5 +147,5 @@ def _queue_import(job: TeacherRun) -> ImportJob:
         spool.seek(0)
         imported = import_create(user=job.created_by, dataset=version.dataset,
                                  upload=File(spool, name=f"teacher-run-{job.pk}.jsonl"))
-    return import_start(user=job.created_by, job=imported, mapping={key: role for key, role in roles.items()},
+    return import_start(user=job.created_by, job=imported, mapping=roles,
                         message=f"{len(answers)} answers of {job.config['teacher']} to v{version.number}")

@@ -256,3 +256,27 @@ def test_a_run_that_spends_the_providers_daily_budget_fails_with_the_budget_mess
     assert run["state"] == "failed" and "used its 3 requests for today" in run["error"]
     assert len(scripted_judge.requests()) == 3 and run["rows_done"] <= 3
     assert run["version"] is None and DatasetVersion.objects.filter(dataset=version.dataset).count() == 1
+
+
+def test_a_chat_versions_conversations_are_asked_without_their_last_answer_and_kept_as_messages(
+        client, scientist, owner, project, judge_provider, scripted_judge, celery_worker, inference_worker):
+    dataset = make_rows(project, owner, rows=[], eval_rows=[]).dataset
+    chats = [[{"role": "user", "content": f"question {i}"}, {"role": "assistant", "content": "old answer"}]
+             for i in range(3)]
+    version = DatasetVersion.objects.create(dataset=dataset, number=2, status="ready", row_count=4,
+                                            schema={"roles": {"messages": "messages"}, "metadata_keys": []})
+    DatasetRow.objects.bulk_create([DatasetRow(version=version, position=i, row_hash=f"{i:064d}", messages=chat)
+                                    for i, chat in enumerate(chats)]
+                                   + [DatasetRow(version=version, position=3, row_hash="3" * 64, messages=[])])
+    scripted_judge.script([], default={"content": "new answer"})
+    client.force_login(scientist)
+    run = launch_and_wait(client, project, teacher_body(version))  # the default column: messages
+    assert run["state"] == "succeeded", run["error"]
+    assert run["config"]["prompt_column"] == "messages" and run["rows_total"] == 3  # the empty chat is left out
+    assert sorted(r["user"] for r in scripted_judge.requests()) == ["question 0", "question 1", "question 2"]
+    made = DatasetVersion.objects.get(pk=run["version"])
+    assert made.number == 3 and set(made.schema["roles"].values()) == {"id", "messages", "response"}
+    rows = DatasetRow.objects.filter(version=made).order_by("position")
+    assert [(r.messages, r.response, r.prompt, r.split) for r in rows] == [(chat[:1], "new answer", None, "")
+                                                                           for chat in chats]
+    assert "split" not in rows[0].metadata and rows[0].metadata["teacher"] == "Scripted/judge-1"
