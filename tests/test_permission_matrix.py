@@ -407,6 +407,33 @@ def _candidate_body(world: World) -> dict:
     return {"model": RegisteredModel.objects.get(project=world.project, name="Candidate").pk}
 
 
+def _arrange_teacher(run_state: str | None = None):
+    """A ready version of world.dataset with a prompt and a ready (placeholder) model of world.project
+    to teach with; with `run_state`, a teacher run over it in that state (no worker: nothing runs it)."""
+    def arrange(world: World) -> dict:
+        from apps.datasets.models import DatasetRow, DatasetVersion
+        from apps.evaluation.models import TeacherRun
+        from tests.comparison.factories import placeholder_model
+
+        version = DatasetVersion.objects.create(dataset=world.dataset, number=1, status="ready", row_count=1,
+                                                schema={"roles": {"prompt": "prompt"}, "metadata_keys": []})
+        DatasetRow.objects.create(version=version, position=0, row_hash="0" * 64, prompt="What is Paris?")
+        placeholder_model(world.project)
+        if not run_state:
+            return {}
+        return {"run_id": TeacherRun.objects.create(project=world.project, source_version=version, state=run_state,
+                                                    created_by=world.owner).pk}
+    return arrange
+
+
+def _teacher_body(world: World) -> dict:
+    from apps.datasets.models import DatasetVersion
+    from apps.registry.models import RegisteredModel
+
+    return {"version": DatasetVersion.objects.get(dataset=world.dataset).pk, "max_tokens": 16,
+            "local_model": RegisteredModel.objects.filter(project=world.project).first().pk}
+
+
 def _comparison_body(world: World) -> dict:
     from apps.comparison.models import Comparison
 
@@ -725,6 +752,16 @@ ENDPOINTS = [
              arrange=_arrange_judge("succeeded")),
     Endpoint("judge-run-cancel", "POST", f"{P}/judge-runs/<int:run_id>/cancel/", "compare.run", _no_body, 200,
              checks=("compare.view", "compare.run"), arrange=_arrange_judge("queued")),
+    # teacher runs (apps/evaluation): tests/evaluation/test_teacher_runs.py runs them for real.
+    Endpoint("teacher-runs-list", "GET", f"{P}/teacher-runs/", "dataset.view", _no_body, 200),
+    Endpoint("teacher-estimate", "POST", f"{P}/teacher-runs/estimate/", "dataset.view", _teacher_body, 200,
+             checks=("dataset.view", "model.generate"), arrange=_arrange_teacher(), audit_writes=0),
+    Endpoint("teacher-launch", "POST", f"{P}/teacher-runs/", "dataset.import", _teacher_body, 201,
+             checks=("dataset.view", "dataset.import", "model.generate"), arrange=_arrange_teacher()),
+    Endpoint("teacher-run-get", "GET", f"{P}/teacher-runs/<int:run_id>/", "dataset.view", _no_body, 200,
+             arrange=_arrange_teacher("running")),
+    Endpoint("teacher-run-cancel", "POST", f"{P}/teacher-runs/<int:run_id>/cancel/", "dataset.import", _no_body,
+             200, checks=("dataset.view", "dataset.import"), arrange=_arrange_teacher("queued")),
     Endpoint("judge-calibration-get", "GET", f"{P}/judge-calibration/", "compare.view", _no_body, 200),
     Endpoint("judge-calibration-update", "PATCH", f"{P}/judge-calibration/", "project.edit",
              lambda w: {"min_kappa": 0.4}, 200),

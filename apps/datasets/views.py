@@ -163,6 +163,7 @@ def version_page(request: HttpRequest, project_id: int, dataset_id: int, number:
     export_jobs = version.exports.all()[:10] if "dataset.export" in policy.permissions_on(request.user, dataset) \
         else []
     from apps.annotation.selectors import annotation_filter
+    from apps.evaluation.selectors import teacher_panel
 
     annotation = request.GET.get("annotation", "")[:40]
     campaigns, rows_in = annotation_filter(request.user, version, annotation)
@@ -184,7 +185,8 @@ def version_page(request: HttpRequest, project_id: int, dataset_id: int, number:
                                                              annotation=annotation if rows_in else "",
                                                              meta_key=meta_key if meta else "",
                                                              meta_value=meta_value if meta else "",
-                                                             split_counts=_split_counts(version)))
+                                                             split_counts=_split_counts(version),
+                                                             teacher=teacher_panel(request.user, version)))
 
 
 def _split_counts(version) -> list[tuple[str, int]]:

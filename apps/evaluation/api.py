@@ -11,7 +11,7 @@ from rest_framework.views import APIView
 from apps.core.errors import Invalid
 from apps.core.http import client_ip
 from apps.evaluation import selectors, services
-from apps.evaluation.models import EvalRun, EvalSuite, Judge, JudgeRun
+from apps.evaluation.models import EvalRun, EvalSuite, Judge, JudgeRun, TeacherRun
 from apps.evaluation.serializers import (
     CalibrationPolicySerializer,
     ComparisonChoiceSerializer,
@@ -25,6 +25,9 @@ from apps.evaluation.serializers import (
     JudgeRunSerializer,
     JudgeSerializer,
     ModelChoiceSerializer,
+    TeacherEstimateSerializer,
+    TeacherRunRequestSerializer,
+    TeacherRunSerializer,
 )
 from apps.projects import policy
 
@@ -203,3 +206,60 @@ class EvalRunCancelApi(APIView):
         run = services.eval_run_cancel(user=request.user, run=_eval_run(request, project_id, run_id),
                                        token=request.auth, ip_address=client_ip(request))
         return Response(EvalRunSerializer(run).data)
+
+
+def _teacher_run(request: Request, project_id: int, run_id: int) -> TeacherRun:
+    return policy.get_object(request.user, TeacherRun, run_id, "dataset.view", request.auth, project_id=project_id,
+                             related=("source_version__dataset", "version"))
+
+
+def _teacher_request(request: Request) -> dict:
+    if not isinstance(request.data, dict):
+        raise Invalid("the body is a JSON object", field="body")
+    data = TeacherRunRequestSerializer(data=request.data)
+    data.is_valid(raise_exception=True)
+    return data.validated_data
+
+
+class TeacherRunListLaunchApi(ListAPIView):
+    """Teacher runs (distillation): a model answers every prompt of a dataset version and the
+    answers become the dataset's next version."""
+
+    serializer_class = TeacherRunSerializer
+
+    def get_queryset(self):
+        project = policy.get_project(self.request.user, self.kwargs["project_id"], "dataset.view", self.request.auth)
+        return selectors.project_teacher_runs(project)
+
+    @extend_schema(request=TeacherRunRequestSerializer, responses={201: TeacherRunSerializer})
+    def post(self, request: Request, project_id: int) -> Response:
+        project = policy.get_project(request.user, project_id, token=request.auth)
+        run = services.teacher_run_start(user=request.user, project=project, token=request.auth,
+                                         ip_address=client_ip(request), **_teacher_request(request))
+        return Response(TeacherRunSerializer(run).data, status=status.HTTP_201_CREATED)
+
+
+class TeacherEstimateApi(APIView):
+    """What a teacher run would take, before it is launched: rows, calls, tokens, the most it can cost."""
+
+    @extend_schema(request=TeacherRunRequestSerializer, responses=TeacherEstimateSerializer)
+    def post(self, request: Request, project_id: int) -> Response:
+        project = policy.get_project(request.user, project_id, token=request.auth)
+        return Response(services.teacher_run_estimate(user=request.user, project=project, token=request.auth,
+                                                      **_teacher_request(request)))
+
+
+class TeacherRunDetailApi(APIView):
+    @extend_schema(responses=TeacherRunSerializer)
+    def get(self, request: Request, project_id: int, run_id: int) -> Response:
+        return Response(TeacherRunSerializer(_teacher_run(request, project_id, run_id)).data)
+
+
+class TeacherRunCancelApi(APIView):
+    """A queued run ends at once; a running one stops after the round in hand, and writes no version."""
+
+    @extend_schema(request=None, responses=TeacherRunSerializer)
+    def post(self, request: Request, project_id: int, run_id: int) -> Response:
+        run = services.teacher_run_cancel(user=request.user, run=_teacher_run(request, project_id, run_id),
+                                          token=request.auth, ip_address=client_ip(request))
+        return Response(TeacherRunSerializer(run).data)

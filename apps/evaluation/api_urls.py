@@ -25,4 +25,11 @@ urlpatterns = [
     path("projects/<int:project_id>/eval-runs/<int:run_id>/", api.EvalRunDetailApi.as_view(), name="api-eval-run"),
     path("projects/<int:project_id>/eval-runs/<int:run_id>/cancel/", api.EvalRunCancelApi.as_view(),
          name="api-eval-run-cancel"),
+    path("projects/<int:project_id>/teacher-runs/", api.TeacherRunListLaunchApi.as_view(), name="api-teacher-runs"),
+    path("projects/<int:project_id>/teacher-runs/estimate/", api.TeacherEstimateApi.as_view(),
+         name="api-teacher-estimate"),
+    path("projects/<int:project_id>/teacher-runs/<int:run_id>/", api.TeacherRunDetailApi.as_view(),
+         name="api-teacher-run"),
+    path("projects/<int:project_id>/teacher-runs/<int:run_id>/cancel/", api.TeacherRunCancelApi.as_view(),
+         name="api-teacher-run-cancel"),
 ]

@@ -217,3 +217,64 @@ class EvalItem(models.Model):
     class Meta:
         ordering = ["run", "baseline", "position"]
         constraints = [models.UniqueConstraint(fields=["run", "position", "baseline"], name="eval_item_unique")]
+
+
+class TeacherRun(LeasedJob):
+    """Distillation: a teacher model (a local one of the project, or a provider's) answers every
+    prompt of a dataset version, and the answers become the dataset's next version through the
+    import pipeline (prompt or messages, response; the teacher, tokens and cost as metadata).
+
+    Answers are stored as they come (TeacherAnswer), so a run taken over after its worker died
+    asks only for the rows not yet answered. Only when every row is answered is the version
+    imported; the run ends with that import, so a cancelled or failed run leaves no version."""
+
+    State = JobState
+    ACTIVE, ENDED = ACTIVE_STATES, ENDED_STATES
+    TASK, QUEUE = "evaluation.teacher_run", "inference"
+    DONE_FIELD, TOTAL_FIELD = "rows_done", "rows_total"
+
+    project = models.ForeignKey("projects.Project", on_delete=models.CASCADE, related_name="teacher_runs")
+    source_version = models.ForeignKey("datasets.DatasetVersion", on_delete=models.CASCADE, related_name="+")
+    # The teacher and its generation as they were at launch, the only thing a run reads:
+    # {local_model | provider_model, teacher (its name), prompt_column, max_tokens, temperature, seed}.
+    config = models.JSONField(default=dict)
+    estimate = models.JSONField(default=dict)  # workers.teaching.estimate_cost (+ max_cost), shown before launch
+    state = models.CharField(max_length=16, choices=State.choices, default=State.QUEUED)
+    cancel_requested = models.BooleanField(default=False)
+    rows_done = models.PositiveIntegerField(default=0)
+    rows_total = models.PositiveIntegerField(default=0)
+    prompt_tokens = models.PositiveBigIntegerField(default=0)
+    completion_tokens = models.PositiveBigIntegerField(default=0)
+    cost = models.DecimalField(max_digits=18, decimal_places=6, null=True, blank=True)  # null: not a priced provider
+    import_job = models.ForeignKey("datasets.ImportJob", null=True, blank=True, on_delete=models.SET_NULL,
+                                   related_name="+")
+    version = models.ForeignKey("datasets.DatasetVersion", null=True, blank=True, on_delete=models.SET_NULL,
+                                related_name="+")  # the version it made, once it succeeded
+    error = models.TextField(blank=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        default_permissions = ()
+        indexes = [models.Index(fields=["project", "state"])]
+
+    @property
+    def is_active(self) -> bool:
+        return self.state in self.ACTIVE
+
+
+class TeacherAnswer(models.Model):
+    """The teacher's answer to one row of the run's version (by position)."""
+
+    run = models.ForeignKey(TeacherRun, on_delete=models.CASCADE, related_name="answers")
+    position = models.PositiveIntegerField()
+    response = models.TextField()
+    prompt_tokens = models.PositiveIntegerField(default=0)
+    completion_tokens = models.PositiveIntegerField(default=0)
+    cost = models.DecimalField(max_digits=18, decimal_places=6, null=True, blank=True)
+
+    class Meta:
+        ordering = ["run", "position"]
+        constraints = [models.UniqueConstraint(fields=["run", "position"], name="teacher_answer_unique_row")]

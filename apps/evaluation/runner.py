@@ -84,7 +84,7 @@ def _judge(run: JobRun) -> None:
 def _judge_call(project, config: dict, launcher):
     """The judge model's call for the engine (config: provider_model or local_model, max_tokens),
     safe from the engine's threads: each gives its database connection back after a call."""
-    call = _provider_call(project, config, launcher) if config.get("provider_model") else _local_call(config)
+    call = provider_call(project, config, launcher) if config.get("provider_model") else local_call(config)
     runner_thread = threading.get_ident()
 
     def call_and_close(messages):
@@ -96,9 +96,12 @@ def _judge_call(project, config: dict, launcher):
     return call_and_close
 
 
-def _provider_call(project, config: dict, launcher):
+def provider_call(project, config: dict, launcher, *, temperature: float = 0.0, seed: int | None = None):
+    """A call to config["provider_model"] (answers of at most config["max_tokens"]) for the person
+    who launched the run (judges, eval suites, teachers); a short rate-limit refusal is waited out."""
     from apps.providers.services import provider_chat
 
+    sampling = {"temperature": temperature, **({"seed": seed} if seed is not None else {})}
     if launcher is None:  # provider_chat checks `provider.use` of whom the run is for
         raise PermissionDenied("provider.use", "The person who launched this run is gone; launch it again.")
 
@@ -106,7 +109,7 @@ def _provider_call(project, config: dict, launcher):
         while True:
             try:
                 reply = provider_chat(project, config["provider_model"], messages, user=launcher,
-                                      max_tokens=config["max_tokens"], temperature=0)
+                                      max_tokens=config["max_tokens"], **sampling)
             except QuotaExceeded as exc:
                 if exc.retry_after_s > MAX_QUOTA_WAIT_S:
                     raise
@@ -117,7 +120,8 @@ def _provider_call(project, config: dict, launcher):
     return call
 
 
-def _local_call(config: dict):
+def local_call(config: dict, *, temperature: float = 0.0, seed: int | None = None):
+    """A call to config["local_model"] through the worker's shared batcher."""
     from apps.registry.models import RegisteredModel
     from apps.serving.runner import batcher, model_paths
     from workers.inference import SamplingParams
@@ -125,7 +129,7 @@ def _local_call(config: dict):
     model = RegisteredModel.objects.select_related("base_model").get(pk=config["local_model"])
     base, adapter = model_paths(model)
     key = f"model-{model.base_model_id or model.pk}"
-    params = SamplingParams(max_new_tokens=config["max_tokens"], temperature=0.0)
+    params = SamplingParams(max_new_tokens=config["max_tokens"], temperature=temperature, seed=seed)
 
     def call(messages: list[dict]) -> Reply:
         future = batcher().submit(key, str(base), params=params, adapter_path=str(adapter) if adapter else None,

@@ -11,7 +11,7 @@ from django.db.models import Count, Max
 from apps.comparison.models import Comparison, Output, Vote
 from apps.comparison.selectors import contestants, leaderboard_of
 from apps.core.memo import memoized
-from apps.evaluation.models import CalibrationPolicy, EvalRun, EvalSuite, Judge, JudgeRun, Verdict
+from apps.evaluation.models import CalibrationPolicy, EvalRun, EvalSuite, Judge, JudgeRun, TeacherRun, Verdict
 from workers.judging import PAIRWISE, PairItem, PointItem, Rubric, check_rubric, cohen_kappa
 from workers.judging.stats import (
     calibration,
@@ -23,6 +23,7 @@ from workers.judging.stats import (
     point_score,
     pointwise_summary,
 )
+from workers.teaching import MESSAGES, PROMPT, TeacherItem, prompt_messages
 
 
 def judge_items(comparison: Comparison, rubric: Rubric) -> tuple[list, dict[str, tuple[int, int, int | None]]]:
@@ -269,3 +270,47 @@ def job_eval_results(job_id: int) -> list[EvalRun]:
     """The runs a fine-tune's success started (auto-run suites on its adapter), newest first."""
     return list(EvalRun.objects.filter(training_job_id=job_id).select_related("suite", "model")
                 .order_by("-created_at", "-id"))
+
+
+# --- teachers ------------------------------------------------------------------------------------
+
+
+def prompt_columns(version) -> list[str]:
+    """Where a teacher may read a version's prompts: its prompt column, its chat messages, or one
+    of its metadata keys."""
+    roles = set(version.schema.get("roles", {}).values())
+    return [role for role in (PROMPT, MESSAGES) if role in roles] + list(version.schema.get("metadata_keys", []))
+
+
+def teacher_items(version, column: str) -> list[TeacherItem]:
+    """The teacher's items for a version: a row's prompt read from `column`, rows without one left out."""
+    items = []
+    for position, prompt, messages, metadata in (version.rows.order_by("position")
+                                                 .values_list("position", "prompt", "messages", "metadata")
+                                                 .iterator(chunk_size=2000)):
+        asked = prompt_messages(column, prompt=prompt, messages=messages, metadata=metadata or {})
+        if asked is not None:
+            items.append(TeacherItem(position=position, messages=asked))
+    return items
+
+
+def project_teacher_runs(project):
+    return TeacherRun.objects.filter(project=project).select_related("source_version__dataset", "version")
+
+
+def teacher_panel(user, version) -> dict:
+    """What the version page's teacher form needs: the runs on this version, where its prompts can
+    be read, and the teachers this person may launch (models of the project with model.generate,
+    provider models with provider.use)."""
+    from apps.projects import policy
+    from apps.providers.selectors import usable_models
+    from apps.registry.models import RegisteredModel
+
+    project = version.dataset.project
+    perms = policy.project_permissions(user, project)
+    local = (RegisteredModel.objects.filter(project=project, status=RegisteredModel.Status.READY).order_by("name")
+             if "model.generate" in perms else RegisteredModel.objects.none())
+    providers = usable_models(project) if "provider.use" in perms else []
+    return {"runs": TeacherRun.objects.filter(source_version=version).select_related("version")[:10],
+            "columns": prompt_columns(version), "local_models": local, "provider_models": providers,
+            "can_launch": policy.can(user, "dataset.import", version.dataset) and bool(local or providers)}

@@ -1,6 +1,6 @@
 from rest_framework import serializers
 
-from apps.evaluation.models import EvalItem, EvalRun, EvalSuite, Judge, JudgeRun
+from apps.evaluation.models import EvalItem, EvalRun, EvalSuite, Judge, JudgeRun, TeacherRun
 
 
 class JudgeSerializer(serializers.ModelSerializer):
@@ -116,3 +116,41 @@ class EvalRunDetailSerializer(EvalRunSerializer):
 
     class Meta(EvalRunSerializer.Meta):
         fields = [*EvalRunSerializer.Meta.fields, "items"]
+
+
+class TeacherRunRequestSerializer(serializers.Serializer):
+    """Types only: the service checks ranges and references, each refusal naming its field."""
+
+    version = serializers.JSONField(allow_null=True, help_text="the id of a ready dataset version of the project")
+    prompt_column = serializers.JSONField(required=False, allow_null=True, default=None,
+                                          help_text="prompt, messages (without the last assistant turn) or a "
+                                                    "metadata key; default: messages, else prompt")
+    local_model = serializers.JSONField(required=False, allow_null=True, default=None, help_text="a ready model of the project")
+    provider_model = serializers.JSONField(required=False, allow_null=True, default=None,
+                                           help_text="a provider model enabled for the project: id or provider/model")
+    max_tokens = serializers.JSONField(required=False, allow_null=True, default=256, help_text="16 to 4096")
+    temperature = serializers.JSONField(required=False, allow_null=True, default=0.0, help_text="0 to 2")
+    seed = serializers.JSONField(required=False, allow_null=True, default=None, help_text="0 to 2^31-1, or null")
+
+
+class TeacherEstimateSerializer(serializers.Serializer):
+    teacher = serializers.CharField()
+    rows = serializers.IntegerField()
+    calls = serializers.IntegerField()
+    prompt_tokens = serializers.IntegerField(help_text="estimated: the messages' characters / 4")
+    max_completion_tokens = serializers.IntegerField()
+    max_total_tokens = serializers.IntegerField()
+    max_cost = serializers.CharField(allow_null=True, help_text="a priced provider: the most the run can cost")
+
+
+class TeacherRunSerializer(serializers.ModelSerializer):
+    dataset = serializers.IntegerField(source="source_version.dataset_id", read_only=True)
+    source_version_number = serializers.IntegerField(source="source_version.number", read_only=True)
+    version_number = serializers.IntegerField(source="version.number", read_only=True, allow_null=True,
+                                              default=None)
+
+    class Meta:
+        model = TeacherRun
+        fields = ["id", "dataset", "source_version", "source_version_number", "config", "estimate", "state",
+                  "rows_done", "rows_total", "prompt_tokens", "completion_tokens", "cost", "import_job", "version",
+                  "version_number", "error", "cancel_requested", "created_at", "started_at", "finished_at"]

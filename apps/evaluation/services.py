@@ -1,5 +1,6 @@
-"""Judges and eval suites. Judges: defining them, estimating and launching their runs over a comparison's outputs,
-cancelling and deleting (writes; each asks the policy first).
+"""Judges, eval suites and teachers. Judges: defining them, estimating and launching their runs over a
+comparison's outputs, cancelling and deleting; teachers: estimating, launching and cancelling their runs
+over a dataset version's prompts (writes; each asks the policy first).
 
 A judge is checked whole when it is made, each refusal naming its field: a rubric with at least
 one criterion (workers.judging.check_rubric), exactly one model (a ready model of the project,
@@ -16,16 +17,19 @@ from django.utils import timezone
 from apps.comparison.models import Comparison
 from apps.core.errors import Conflict, Invalid, NotFound
 from apps.core.jobs import ask_to_cancel, enqueue
+from apps.datasets.models import DatasetVersion
 from apps.evaluation import selectors
-from apps.evaluation.models import CalibrationPolicy, EvalRun, EvalSuite, Judge, JudgeRun
-from apps.evaluation.tasks import eval_run_task, judge_run_task
+from apps.evaluation.models import CalibrationPolicy, EvalRun, EvalSuite, Judge, JudgeRun, TeacherRun
+from apps.evaluation.tasks import eval_run_task, judge_run_task, teacher_run_task
 from apps.projects import policy
 from apps.projects.audit import audit_record
 from apps.projects.models import Project
 from apps.providers import selectors as provider_selectors
+from apps.providers import services as provider_services
 from apps.registry.models import RegisteredModel
 from workers.evaluation import JUDGED, MetricError, check_metrics
 from workers.judging import PAIRWISE, POINTWISE, RubricError, check_rubric, estimate_cost
+from workers.teaching import estimate_cost as estimate_teaching
 
 MAX_NAME = 120
 MIN_MAX_TOKENS, MAX_MAX_TOKENS = 16, 4096
@@ -341,4 +345,153 @@ def eval_run_cancel(*, user, run: EvalRun, token=None, ip_address: str | None = 
     with transaction.atomic():
         run = ask_to_cancel(EvalRun, run.pk, what="run")
         audit_record(actor=user, action="eval_suite.cancel", project=run.project, target=run, ip_address=ip_address)
+    return run
+
+
+# --- teachers (distillation) ---------------------------------------------------------------------
+
+MAX_TEMPERATURE = 2.0
+MAX_SEED = 2**31 - 1
+MAX_PROVIDER_REF = 320
+MAX_ID = 2**63 - 1  # the database's bigint: a larger id is no row, not a crash
+
+
+def _object_id(value, field: str, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_ID:
+        raise Invalid(f"{field} is the id of {what}.", field=field)
+    return value
+
+
+def _not_found(message: str, field: str) -> NotFound:
+    missing = NotFound(message)
+    missing.field = field
+    return missing
+
+
+def _teacher_version(user, project: Project, version_id, permission: str, token) -> DatasetVersion:
+    version = (DatasetVersion.objects.select_related("dataset")
+               .filter(pk=_object_id(version_id, "version", "a dataset version"), dataset__project=project, dataset__deleted_at__isnull=True,
+                       status=DatasetVersion.Status.READY).first())
+    if version is None:
+        raise _not_found("No such dataset version in this project.", "version")
+    policy.require(user, "dataset.view", version.dataset, token)
+    policy.require(user, permission, version.dataset, token)
+    return version
+
+
+def _prompt_column(version: DatasetVersion, column) -> str:
+    columns = selectors.prompt_columns(version)
+    if column in (None, ""):
+        column = next((c for c in ("messages", "prompt") if c in columns), None)
+        if column is None:
+            raise Invalid(f"Version {version.number} has no prompt or messages column; name a metadata column.",
+                          field="prompt_column")
+    if not isinstance(column, str) or column not in columns:
+        known = ", ".join(columns) or "none"
+        raise Invalid(f"Version {version.number} has no column {str(column)[:80]!r} (its columns: {known}).",
+                      field="prompt_column")
+    return column
+
+
+def _teacher(user, project: Project, local_model, provider_model, token) -> dict:
+    """The teacher's part of a run's config: exactly one of a ready model of the project (asked
+    with model.generate) or a provider model enabled for it (provider.use, and the project lets
+    its data go out). Another project's model or an unknown one: 404."""
+    if (local_model in (None, "")) == (provider_model in (None, "")):
+        raise Invalid("A teacher is either a model of the project or a provider model: give exactly one.",
+                      field="local_model" if local_model in (None, "") else "provider_model")
+    if provider_model not in (None, ""):
+        policy.require(user, "provider.use", project, token)
+        if isinstance(provider_model, int) and not isinstance(provider_model, bool):
+            _object_id(provider_model, "provider_model", "a provider model")
+        elif not isinstance(provider_model, str) or len(provider_model) > MAX_PROVIDER_REF:
+            raise Invalid("provider_model is a provider model's id or provider/model name.", field="provider_model")
+        try:
+            model = provider_selectors.usable_model(project, provider_model)
+        except NotFound as exc:
+            raise _not_found(exc.message, "provider_model") from None
+        if not provider_services.project_provider_policy(project).allow_outside_providers:
+            raise Conflict("This project does not let its data go to outside providers (its setting "
+                           "allow_outside_providers is off).", field="allow_outside_providers")
+        return {"provider_model": model.pk, "local_model": None, "teacher": str(model)}
+    policy.require(user, "model.generate", project, token)
+    model = RegisteredModel.objects.filter(pk=_object_id(local_model, "local_model", "a model of the project"), project=project, deleted_at__isnull=True).first()
+    if model is None:
+        raise _not_found("No such model in this project.", "local_model")
+    if model.status != RegisteredModel.Status.READY:
+        raise Invalid(f"The model {model.name!r} is not ready.", field="local_model")
+    return {"local_model": model.pk, "provider_model": None, "teacher": model.name}
+
+
+def _generation(max_tokens, temperature, seed) -> dict:
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or not MIN_MAX_TOKENS <= max_tokens <= MAX_MAX_TOKENS:
+        raise Invalid(f"max_tokens is a whole number from {MIN_MAX_TOKENS} to {MAX_MAX_TOKENS}.", field="max_tokens")
+    if isinstance(temperature, bool) or not isinstance(temperature, int | float) \
+            or not 0 <= temperature <= MAX_TEMPERATURE:
+        raise Invalid(f"temperature is a number from 0 to {MAX_TEMPERATURE:g}.", field="temperature")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED):
+        raise Invalid(f"seed is a whole number from 0 to {MAX_SEED}, or null.", field="seed")
+    return {"max_tokens": max_tokens, "temperature": float(temperature), "seed": seed}
+
+
+def _teacher_plan(user, project: Project, *, version, prompt_column, local_model, provider_model, max_tokens,
+                  temperature, seed, permission: str, token) -> tuple[DatasetVersion, dict, dict]:
+    """The version, the run's config and its estimate, every input checked (each refusal naming its field)."""
+    version = _teacher_version(user, project, version, permission, token)
+    column = _prompt_column(version, prompt_column)
+    generation = _generation(max_tokens, temperature, seed)
+    config = {**_teacher(user, project, local_model, provider_model, token), **generation, "prompt_column": column}
+    items = selectors.teacher_items(version, column)
+    if not items:
+        raise Invalid(f"No row of version {version.number} has a prompt in {column!r}.", field="prompt_column")
+    estimate = {**estimate_teaching(items, max_tokens=generation["max_tokens"]), "rows": len(items),
+                "teacher": config["teacher"], "max_cost": None}
+    if config["provider_model"]:
+        cost = provider_services.call_cost(estimate["prompt_tokens"], estimate["max_completion_tokens"],
+                                           provider_selectors.usable_model(project, config["provider_model"]))
+        estimate["max_cost"] = str(cost) if cost is not None else None
+    return version, config, estimate
+
+
+def teacher_run_estimate(*, user, project: Project, version, prompt_column=None, local_model=None,
+                         provider_model=None, max_tokens: int = 256, temperature=0.0, seed=None, token=None) -> dict:
+    """What a teacher run would take, before launch: rows, calls, tokens (prompt tokens estimated
+    from characters), and for a priced provider the most it can cost."""
+    return _teacher_plan(user, project, version=version, prompt_column=prompt_column, local_model=local_model,
+                         provider_model=provider_model, max_tokens=max_tokens, temperature=temperature, seed=seed,
+                         permission="dataset.view", token=token)[2]
+
+
+def teacher_run_start(*, user, project: Project, version, prompt_column=None, local_model=None, provider_model=None,
+                      max_tokens: int = 256, temperature=0.0, seed=None, token=None,
+                      ip_address: str | None = None) -> TeacherRun:
+    """Queue a teacher run over a version's prompts; its answers become the dataset's next version
+    (dataset.import on the dataset, and the teacher's own permission)."""
+    version, config, estimate = _teacher_plan(
+        user, project, version=version, prompt_column=prompt_column, local_model=local_model,
+        provider_model=provider_model, max_tokens=max_tokens, temperature=temperature, seed=seed,
+        permission="dataset.import", token=token)
+    with transaction.atomic():
+        run = TeacherRun.objects.create(project=project, source_version=version, config=config, estimate=estimate,
+                                        rows_total=estimate["rows"], created_by=user)
+        audit_record(actor=user, action="teacher.run", project=project, target=run, ip_address=ip_address,
+                     after={"version": version.pk, **config, "rows": estimate["rows"]})
+        transaction.on_commit(lambda: _enqueue_teacher(run.pk))
+    return run
+
+
+def _enqueue_teacher(run_id: int) -> None:
+    def fail(reason: str) -> None:
+        TeacherRun.objects.filter(pk=run_id).update(state=TeacherRun.State.FAILED, error=reason,
+                                                    finished_at=timezone.now())
+
+    enqueue(teacher_run_task, run_id, queue=TeacherRun.QUEUE, on_failure=fail)
+
+
+def teacher_run_cancel(*, user, run: TeacherRun, token=None, ip_address: str | None = None) -> TeacherRun:
+    """A queued run ends at once; a running one stops after the round in hand (or its import)."""
+    policy.require(user, "dataset.import", run.source_version.dataset, token)
+    with transaction.atomic():
+        run = ask_to_cancel(TeacherRun, run.pk, what="teacher run")
+        audit_record(actor=user, action="teacher.cancel", project=run.project, target=run, ip_address=ip_address)
     return run

@@ -1,5 +1,5 @@
-"""Celery tasks of judges and eval suites: a judge run or an eval run on an `inference` worker (apps.core.tasks reaps those whose
-worker vanished)."""
+"""Celery tasks of judges, eval suites and teachers: their runs on an `inference` worker
+(apps.core.tasks reaps those whose worker vanished)."""
 
 from celery import shared_task
 
@@ -16,3 +16,10 @@ def eval_run_task(self, run_id: int) -> None:
     from apps.evaluation.runner import run_eval_job
 
     run_eval_job(run_id, worker=self.request.hostname or "")
+
+
+@shared_task(name="evaluation.teacher_run", bind=True)
+def teacher_run_task(self, run_id: int) -> None:
+    from apps.evaluation.teacher import run_teacher_job
+
+    run_teacher_job(run_id, worker=self.request.hostname or "")

@@ -17,7 +17,7 @@ from apps.comparison.models import Comparison
 from apps.core import jobs
 from apps.core.jobs import JobCancelled, JobRun, leased_kinds, mark_worker_stopping, reap, reap_stale
 from apps.datasets.models import Dataset, DeriveJob, ExportJob, ImportJob, SearchIndexJob
-from apps.evaluation.models import EvalRun, EvalSuite, Judge, JudgeRun
+from apps.evaluation.models import EvalRun, EvalSuite, Judge, JudgeRun, TeacherRun
 from apps.serving.models import Generation
 from apps.training.models import SpeedMeasurement, TrainingJob
 from tests.comparison.factories import make_comparison
@@ -67,6 +67,11 @@ def new_eval_run(project, owner, state):
                                   created_by=owner)
 
 
+def new_teacher_run(project, owner, state):
+    return TeacherRun.objects.create(project=project, state=state, created_by=owner,
+                                     source_version=make_version(project, owner, name=f"QA {time.monotonic_ns()}"))
+
+
 def new_campaign(project, owner):
     schema = LabelSchema.objects.create(project=project, name="Form", fields=[], created_by=owner)
     return Campaign.objects.create(project=project, name="Labels", schema=schema, created_by=owner,
@@ -110,6 +115,7 @@ KINDS = {
     "search index build": (SearchIndexJob, new_search_index_build),
     "judge run": (JudgeRun, new_judge_run),
     "eval run": (EvalRun, new_eval_run),
+    "teacher run": (TeacherRun, new_teacher_run),
 }
 
 
@@ -124,7 +130,7 @@ def stop_suggestions(model, pk):
 # How each kind that can be cancelled is asked to stop, as its service asks.
 CANCELS = {"training": ask_to_cancel, "comparison": ask_to_cancel, "import": ask_to_cancel, "derive": ask_to_cancel,
            "suggestion run": stop_suggestions, "judge run": ask_to_cancel,
-           "eval run": ask_to_cancel}
+           "eval run": ask_to_cancel, "teacher run": ask_to_cancel}
 
 
 @pytest.fixture(params=sorted(KINDS))

@@ -5,6 +5,7 @@ protocol over HTTP to the real client.
 SCRIPT is a JSON file, read again on every request so a test can change it:
     {"rules": [{"pattern": regex, "content": text} | {"pattern": regex, "status": 500, "message": text}],
      "default": {...one answer as in a rule...}}
+An answer with "delay_s" is sent that many seconds late (a slow provider).
 The first rule whose pattern (re.DOTALL) is found in the last user message answers. Every
 request is appended to SCRIPT + ".log" (one JSON line: the model and that user message). Usage is
 fixed (10 prompt tokens, 5 completion tokens a call) so totals can be checked by hand. The port
@@ -14,6 +15,7 @@ is printed on the first line of stdout.
 import json
 import re
 import sys
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 PROMPT_TOKENS, COMPLETION_TOKENS = 10, 5
@@ -42,6 +44,7 @@ def main(script_path: str) -> None:
                 log.write(json.dumps({"model": request.get("model"), "user": text}) + "\n")
             answer = next((rule for rule in script.get("rules", []) if re.search(rule["pattern"], text, re.DOTALL)),
                           script.get("default") or {"content": ""})
+            time.sleep(answer.get("delay_s", 0))
             status = answer.get("status", 200)
             if status != 200:
                 self._send(status, {"error": {"message": answer.get("message", "error"), "type": "server_error"}})
