@@ -16,7 +16,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-from apps.core.jobs import JobCancelled, JobRun
+from apps.core.jobs import JobRun
 from apps.registry.models import ModelExport, RegisteredModel
 
 logger = logging.getLogger(__name__)
@@ -37,8 +37,6 @@ def run_model_export(job_id: int, *, worker: str = "") -> None:
     with run:
         try:
             final, write_seconds, check = _export(job, work, run)
-        except JobCancelled:
-            run.cancel()
         except Exception as exc:
             logger.exception("model export %s failed", job_id)
             run.fail(f"{type(exc).__name__}: {exc}"[:2000])

@@ -168,9 +168,9 @@ class ModelExport(LeasedJob):
     lease (apps.core.jobs), so a lost worker's export is written again by another."""
 
     class Format(models.TextChoices):
-        SAFETENSORS = "safetensors"  # the merged model directory, zipped
-        GGUF_F16 = "gguf-f16"
-        GGUF_Q8_0 = "gguf-q8_0"
+        SAFETENSORS = "safetensors", "safetensors (the merged model, zipped)"
+        GGUF_F16 = "gguf-f16", "GGUF f16"
+        GGUF_Q8_0 = "gguf-q8_0", "GGUF q8_0"
 
     State = JobState
     ENDED = ENDED_STATES
@@ -180,7 +180,6 @@ class ModelExport(LeasedJob):
     model = models.ForeignKey(RegisteredModel, on_delete=models.CASCADE, related_name="exports")
     format = models.CharField(max_length=16, choices=Format.choices)
     state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.QUEUED)
-    cancel_requested = models.BooleanField(default=False)
     steps_done = models.PositiveIntegerField(default=0)
     steps_total = models.PositiveIntegerField(default=0)
     path = models.CharField(max_length=1000, blank=True)  # the finished file, under ARTIFACT_ROOT/model-exports

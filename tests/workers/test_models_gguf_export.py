@@ -139,3 +139,34 @@ def test_a_stopped_export_leaves_no_file(tiny_dir, tmp_path):
     with pytest.raises(InterruptedError):
         write_gguf(tiny_dir, tmp_path / "x.gguf", "q8_0", progress=stop)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_the_demo_model_exports_to_f16_with_identical_greedy_tokens_and_to_q8_0(demo_model_dir, tmp_path):
+    """SmolLM2-135M-Instruct: its GGUF tokenizer encodes as the model's own does, f16 generates the
+    same greedy tokens, q8_0 (recorded) agrees on nearly all of them."""
+    from transformers import AutoTokenizer
+
+    reference, tokenizer = load_for_inference(demo_model_dir, dtype="fp32")
+    prompts = ("The capital of France is", "def add(a, b):")
+    f16 = write_gguf(demo_model_dir, tmp_path / "demo-f16.gguf", "f16", name="SmolLM2 demo")
+    fields, tensors = fields_of(f16.path)
+    assert (fields["llama.block_count"], fields["llama.embedding_length"], fields["llama.attention.head_count"],
+            fields["llama.attention.head_count_kv"], fields["llama.context_length"]) == (30, 576, 9, 3, 8192)
+    assert fields["llama.rope.freq_base"] == 100000.0 and fields["tokenizer.ggml.pre"] == "gpt-2"
+    assert len(fields["tokenizer.ggml.tokens"]) == 49152 and len(fields["tokenizer.ggml.merges"]) > 40_000
+    assert (fields["tokenizer.ggml.bos_token_id"], fields["tokenizer.ggml.eos_token_id"]) == (1, 2)
+    assert fields["tokenizer.chat_template"] == tokenizer.chat_template
+    assert "output.weight" not in {t.name for t in tensors}  # tied embeddings
+    back_tokenizer = AutoTokenizer.from_pretrained(str(f16.path.parent), gguf_file=f16.path.name)
+    text = "Hello, world! 12345 <|im_start|>user\nWhat is Paris?<|im_end|>"
+    assert back_tokenizer(text)["input_ids"] == tokenizer(text)["input_ids"]
+
+    check = compare_greedy(load_gguf_back(f16.path), reference, tokenizer, prompts=prompts, count=8)
+    assert check["identical"] and check["agreement"] == 1.0, check
+    q8 = write_gguf(demo_model_dir, tmp_path / "demo-q8_0.gguf", "q8_0")
+    assert q8.size_bytes < 0.6 * f16.size_bytes
+    check = compare_greedy(load_gguf_back(q8.path), reference, tokenizer, prompts=prompts, count=8)
+    print(f"demo q8_0 agreement {check['agreement']}, identical {check['identical']}")  # recorded in bench/README.md
+    assert check["agreement"] >= 0.9, check
