@@ -26,6 +26,7 @@ BENCHMARKS = {
     "sync_views": "bench.sync_views",
     "pii_scan": "bench.pii_scan",
     "pii_phone_library": "bench.pii_phone_library",
+    "gguf_export": "bench.gguf_export",
 }
 
 

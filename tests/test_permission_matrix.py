@@ -149,6 +149,20 @@ def _arrange_adapter(world: World) -> dict:
     return {"model_id": adapter.pk}
 
 
+def _arrange_model_export(world: World) -> dict:
+    """A finished GGUF export of the adapter, its file on disk."""
+    import tempfile
+
+    from apps.registry.models import ModelExport
+
+    values = _arrange_adapter(world)
+    with tempfile.NamedTemporaryFile("wb", suffix=".gguf", delete=False) as handle:
+        handle.write(b"GGUF")
+    job = ModelExport.objects.create(model_id=values["model_id"], format="gguf-f16", state="succeeded",
+                                     path=handle.name, size_bytes=4)
+    return {"export_id": job.pk}
+
+
 def _placeholder_info() -> dict:
     from workers.models import ModelInfo
 
@@ -574,6 +588,15 @@ ENDPOINTS = [
              checks=("model.view", "model.download"), arrange=_arrange_adapter),
     Endpoint("model-merge", "POST", "/api/models/<int:model_id>/merge/", "model.register",
              lambda w: {"name": "Merged"}, 202, checks=("model.view", "model.register"), arrange=_arrange_adapter),
+    # Exports for deployment carry the weights out, as a download does.
+    Endpoint("model-exports", "GET", "/api/models/<int:model_id>/exports/", "model.download", _no_body, 200,
+             checks=("model.view", "model.download"), arrange=_arrange_adapter),
+    Endpoint("model-export-start", "POST", "/api/models/<int:model_id>/exports/", "model.download",
+             lambda w: {"format": "gguf-q8_0"}, 202, checks=("model.view", "model.download"), arrange=_arrange_adapter),
+    Endpoint("model-export-get", "GET", "/api/model-exports/<int:export_id>/", "model.download", _no_body, 200,
+             checks=("model.view", "model.download"), arrange=_arrange_model_export),
+    Endpoint("model-export-download", "GET", "/api/model-exports/<int:export_id>/download/", "model.download",
+             _no_body, 200, checks=("model.view", "model.download"), arrange=_arrange_model_export),
     # the site's catalogue as a project sees it; adapters shared with other projects; aliases
     Endpoint("project-catalogue", "GET", f"{P}/catalogue/", "model.view", _no_body, 200, arrange=_arrange_catalogue),
     Endpoint("project-catalogue-enable", "POST", f"{P}/catalogue/", "model.enable",

@@ -9,11 +9,12 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from apps.core.errors import NotFound
+from apps.core.errors import Invalid, NotFound
 from apps.core.http import client_ip
+from apps.core.pagination import NewestFirstPagination
 from apps.projects import policy
 from apps.registry import selectors, services
-from apps.registry.models import CatalogueModel, RegisteredModel
+from apps.registry.models import CatalogueModel, ModelExport, RegisteredModel
 from apps.registry.serializers import (
     AliasSerializer,
     AliasSetSerializer,
@@ -22,6 +23,8 @@ from apps.registry.serializers import (
     CatalogueRegisterSerializer,
     CatalogueUpdateSerializer,
     MemoryEstimateQuerySerializer,
+    ModelExportSerializer,
+    ModelExportStartSerializer,
     ModelMergeSerializer,
     ModelRegisterSerializer,
     ModelSerializer,
@@ -73,6 +76,57 @@ class AdapterMergeApi(APIView):
         model = services.adapter_merge(user=request.user, adapter=adapter, name=data.validated_data["name"],
                                        token=request.auth, ip_address=client_ip(request))
         return Response(ModelSerializer(model, context={"request": request}).data, status=status.HTTP_202_ACCEPTED)
+
+
+class ModelExportsApi(ListAPIView):
+    """Export the model for deployment (an adapter merged into its base first): a zipped safetensors
+    directory, or one GGUF file (f16, q8_0) for llama.cpp and Ollama, written by a worker, loaded back
+    and checked against the model it came from; GET lists the model's exports, newest first."""
+
+    serializer_class = ModelExportSerializer
+    pagination_class = NewestFirstPagination
+
+    def get_queryset(self):
+        model = policy.get_object(self.request.user, RegisteredModel, self.kwargs["model_id"], "model.view",
+                                  self.request.auth)
+        policy.require(self.request.user, "model.download", model, self.request.auth)
+        return model.exports.all()
+
+    @extend_schema(request=ModelExportStartSerializer, responses={202: ModelExportSerializer})
+    def post(self, request: Request, model_id: int) -> Response:
+        model = policy.get_object(request.user, RegisteredModel, model_id, "model.view", request.auth)
+        data = ModelExportStartSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        job = services.model_export_start(user=request.user, model=model, export_format=data.validated_data["format"],
+                                          token=request.auth, ip_address=client_ip(request))
+        return Response(ModelExportSerializer(job).data, status=status.HTTP_202_ACCEPTED)
+
+
+def _model_export(request: Request, export_id) -> ModelExport:
+    job = ModelExport.objects.filter(pk=export_id).first()
+    if job is None:
+        raise NotFound()
+    # A deleted model's exports go with it; another project's answer 404 as its model does.
+    model = policy.get_object(request.user, RegisteredModel, job.model_id, "model.view", request.auth)
+    policy.require(request.user, "model.download", model, request.auth)
+    job.model = model
+    return job
+
+
+class ModelExportApi(APIView):
+    @extend_schema(responses=ModelExportSerializer)
+    def get(self, request: Request, export_id: int) -> Response:
+        return Response(ModelExportSerializer(_model_export(request, export_id)).data)
+
+
+class ModelExportDownloadApi(APIView):
+    @extend_schema(responses={(200, "application/octet-stream"): bytes})
+    def get(self, request: Request, export_id: int) -> FileResponse:
+        job = _model_export(request, export_id)
+        if job.state != ModelExport.State.SUCCEEDED:
+            raise Invalid(f"This export is {job.state}; download it once it has succeeded.", field="state")
+        return FileResponse(open(job.path, "rb"), as_attachment=True, filename=job.filename,
+                            content_type="application/octet-stream")
 
 
 class AdapterDownloadApi(APIView):

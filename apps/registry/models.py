@@ -2,6 +2,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models.functions import Lower
 
+from apps.core.jobs import ENDED_STATES, JobState, LeasedJob
 from apps.projects.permissions import object_permission_choices
 
 
@@ -159,3 +160,49 @@ class ModelAlias(models.Model):
     def stable_weight(self) -> int:
         """The share of callers `version` serves (all of them without a canary)."""
         return 100 - self.canary_weight if self.canary_version_id else 100
+
+
+class ModelExport(LeasedJob):
+    """A model written by a worker as one downloadable file for deployment, then loaded back and
+    checked (apps.registry.exports): an adapter is merged into its base first. Under the jobs
+    lease (apps.core.jobs), so a lost worker's export is written again by another."""
+
+    class Format(models.TextChoices):
+        SAFETENSORS = "safetensors", "safetensors (the merged model, zipped)"
+        GGUF_F16 = "gguf-f16", "GGUF f16"
+        GGUF_Q8_0 = "gguf-q8_0", "GGUF q8_0"
+
+    State = JobState
+    ENDED = ENDED_STATES
+    TASK, QUEUE = "registry.export", "default"
+    DONE_FIELD, TOTAL_FIELD = "steps_done", "steps_total"
+
+    model = models.ForeignKey(RegisteredModel, on_delete=models.CASCADE, related_name="exports")
+    format = models.CharField(max_length=16, choices=Format.choices)
+    state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.QUEUED)
+    steps_done = models.PositiveIntegerField(default=0)
+    steps_total = models.PositiveIntegerField(default=0)
+    path = models.CharField(max_length=1000, blank=True)  # the finished file, under ARTIFACT_ROOT/model-exports
+    size_bytes = models.BigIntegerField(null=True, blank=True)
+    # The load-back check (workers.models.export_check.compare_greedy): agreement, identical, prompts, seconds.
+    check_result = models.JSONField(default=dict, blank=True)
+    write_seconds = models.FloatField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        default_permissions = ()
+        ordering = ["-created_at", "-id"]
+
+    @property
+    def project(self):
+        return self.model.project
+
+    @property
+    def filename(self) -> str:
+        name = "".join(c if c.isalnum() or c in "-_" else "_" for c in self.model.name)[:80]
+        if self.format == self.Format.SAFETENSORS:
+            return f"{name}-merged.zip"
+        return f"{name}-{self.format.removeprefix('gguf-')}.gguf"

@@ -1,7 +1,7 @@
 from rest_framework import serializers
 
 from apps.projects.serializers import ManagerOnlyFieldsMixin
-from apps.registry.models import CatalogueModel, ModelAlias, RegisteredModel
+from apps.registry.models import CatalogueModel, ModelAlias, ModelExport, RegisteredModel
 
 
 class ModelSerializer(ManagerOnlyFieldsMixin, serializers.ModelSerializer):
@@ -107,3 +107,24 @@ class AliasSetSerializer(serializers.Serializer):
                                                  "its adapters or a model merged from one")
     protected = serializers.BooleanField(required=False, allow_null=True, default=None,
                                          help_text="only holders of model.promote move a protected alias")
+
+
+class ModelExportStartSerializer(serializers.Serializer):
+    format = serializers.ChoiceField(choices=ModelExport.Format.choices,
+                                     help_text="safetensors (the merged model, zipped), gguf-f16 or gguf-q8_0 "
+                                               "(one GGUF file for llama.cpp and Ollama; Llama models)")
+
+
+class ModelExportSerializer(serializers.ModelSerializer):
+    check = serializers.JSONField(source="check_result", read_only=True,
+                                  help_text="the load-back check: greedy tokens of the exported model against the "
+                                            "model it came from (agreement, identical, prompts, method)")
+    download = serializers.SerializerMethodField()
+
+    class Meta:
+        model = ModelExport
+        fields = ["id", "model", "format", "state", "steps_done", "steps_total", "size_bytes", "write_seconds",
+                  "check", "error", "download", "created_at", "finished_at"]
+
+    def get_download(self, job) -> str | None:
+        return f"/api/model-exports/{job.pk}/download/" if job.state == ModelExport.State.SUCCEEDED else None

@@ -14,8 +14,14 @@ from apps.core.jobs import enqueue
 from apps.projects import policy
 from apps.projects.audit import audit_record
 from apps.projects.models import Project
-from apps.registry.models import ALIAS_NAME, CatalogueModel, ModelAlias, RegisteredModel
-from apps.registry.tasks import convert_model_task, inspect_model_task, merge_adapter_task, prepare_catalogue_task
+from apps.registry.models import ALIAS_NAME, CatalogueModel, ModelAlias, ModelExport, RegisteredModel
+from apps.registry.tasks import (
+    convert_model_task,
+    export_model_task,
+    inspect_model_task,
+    merge_adapter_task,
+    prepare_catalogue_task,
+)
 
 
 def model_register(*, user, project: Project, name: str, path: str = "", hub_id: str = "", revision: str = "",
@@ -247,6 +253,35 @@ def run_merge(model_id: int) -> None:
     model.status, model.weights_path, model.info, model.error = RegisteredModel.Status.READY, str(out), \
         info.as_dict(), ""
     model.save(update_fields=["status", "weights_path", "info", "error"])
+
+
+def model_export_start(*, user, model: RegisteredModel, export_format: str, token=None,
+                       ip_address: str | None = None) -> ModelExport:
+    """Queue a worker job that writes the model (an adapter merged into its base) as one file for
+    deployment: a zipped safetensors directory, or GGUF in f16 or q8_0 for llama.cpp and Ollama;
+    the worker then loads it back and compares its greedy outputs (apps.registry.exports)."""
+    policy.require(user, "model.download", model, token)  # the weights leave with it
+    if export_format not in ModelExport.Format.values:
+        raise Invalid(f"The format is one of {', '.join(ModelExport.Format.values)}.", field="format")
+    if model.status != RegisteredModel.Status.READY or (model.base_model_id and
+                                                        model.base_model.status != RegisteredModel.Status.READY):
+        raise Invalid(f"The model “{model.name}” is {model.status}; export it once it is ready.", field="model")
+    model_type = (model.info or {}).get("model_type")
+    if export_format != ModelExport.Format.SAFETENSORS and model_type != "llama":
+        raise Invalid(f"GGUF export writes Llama-architecture models; “{model.name}” is "
+                      f"{model_type or 'of an unknown architecture'}. Export it as safetensors instead.",
+                      field="format")
+    with transaction.atomic():
+        job = ModelExport.objects.create(model=model, format=export_format, created_by=user)
+        audit_record(actor=user, action="model.export", project=model.project, target=model, ip_address=ip_address,
+                     after={"format": export_format, "job": job.pk})
+        transaction.on_commit(lambda: _enqueue_model_export(job.pk))
+    return job
+
+
+def _enqueue_model_export(job_id: int) -> None:
+    enqueue(export_model_task, job_id, queue=ModelExport.QUEUE, on_failure=lambda reason: ModelExport.objects.filter(
+        pk=job_id).update(state=ModelExport.State.FAILED, finished_at=timezone.now(), error=reason))
 
 
 @transaction.atomic

@@ -1,4 +1,4 @@
-"""Celery tasks of the model registry: inspections, conversions and merges, run by a worker."""
+"""Celery tasks of the model registry: inspections, conversions, merges and exports, run by a worker."""
 
 from celery import shared_task
 
@@ -29,3 +29,10 @@ def prepare_catalogue_task(entry_id: int) -> None:
     from apps.registry.services import run_catalogue_preparation
 
     run_catalogue_preparation(entry_id)
+
+
+@shared_task(name="registry.export", bind=True)
+def export_model_task(self, job_id: int) -> None:
+    from apps.registry.exports import run_model_export
+
+    run_model_export(job_id, worker=self.request.hostname or "")

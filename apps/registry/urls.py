@@ -8,6 +8,7 @@ urlpatterns = [
     path("projects/<int:project_id>/models/", views.model_list, name="list"),
     path("projects/<int:project_id>/models/<int:model_id>/", views.model_detail, name="detail"),
     path("projects/<int:project_id>/models/<int:model_id>/merge/", views.model_merge, name="merge"),
+    path("projects/<int:project_id>/models/<int:model_id>/exports/", views.model_export, name="export"),
     path("projects/<int:project_id>/models/<int:model_id>/aliases/", views.alias_move, name="alias-move"),
     path("projects/<int:project_id>/models/<int:model_id>/canary/", views.alias_canary, name="alias-canary"),
     path("projects/<int:project_id>/catalogue/<int:entry_id>/", views.catalogue_toggle, name="catalogue-toggle"),

@@ -11,7 +11,7 @@ from apps.core.pages import run_service
 from apps.evaluation import selectors as eval_selectors
 from apps.projects import policy
 from apps.registry import selectors, services
-from apps.registry.models import CatalogueModel, ModelAlias, RegisteredModel
+from apps.registry.models import CatalogueModel, ModelAlias, ModelExport, RegisteredModel
 
 
 class RegisterForm(forms.Form):
@@ -111,8 +111,25 @@ def model_detail(request: HttpRequest, project_id: int, model_id: int) -> HttpRe
         "project": model.project, "model": model, "info": model.info, "form": form, "estimate": estimate,
         "perms": perms, "tab": "models",
         "can_download": model.kind == RegisteredModel.Kind.ADAPTER and policy.can(request.user, "model.download", model),
+        "exports": model.exports.all()[:10] if policy.can(request.user, "model.download", model) else None,
+        "export_formats": ModelExport.Format.choices,
         "lineage": lineage, "adapter": adapter, "config": sorted(config.items()),
         "metrics": sorted((lineage.get("metrics") or {}).items())})
+
+
+@login_required
+@require_POST
+def model_export(request: HttpRequest, project_id: int, model_id: int) -> HttpResponse:
+    model = policy.get_object(request.user, RegisteredModel, model_id, "model.view", project_id=project_id)
+    try:
+        job = services.model_export_start(user=request.user, model=model, export_format=request.POST.get("format", ""),
+                                          ip_address=client_ip(request))
+    except Invalid as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(request, f"Exporting as {job.get_format_display()}: a worker writes the file, then loads it "
+                                  "back to check it.")
+    return redirect("registry:detail", project_id=project_id, model_id=model.pk)
 
 
 @login_required

@@ -1,4 +1,4 @@
-// Export jobs (a dataset version's files, a campaign's resolved answers): the running ones are
+// Export jobs (a dataset version's files, a campaign's resolved answers, a model's deployment files): the running ones are
 // polled (a file being written is not worth a socket) at their own API address (data-export-url);
 // when one ends, its row is replaced by the server's rendering of it (its download link or its new
 // version), in place.
@@ -15,6 +15,8 @@
           item.querySelector("[data-field=state]").textContent = job.state;
           var rows = item.querySelector("[data-field=rows]");
           if (rows) rows.textContent = job.rows_done !== undefined ? job.rows_done : job.rows;
+          var steps = item.querySelector("[data-field=steps]");
+          if (steps) steps.textContent = job.steps_done;
           if (job.state !== "succeeded" && job.state !== "failed") return;
           clearInterval(timer);
           Workbench.refreshElement(item, "[data-export-url='" + url + "']");

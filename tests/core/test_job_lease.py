@@ -18,6 +18,7 @@ from apps.core import jobs
 from apps.core.jobs import JobCancelled, JobRun, leased_kinds, mark_worker_stopping, reap, reap_stale
 from apps.datasets.models import Dataset, DeriveJob, ExportJob, ImportJob, SearchIndexJob
 from apps.evaluation.models import EvalRun, EvalSuite, Judge, JudgeRun, TeacherRun
+from apps.registry.models import ModelExport
 from apps.serving.models import Generation
 from apps.training.models import SpeedMeasurement, TrainingJob
 from tests.comparison.factories import make_comparison
@@ -101,6 +102,13 @@ def new_calibration(project, owner, state):
                                            base_model=placeholder_model(project), method="sft")
 
 
+def new_model_export(project, owner, state):
+    from tests.comparison.factories import placeholder_model
+
+    return ModelExport.objects.create(model=placeholder_model(project), format="gguf-f16", created_by=owner,
+                                      state=state)
+
+
 KINDS = {
     "training": (TrainingJob, lambda project, owner, state: make_job(project, owner, state=state)),
     "comparison": (Comparison, lambda project, owner, state: make_comparison(project, owner, state=state,
@@ -116,6 +124,7 @@ KINDS = {
     "judge run": (JudgeRun, new_judge_run),
     "eval run": (EvalRun, new_eval_run),
     "teacher run": (TeacherRun, new_teacher_run),
+    "model export": (ModelExport, new_model_export),
 }
 
 

@@ -14,7 +14,7 @@ from apps.core.pagination import MAX_PAGE_SIZE
 from apps.datasets.models import Dataset, DatasetRow, ExportJob
 from apps.projects.audit import audit_record
 from apps.providers.models import AllowedNetwork, Provider, ProviderEnablement, ProviderModel
-from apps.registry.models import CatalogueModel, ModelAlias, RegisteredModel
+from apps.registry.models import CatalogueModel, ModelAlias, ModelExport, RegisteredModel
 from apps.serving.models import Capture
 from apps.training.models import MetricPoint
 from tests.annotation.fixtures import make_campaign, review_version  # noqa: F401 (a fixture)
@@ -62,6 +62,7 @@ def world(client, owner, project, review_version):  # noqa: F811 (the fixture im
     alias = ModelAlias.objects.create(project=project, model=adapter, version=adapter, name="production")
     Capture.objects.create(project=project, alias=alias, version=adapter, completion_id="chatcmpl-1", messages=[],
                            response="")  # the alias's captured traffic lists
+    ModelExport.objects.create(model=adapter, format="gguf-f16", state="succeeded")  # the model's exports list
     return {"project_id": project.pk, "dataset_id": version.dataset_id, "number": version.number,
             "job_id": job.pk, "campaign_id": campaign["id"], "provider_id": provider.pk, "model_id": adapter.pk,
             "alias": alias.name}

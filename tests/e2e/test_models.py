@@ -109,3 +109,30 @@ def test_an_adapter_page_shows_its_own_format_and_lineage_and_its_download_carri
     expect(page.get_by_test_id("adapter-download")).to_have_count(0)
     page.goto(f"/projects/{project.pk}/jobs/{job.pk}/")
     expect(page.get_by_test_id("adapter")).not_to_contain_text("download")
+
+
+@pytest.mark.timeout(300)
+def test_a_scientist_exports_a_model_as_gguf_sees_its_check_and_downloads_it(page, scientist, viewer, tiny_model,
+                                                                            celery_worker, tmp_path):
+    from gguf import GGUFReader
+
+    browser_login(page, viewer.username)  # may see the model, not carry its weights away
+    page.goto(f"/projects/{tiny_model.project_id}/models/{tiny_model.pk}/")
+    expect(page.get_by_test_id("model-card")).to_be_visible()
+    expect(page.get_by_test_id("model-exports")).to_have_count(0)
+    page.context.clear_cookies()
+
+    browser_login(page, "sofia")
+    page.goto(f"/projects/{tiny_model.project_id}/models/{tiny_model.pk}/")
+    page.get_by_label("Export as").select_option("gguf-q8_0")
+    page.get_by_role("button", name="Export", exact=True).click()
+    expect(page.get_by_test_id("export")).to_contain_text("GGUF")
+    filename = f"{tiny_model.name.replace(' ', '_')}-q8_0.gguf"
+    link = page.get_by_role("link", name=f"download {filename}")
+    expect(link).to_be_visible(timeout=120_000)  # the page follows the job and redraws it when it has ended
+    expect(page.get_by_test_id("export-check")).to_contain_text(re.compile(r"checked: .* on 4 prompts"))
+    with page.expect_download() as download:
+        link.click()
+    path = tmp_path / "export.gguf"
+    download.value.save_as(path)
+    assert GGUFReader(path).fields["general.file_type"].contents() == 7  # MOSTLY_Q8_0

@@ -1,0 +1,105 @@
+"""Model exports for deployment, run by a worker: the model (an adapter merged into its base
+first) written as one file, then loaded back and checked against the model it came from.
+
+- safetensors: the merged model directory, zipped. Loaded back from the directory and compared
+  with the served model (base + adapter, unmerged).
+- gguf-f16, gguf-q8_0: one GGUF file (workers.models.gguf_export). Loaded back by transformers'
+  GGUF loader and compared with the merged model it was written from.
+"""
+
+import logging
+import shutil
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+
+from django.conf import settings
+
+from apps.core.jobs import JobRun
+from apps.registry.models import ModelExport, RegisteredModel
+
+logger = logging.getLogger(__name__)
+
+
+def export_folder(job_id: int) -> Path:
+    return Path(settings.ARTIFACT_ROOT) / "model-exports" / str(job_id)
+
+
+def run_model_export(job_id: int, *, worker: str = "") -> None:
+    run = JobRun.claim(ModelExport, job_id, worker=worker, what="export")
+    if run is None:
+        return  # ended, gone, or written by a live worker (apps.core.jobs.JobRun.claim)
+    job = ModelExport.objects.select_related("model__base_model").get(pk=job_id)
+    folder = export_folder(job.pk)
+    folder.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=".work-", dir=folder))
+    with run:
+        try:
+            final, write_seconds, check = _export(job, work, run)
+        except Exception as exc:
+            logger.exception("model export %s failed", job_id)
+            run.fail(f"{type(exc).__name__}: {exc}"[:2000])
+        else:
+            run.finish(path=str(final), size_bytes=final.stat().st_size, write_seconds=round(write_seconds, 3),
+                       check_result=check)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _export(job: ModelExport, work: Path, run: JobRun) -> tuple[Path, float, dict]:
+    """Write the job's file into its folder; returns (the file, seconds to write it, the check)."""
+    from workers.models import load_for_inference
+    from workers.models.export_check import compare_greedy, load_gguf_back
+    from workers.models.gguf_export import write_gguf
+    from workers.models.merge import merge_adapter
+
+    model = job.model
+    steps = 3  # merge (or take the base), write, check
+    run.progress(0, steps)
+    started = time.monotonic()
+    if model.kind == RegisteredModel.Kind.ADAPTER:
+        source = merge_adapter(Path(model.base_model.weights_path), Path(model.weights_path), work / "merged")
+    else:
+        source = Path(model.weights_path)
+    run.progress(1, steps)
+    final = export_folder(job.pk) / job.filename
+    if job.format == ModelExport.Format.SAFETENSORS:
+        _zip_directory(source, work / job.filename)
+        write_seconds = time.monotonic() - started
+        run.progress(2, steps)
+        exported, tokenizer = load_for_inference(source, dtype="fp32")
+        reference = _served_model(model)
+    else:
+        written = write_gguf(source, work / job.filename, job.format.removeprefix("gguf-"), name=model.name)
+        write_seconds = time.monotonic() - started
+        run.progress(2, steps)
+        exported = load_gguf_back(written.path)
+        reference, tokenizer = load_for_inference(source, dtype="fp32")
+    check = compare_greedy(exported, reference, tokenizer)
+    check["method"] = ("loaded back by transformers' GGUF loader, compared with the merged model"
+                       if job.format != ModelExport.Format.SAFETENSORS
+                       else "loaded back from safetensors, compared with the served model")
+    (work / job.filename).rename(final)
+    run.progress(3, steps)
+    return final, write_seconds, check
+
+
+def _served_model(model: RegisteredModel):
+    """What serving runs for this model: the base with the adapter beside it (PEFT, unmerged)."""
+    from workers.models import load_for_inference
+
+    if model.kind != RegisteredModel.Kind.ADAPTER:
+        return load_for_inference(Path(model.weights_path), dtype="fp32")[0]
+    from peft import PeftModel
+
+    base, _ = load_for_inference(Path(model.base_model.weights_path), dtype="fp32")
+    return PeftModel.from_pretrained(base, model.weights_path, is_trainable=False).eval()
+
+
+def _zip_directory(directory: Path, target: Path) -> None:
+    """The model's files (not the workbench markers) under one folder; stored, as safetensors barely compress."""
+    with zipfile.ZipFile(target, "w", zipfile.ZIP_STORED, allowZip64=True) as zipped:
+        for path in sorted(directory.iterdir()):
+            if path.is_file() and not path.name.startswith("."):
+                zipped.write(path, f"{target.stem}/{path.name}")
