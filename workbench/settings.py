@@ -542,7 +542,8 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_SETTINGS": {"docExpansion": "none", "filter": True, "deepLinking": True},
     # Jobs of different kinds share the field name "state" with different choices: name each set.
     "ENUM_NAME_OVERRIDES": {"ImportJobState": "apps.datasets.models.ImportJob.State",
-                            "JobState": "apps.core.jobs.JobState"},
+                            "JobState": "apps.core.jobs.JobState",
+                            "ModelExportFormat": "apps.registry.models.ModelExport.Format"},
     # The OpenAI-compatible /v1 views are plain async Django views: their paths are added here.
     "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums",
                              "apps.serving.openapi.add_openai_paths"],
