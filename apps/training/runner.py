@@ -158,7 +158,11 @@ def _succeed(run: JobRun, result, timing: dict) -> None:
         job.tokens_trained = result.metrics.get("tokens_trained", job.tokens_trained)
         job.save(update_fields=["adapter", "metrics", "current_step", "tokens_trained"])
         run.finish()
-        eval_runs_after_fine_tune(job)  # the project's auto-run suites, queued once this commits
+    try:  # the project's auto-run suites: a failure to queue them must not undo the fine-tune's success
+        with transaction.atomic():
+            eval_runs_after_fine_tune(job)
+    except Exception:
+        logger.exception("job %s: queueing its auto-run eval suites failed", job.pk)
     try:  # the next estimates learn this machine's speed; a failure here must not fail the job
         record_job_speed(job, **timing)
     except Exception:
