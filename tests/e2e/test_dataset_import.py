@@ -80,7 +80,7 @@ def test_scientist_uploads_maps_watches_progress_browses_and_searches(page, scie
     expect(page.get_by_test_id("pii")).to_contain_text("5 rows hold personal data")
     expect(page.get_by_test_id("pii")).not_to_contain_text("user1000@example.com")  # masked
 
-    page.get_by_label("Seed").fill("7")
+    page.get_by_label("Seed", exact=True).fill("7")
     page.get_by_role("button", name="Split").click()
     expect(page.get_by_text("Splitting v1 into a new version")).to_be_visible()
     jobs = page.get_by_test_id("derive-jobs")  # the page follows the split in the worker

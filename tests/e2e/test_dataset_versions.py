@@ -62,7 +62,7 @@ def test_a_split_is_followed_live_gets_its_own_hash_and_its_diff_lists_the_moves
         for i in range(40)])
     browser_login(page, "sofia")
     page.goto(f"/projects/{project.pk}/datasets/{dataset.pk}/versions/1/")
-    page.get_by_label("Seed").fill("3")
+    page.get_by_label("Seed", exact=True).fill("3")
     page.get_by_role("button", name="Split", exact=True).click()
 
     expect(page.get_by_text("Splitting v1 into a new version")).to_be_visible()
