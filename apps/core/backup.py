@@ -5,7 +5,8 @@ a manifest of SHA-256 sums; and their restore (`manage.py backup DIR`, `manage.p
   one transaction); SQLite through its online backup API (consistent while the server runs).
 - files: ARTIFACT_ROOT (adapters, checkpoints, exports, local blobs) and MEDIA_ROOT, as tar
   archives; the bucket blob cache is left out (it is refetched on demand).
-- bucket: with ARTIFACT_S3_BUCKET set, every object under ARTIFACT_S3_PREFIX, downloaded.
+- bucket: with ARTIFACT_S3_BUCKET set, every object under ARTIFACT_S3_PREFIX (folder bucket/) and
+  under ARTIFACT_S3_TRAINING_PREFIX (fine-tunes' checkpoints and adapters; folder bucket-training/), downloaded.
 Secrets (SECRET_KEY, PROVIDER_KEYS, the embedded default's key files) are not in a backup: keep
 them apart; provider keys cannot be read back without the key they were encrypted with.
 
@@ -113,18 +114,19 @@ def backup(destination: Path) -> dict:
                     tar.add(child, arcname=child.name)
 
     if settings.ARTIFACT_S3_BUCKET:
-        bucket, prefix = settings.ARTIFACT_S3_BUCKET, settings.ARTIFACT_S3_PREFIX
-        objects = []
-        for page in storage._s3().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
-            for item in page.get("Contents", []):
-                relative = item["Key"][len(prefix):]
-                if not relative or relative.startswith("/") or ".." in Path(relative).parts:
-                    raise BackupError(f"bucket key {item['Key']!r} cannot be kept as a file")
-                target = destination / "bucket" / relative
-                target.parent.mkdir(parents=True, exist_ok=True)
-                storage._s3().download_file(bucket, item["Key"], str(target))
-                objects.append(relative)
-        manifest["bucket"] = {"bucket": bucket, "prefix": prefix, "objects": len(objects)}
+        bucket = settings.ARTIFACT_S3_BUCKET
+        for folder, prefix in _bucket_areas().items():
+            objects = []
+            for page in storage._s3().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+                for item in page.get("Contents", []):
+                    relative = item["Key"][len(prefix):]
+                    if not relative or relative.startswith("/") or ".." in Path(relative).parts:
+                        raise BackupError(f"bucket key {item['Key']!r} cannot be kept as a file")
+                    target = destination / folder / relative
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    storage._s3().download_file(bucket, item["Key"], str(target))
+                    objects.append(relative)
+            manifest[folder] = {"bucket": bucket, "prefix": prefix, "objects": len(objects)}
 
     for path in sorted(p for p in destination.rglob("*") if p.is_file()):
         manifest["files"][path.relative_to(destination).as_posix()] = {"sha256": _sha256(path),
@@ -214,14 +216,21 @@ def restore(source: Path, *, force: bool = False) -> dict:
         with tar:
             tar.extractall(root, filter="data")
 
-    bucket_files = sorted(name for name in manifest["files"] if name.startswith("bucket/"))
-    if bucket_files:
-        if not settings.ARTIFACT_S3_BUCKET:
+    for folder, prefix in _bucket_areas().items():
+        bucket_files = sorted(name for name in manifest["files"] if name.startswith(f"{folder}/"))
+        if bucket_files and not settings.ARTIFACT_S3_BUCKET:
             raise BackupError("the backup holds bucket objects but ARTIFACT_S3_BUCKET is not set")
         for name in bucket_files:
-            key = settings.ARTIFACT_S3_PREFIX + name[len("bucket/"):]
-            storage._s3().upload_file(str(source / name), settings.ARTIFACT_S3_BUCKET, key, ExtraArgs=storage.upload_encryption())
+            key = prefix + name[len(folder) + 1:]
+            storage._s3().upload_file(str(source / name), settings.ARTIFACT_S3_BUCKET, key,
+                                      ExtraArgs=storage.upload_encryption())
     return manifest
+
+
+def _bucket_areas() -> dict[str, str]:
+    """The backup's folder for each prefix of the bucket: the content-addressed artifacts, and the
+    fine-tunes' checkpoints and adapters (ARTIFACT_S3_TRAINING_PREFIX)."""
+    return {"bucket": settings.ARTIFACT_S3_PREFIX, "bucket-training": settings.ARTIFACT_S3_TRAINING_PREFIX}
 
 
 def remove_partial(destination: Path) -> None:

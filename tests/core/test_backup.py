@@ -145,3 +145,18 @@ def test_the_buckets_objects_are_backed_up_and_put_back(s3, owner, project, sett
     s3.delete_object(Bucket=s3.bucket, Key=f"blobs/{sha256}")
     call_command("restore", str(target), "--force")
     assert s3.get_object(Bucket=s3.bucket, Key=f"blobs/{sha256}")["Body"].read() == b"kept in the bucket\n" * 50
+
+
+def test_the_fine_tunes_checkpoints_in_the_bucket_are_backed_up_and_put_back(s3, owner, project, settings,  # noqa: F811
+                                                                             tmp_path):
+    settings.MEDIA_ROOT = tmp_path / "media"
+    settings.ARTIFACT_S3_TRAINING_PREFIX = "training/"
+    key = "training/job-7/checkpoints/step-10/MANIFEST.json"
+    s3.put_object(Bucket=s3.bucket, Key=key, Body=b'{"files": {}}')
+    target = tmp_path / "backup"
+    call_command("backup", str(target))
+    manifest = json.loads((target / "manifest.json").read_text())
+    assert manifest["bucket-training"]["objects"] == 1 and manifest["bucket"]["objects"] == 0
+    s3.delete_object(Bucket=s3.bucket, Key=key)
+    call_command("restore", str(target), "--force")
+    assert s3.get_object(Bucket=s3.bucket, Key=key)["Body"].read() == b'{"files": {}}'
