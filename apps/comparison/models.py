@@ -43,10 +43,6 @@ class Comparison(LeasedJob):
     def __str__(self) -> str:
         return self.name
 
-    @property
-    def is_active(self) -> bool:
-        return self.state in self.ACTIVE
-
 
 class Contestant(models.Model):
     """One model of a comparison, at its column."""

@@ -88,6 +88,11 @@ class LeasedJob(models.Model):
     class Meta:
         abstract = True
 
+    @property
+    def is_active(self) -> bool:
+        """Queued or running: the subclass's ACTIVE states (pages poll while it is)."""
+        return self.state in getattr(self, "ACTIVE", ())
+
     @classmethod
     def broker_priority(cls, pk: int) -> int | None:
         """The priority the job's message is sent with (None: the broker's default), by its service

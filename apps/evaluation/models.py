@@ -75,10 +75,6 @@ class JudgeRun(LeasedJob):
         default_permissions = ()
         indexes = [models.Index(fields=["project", "state"])]
 
-    @property
-    def is_active(self) -> bool:
-        return self.state in self.ACTIVE
-
 
 class Verdict(models.Model):
     """One answer of the judge: on one output (pointwise) or one pair of outputs of a prompt in
@@ -187,10 +183,6 @@ class EvalRun(LeasedJob):
         indexes = [models.Index(fields=["suite", "model", "state"])]
 
     @property
-    def is_active(self) -> bool:
-        return self.state in self.ACTIVE
-
-    @property
     def metric_rows(self) -> list[dict]:
         """Each metric of the suite with this run's value, the baseline's, the delta and its
         threshold (`failed` when the gate missed it), for the pages."""
@@ -259,10 +251,6 @@ class TeacherRun(LeasedJob):
         ordering = ["-created_at", "-id"]
         default_permissions = ()
         indexes = [models.Index(fields=["project", "state"])]
-
-    @property
-    def is_active(self) -> bool:
-        return self.state in self.ACTIVE
 
 
 class TeacherAnswer(models.Model):

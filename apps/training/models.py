@@ -73,10 +73,6 @@ class TrainingJob(LeasedJob):
     def __str__(self) -> str:
         return self.name
 
-    @property
-    def is_active(self) -> bool:
-        return self.state in self.ACTIVE
-
     @classmethod
     def broker_priority(cls, pk: int) -> int:
         """Its launch priority as the broker's: sent with it, and again by a hand-back or the reaper."""
