@@ -195,16 +195,12 @@ class AnnotationExport(LeasedJob):
     message = models.CharField(max_length=500, blank=True)
     state = models.CharField(max_length=16, choices=State.choices, default=State.QUEUED)
     rows = models.PositiveIntegerField(default=0)
-    error = models.TextField(blank=True)
     version = models.ForeignKey("datasets.DatasetVersion", null=True, blank=True, on_delete=models.SET_NULL,
                                 related_name="+")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
-    created_at = models.DateTimeField(auto_now_add=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
 
-    class Meta:
+    class Meta(LeasedJob.Meta):
         default_permissions = ()
-        ordering = ["-created_at", "-id"]
 
     @property
     def project(self):
@@ -225,12 +221,10 @@ class SuggestionRun(LeasedJob):
     state = models.CharField(max_length=16, choices=State.choices, default=State.QUEUED)
     items_done = models.PositiveIntegerField(default=0)
     items_total = models.PositiveIntegerField(default=0)
-    error = models.TextField(blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
 
-    class Meta:
+    class Meta(LeasedJob.Meta):
         default_permissions = ()
+        ordering = []  # one row per campaign/version, keyed by it: nothing to order
 
     @classmethod
     def cancel_asked(cls, pk: int) -> bool:

@@ -29,14 +29,10 @@ class Comparison(LeasedJob):
     cancel_requested = models.BooleanField(default=False)
     cells_done = models.PositiveIntegerField(default=0)
     cells_total = models.PositiveIntegerField(default=0)
-    error = models.TextField(blank=True)
 
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
-    created_at = models.DateTimeField(auto_now_add=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
 
-    class Meta:
-        ordering = ["-created_at", "-id"]
+    class Meta(LeasedJob.Meta):
         default_permissions = ()
         indexes = [models.Index(fields=["project", "state"])]
 

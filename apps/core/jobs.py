@@ -69,9 +69,10 @@ class LeasedJob(models.Model):
     A worker claims a QUEUED job by moving it to RUNNING, counting a run and naming itself; while
     it works, a heartbeat thread keeps `heartbeat_at` fresh. Another worker may take a RUNNING job
     over only once that heartbeat is stale (the first worker died); a job whose worker was lost
-    JOB_MAX_RUNS times fails instead of looping. Subclasses declare `State` (with QUEUED, RUNNING,
-    FAILED) and `ENDED`, have `error` and `finished_at` fields, and name the Celery task that runs
-    one (`TASK`, its only argument the row's id) and its queue (`QUEUE`), which the reaper uses.
+    JOB_MAX_RUNS times fails instead of looping. Subclasses declare `state` with its `State` (with
+    QUEUED, RUNNING, FAILED) and `ENDED`, and name the Celery task that runs one (`TASK`, its only
+    argument the row's id) and its queue (`QUEUE`), which the reaper uses. Their `Meta` derives from
+    this one (newest first).
     """
 
     TASK: ClassVar[str] = ""
@@ -84,9 +85,13 @@ class LeasedJob(models.Model):
     worker = models.CharField(max_length=200, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)  # kept fresh by the worker running it
     started_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    error = models.TextField(blank=True)  # a plain one-line summary for whoever launched it
 
     class Meta:
         abstract = True
+        ordering = ["-created_at", "-id"]
 
     @property
     def is_active(self) -> bool:

@@ -138,14 +138,8 @@ class ImportJob(LeasedJob):
     rows_done = models.PositiveIntegerField(default=0)
     rows_total_estimate = models.PositiveIntegerField(null=True, blank=True)
     bad_rows = models.JSONField(default=list)
-    error = models.TextField(blank=True)
     version = models.OneToOneField(DatasetVersion, null=True, blank=True, on_delete=models.SET_NULL,
                                    related_name="import_job")
-    created_at = models.DateTimeField(auto_now_add=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        ordering = ["-created_at"]
 
     def __str__(self) -> str:
         return f"import of {self.filename} into {self.dataset}"
@@ -180,16 +174,10 @@ class DeriveJob(LeasedJob):
     state = models.CharField(max_length=16, choices=ImportJob.State.choices, default=ImportJob.State.QUEUED)
     cancel_requested = models.BooleanField(default=False)
     rows_done = models.PositiveIntegerField(default=0)
-    error = models.TextField(blank=True)
     result = models.JSONField(default=dict)  # e.g. the PII scan report
     version = models.OneToOneField(DatasetVersion, null=True, blank=True, on_delete=models.SET_NULL,
                                    related_name="derive_job")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
-    created_at = models.DateTimeField(auto_now_add=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        ordering = ["-created_at"]
 
     @property
     def dataset(self):
@@ -211,14 +199,10 @@ class ExportJob(LeasedJob):
     rows_done = models.PositiveIntegerField(default=0)
     path = models.CharField(max_length=1000, blank=True)  # the finished file, under ARTIFACT_ROOT/exports
     size_bytes = models.BigIntegerField(null=True, blank=True)
-    error = models.TextField(blank=True)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
-    created_at = models.DateTimeField(auto_now_add=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
 
-    class Meta:
+    class Meta(LeasedJob.Meta):
         default_permissions = ()
-        ordering = ["-created_at", "-id"]
 
     @property
     def dataset(self):
@@ -252,9 +236,7 @@ class SearchIndexJob(LeasedJob):
     version = models.OneToOneField(DatasetVersion, primary_key=True, on_delete=models.CASCADE,
                                    related_name="search_index_job")
     state = models.CharField(max_length=16, choices=State.choices, default=State.QUEUED)
-    error = models.TextField(blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
 
-    class Meta:
+    class Meta(LeasedJob.Meta):
         default_permissions = ()
+        ordering = []  # one row per campaign/version, keyed by it: nothing to order

@@ -65,13 +65,9 @@ class JudgeRun(LeasedJob):
     calls_done = models.PositiveIntegerField(default=0)
     calls_total = models.PositiveIntegerField(default=0)
     summary = models.JSONField(default=dict, blank=True)  # written when it succeeds
-    error = models.TextField(blank=True)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
-    created_at = models.DateTimeField(auto_now_add=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
 
-    class Meta:
-        ordering = ["-created_at", "-id"]
+    class Meta(LeasedJob.Meta):
         default_permissions = ()
         indexes = [models.Index(fields=["project", "state"])]
 
@@ -172,13 +168,9 @@ class EvalRun(LeasedJob):
     delta = models.JSONField(default=dict, blank=True)
     passed = models.BooleanField(null=True)  # the gate's verdict, once it succeeded
     failures = models.JSONField(default=list, blank=True)  # GateFailure.as_dict() of each missed threshold
-    error = models.TextField(blank=True)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
-    created_at = models.DateTimeField(auto_now_add=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
 
-    class Meta:
-        ordering = ["-created_at", "-id"]
+    class Meta(LeasedJob.Meta):
         default_permissions = ()
         indexes = [models.Index(fields=["suite", "model", "state"])]
 
@@ -242,13 +234,9 @@ class TeacherRun(LeasedJob):
                                    related_name="+")
     version = models.ForeignKey("datasets.DatasetVersion", null=True, blank=True, on_delete=models.SET_NULL,
                                 related_name="+")  # the version it made, once it succeeded
-    error = models.TextField(blank=True)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
-    created_at = models.DateTimeField(auto_now_add=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
 
-    class Meta:
-        ordering = ["-created_at", "-id"]
+    class Meta(LeasedJob.Meta):
         default_permissions = ()
         indexes = [models.Index(fields=["project", "state"])]
 

@@ -187,14 +187,10 @@ class ModelExport(LeasedJob):
     # The load-back check (workers.models.export_check.compare_greedy): agreement, identical, prompts, seconds.
     check_result = models.JSONField(default=dict, blank=True)
     write_seconds = models.FloatField(null=True, blank=True)
-    error = models.TextField(blank=True)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
-    created_at = models.DateTimeField(auto_now_add=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
 
-    class Meta:
+    class Meta(LeasedJob.Meta):
         default_permissions = ()
-        ordering = ["-created_at", "-id"]
 
     @property
     def project(self):

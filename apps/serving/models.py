@@ -41,13 +41,9 @@ class Generation(LeasedJob):
     total_s = models.FloatField(null=True, blank=True)
     # With params.logprobs: per generated token {token, logprob, bytes, top_logprobs} (GenerationResult.logprobs)
     logprobs = models.JSONField(null=True, blank=True)
-    error = models.TextField(blank=True)
     error_field = models.CharField(max_length=64, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
 
-    class Meta:
-        ordering = ["-created_at", "-id"]
+    class Meta(LeasedJob.Meta):
         indexes = [models.Index(fields=["project", "created_at"]), models.Index(fields=["alias", "model", "created_at"])]
 
     def result(self) -> dict:

@@ -51,7 +51,6 @@ class TrainingJob(LeasedJob):
     info = models.JSONField(default=dict, blank=True)  # device, dtype, trainable parameters, examples ...
     metrics = models.JSONField(default=dict, blank=True)  # final: train loss, eval loss, best eval loss ...
     log_tail = models.TextField(blank=True)
-    error = models.TextField(blank=True)  # a plain one-line summary for the scientist
     traceback = models.TextField(blank=True)
     adapter = models.OneToOneField("registry.RegisteredModel", null=True, blank=True, on_delete=models.SET_NULL,
                                    related_name="produced_by")
@@ -59,11 +58,8 @@ class TrainingJob(LeasedJob):
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
     idempotency_key = models.CharField(max_length=200, blank=True)
     request_hash = models.CharField(max_length=64, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
 
-    class Meta:
-        ordering = ["-created_at", "-id"]
+    class Meta(LeasedJob.Meta):
         default_permissions = ()
         indexes = [models.Index(fields=["project", "state"]), models.Index(fields=["state", "created_at"])]
         constraints = [models.UniqueConstraint(fields=["created_by", "idempotency_key"],
@@ -196,12 +192,8 @@ class SpeedMeasurement(LeasedJob):
     chars_per_token = models.FloatField(null=True, blank=True)  # of the training text, with its template
     # a calibration: what to run (dataset_version, train_split, eval_split, config)
     request = models.JSONField(default=dict, blank=True)
-    error = models.TextField(blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
 
-    class Meta:
-        ordering = ["-created_at", "-id"]
+    class Meta(LeasedJob.Meta):
         default_permissions = ()
 
 
