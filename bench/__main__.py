@@ -17,6 +17,7 @@ BENCHMARKS = {
     "packing": "bench.packing",
     "compare_batched": "bench.compare_batched",
     "annotate_concurrent": "bench.annotate_concurrent",
+    "principal_cache": "bench.principal_cache",
     "live_latency": "bench.live_latency",
     "live_overhead": "bench.live_overhead",
     "playground_ttft": "bench.playground_ttft",

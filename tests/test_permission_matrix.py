@@ -30,7 +30,6 @@ from django.utils import timezone
 from guardian.shortcuts import assign_perm
 
 from apps.accounts import services as account_services
-from apps.accounts.models import ApiToken
 from apps.datasets.models import Dataset, DatasetRow, DatasetVersion
 from apps.projects import services
 from apps.projects.models import AuditEvent, Membership, Role
@@ -862,7 +861,8 @@ def authenticate(client, world: World, principal: Principal, endpoint: Endpoint)
             user=world.owner, name="matrix", permissions=sorted(principal.token(endpoint)), project=world.project,
             expires_at=timezone.now() + timedelta(days=1))
         if principal.token_state == "expired":
-            ApiToken.objects.filter(pk=token.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+            token.expires_at = timezone.now() - timedelta(seconds=1)
+            token.save()
         elif principal.token_state == "revoked":
             account_services.token_revoke(user=world.owner, api_token=token)
         return {"HTTP_AUTHORIZATION": f"Bearer {raw}"}

@@ -439,6 +439,9 @@ INVITATION_TTL = timedelta(days=env_int("INVITATION_TTL_DAYS", 7))
 # No implicit anonymous principal in the policy layer, and no "AnonymousUser" account (django-guardian
 # reads ANONYMOUS_USER_NAME: the GUARDIAN_-prefixed name used before did nothing).
 ANONYMOUS_USER_NAME = None
+# API tokens and members' project permissions kept across requests by each process, outdated for all
+# by any change to them (apps/core/principal_cache.py). Off: read from the database every request.
+PRINCIPAL_CACHE = env_bool("PRINCIPAL_CACHE", True)
 
 # Brute-force protection: five failures for one username from one IP lock that pair out.
 AXES_FAILURE_LIMIT = env_int("LOGIN_FAILURE_LIMIT", 5)

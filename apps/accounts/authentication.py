@@ -1,13 +1,13 @@
 """`Authorization: Bearer wb_<key id>_<secret>` for the API."""
 
+import copy
 import hmac
 
-from django.contrib.auth import get_user_model
 from django.utils import timezone
 from rest_framework import authentication, exceptions
 
 from apps.accounts.models import ApiToken, hash_secret
-from apps.core.sql import columns, rows
+from apps.core.principal_cache import PrincipalCache
 
 # last_used_at is written at most this often per token, not on every request.
 LAST_USED_RESOLUTION_S = 60
@@ -20,17 +20,27 @@ def parse_token(raw: str) -> tuple[str, str] | None:
     return parts[1], parts[2]
 
 
+_tokens: PrincipalCache[ApiToken | None] = PrincipalCache("api tokens")
+
+
 def _token(key_id: str) -> ApiToken | None:
-    """The token with its user. Every API request asks this: written out, as compiling the
-    queryset cost more than running it (apps.core.sql)."""
-    user_model = get_user_model()
-    sql = (f"SELECT {columns(ApiToken, 't')}, {columns(user_model, 'u')} FROM {ApiToken._meta.db_table} t"
-           f" INNER JOIN {user_model._meta.db_table} u ON u.id = t.user_id WHERE t.key_id = %s")
-    found = rows(sql, [key_id], ApiToken, user_model)
-    if not found:
+    """The token with its user: this request's own copies of what the process keeps
+    (apps.core.principal_cache), so nothing a request sets on them reaches another."""
+    cached = _tokens.get(key_id, lambda: ApiToken.objects.select_related("user").filter(key_id=key_id).first())
+    if cached is None:
         return None
-    token, token.user = found[0]
+    token = copy.copy(cached)
+    token.user = copy.copy(cached.user)
     return token
+
+
+def _note_used(token: ApiToken, now) -> None:
+    """last_used_at, at most once a LAST_USED_RESOLUTION_S per token and process: kept on the
+    cached token too (the column is not one a cached entry is outdated for)."""
+    ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+    cached = _tokens.peek(token.key_id)
+    if cached is not None:
+        cached.last_used_at = now
 
 
 class BearerTokenAuthentication(authentication.BaseAuthentication):
@@ -61,7 +71,7 @@ class BearerTokenAuthentication(authentication.BaseAuthentication):
             raise exceptions.AuthenticationFailed("The user of this API token is disabled.")
         now = timezone.now()
         if token.last_used_at is None or (now - token.last_used_at).total_seconds() > LAST_USED_RESOLUTION_S:
-            ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+            _note_used(token, now)
         return token.user, token
 
     def authenticate_header(self, request):

@@ -1,9 +1,20 @@
-"""Ending a session or changing a password closes that person's open websockets."""
+"""Ending a session or changing a password closes that person's open websockets; a changed user or
+API token outdates what every process keeps of them (apps.core.principal_cache)."""
 
+from django.conf import settings
 from django.contrib.auth.signals import user_logged_out
+from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 
+from apps.accounts.models import ApiToken
+from apps.core import principal_cache
 from apps.projects.events import access_revoked
+
+
+@receiver([post_save, post_delete], sender=ApiToken, dispatch_uid="workbench.outdate_tokens")
+@receiver([post_save, post_delete], sender=settings.AUTH_USER_MODEL, dispatch_uid="workbench.outdate_users")
+def outdate_principals(sender, **kwargs):
+    principal_cache.outdate()
 
 
 @receiver(user_logged_out)

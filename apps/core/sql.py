@@ -1,7 +1,7 @@
 """Model instances from hand-written SQL, converted as the ORM converts them.
 
-For the few statements on a hot path where compiling a queryset costs more CPU than the
-database spends running it (the annotation queue, API token and membership look-ups).
+For the statements the ORM cannot express, on the annotation queue's hot path (its candidate
+query: apps/annotation/queue.py).
 """
 
 from __future__ import annotations

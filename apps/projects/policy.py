@@ -20,8 +20,8 @@ from django.db.models.functions import Cast
 from guardian.models import UserObjectPermission
 
 from apps.core.errors import NotFound, PermissionDenied
-from apps.core.sql import columns, rows
-from apps.projects.models import Membership, Project, Role
+from apps.core.principal_cache import PrincipalCache
+from apps.projects.models import Membership, Project
 from apps.projects.permissions import codename, kind_of, permission_from_codename
 
 if TYPE_CHECKING:
@@ -34,26 +34,22 @@ def _active(user) -> bool:
     return user is not None and user.is_authenticated and user.is_active
 
 
+_memberships: PrincipalCache[frozenset[str]] = PrincipalCache("project permissions")
+
+
 def _role_permissions(user, project_id: int) -> frozenset[str]:
-    """What the user's membership grants on a project; cached on the (per-request) user object."""
+    """What the user's membership grants on a project: kept on the (per-request) user object, and
+    across requests by the process (apps.core.principal_cache)."""
     cache = user.__dict__.setdefault(_CACHE_ATTR, {})
     if project_id not in cache:
-        membership = _membership(project_id, user.pk)
-        cache[project_id] = membership.permission_set if membership else frozenset()
+        cache[project_id] = _memberships.get((project_id, user.pk), lambda: _membership_permissions(project_id, user.pk))
     return cache[project_id]
 
 
-def _membership(project_id: int, user_id: int) -> Membership | None:
-    """The membership with its custom role, if any. Every request asks this: written out, as
-    compiling the queryset cost more than running it (apps.core.sql)."""
-    sql = (f"SELECT {columns(Membership, 'm')}, {columns(Role, 'r')} FROM {Membership._meta.db_table} m"
-           f" LEFT OUTER JOIN {Role._meta.db_table} r ON r.id = m.custom_role_id"
-           " WHERE m.project_id = %s AND m.user_id = %s")
-    found = rows(sql, [project_id, user_id], Membership, Role)
-    if not found:
-        return None
-    membership, membership.custom_role = found[0]
-    return membership
+def _membership_permissions(project_id: int, user_id: int) -> frozenset[str]:
+    membership = (Membership.objects.select_related("custom_role")
+                  .filter(project_id=project_id, user_id=user_id).first())
+    return membership.permission_set if membership else frozenset()
 
 
 def forget_cached_permissions(user) -> None:

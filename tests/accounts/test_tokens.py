@@ -51,7 +51,8 @@ def test_an_expired_token_is_refused(client, viewer):
     token, raw = services.token_create(user=viewer, name="ci", permissions=["project.view"],
                                        expires_at=timezone.now() + timedelta(hours=1))
     assert client.get("/api/me/", **bearer(raw)).status_code == 200
-    type(token).objects.filter(pk=token.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+    token.expires_at = timezone.now() - timedelta(seconds=1)
+    token.save()
     response = client.get("/api/me/", **bearer(raw))
     assert response.status_code == 401
     assert "expired" in response.json()["detail"]

@@ -39,7 +39,9 @@ def test_the_playground_lists_provider_models_to_those_who_may_use_them(client, 
     # A member who may generate but not send prompts out sees no provider model.
     role = Role.objects.create(project=project, name="Local only", created_by=admin,
                                permissions=["project.view", "model.view", "model.generate"])
-    Membership.objects.filter(user=scientist).update(role="", custom_role=role)
+    membership = Membership.objects.get(project=project, user=scientist)
+    membership.role, membership.custom_role = "", role
+    membership.save()
     page = client.get(f"/projects/{project.pk}/playground/").content.decode()
     assert "provider:" not in page
 

@@ -143,5 +143,7 @@ def test_a_deactivated_account_cannot_sign_in_with_the_provider(person, corp):
     provider_user(corp, "kate")
     person.sign_in("kate")
     person.client.post("/accounts/logout/")
-    User.objects.filter(username="kate").update(is_active=False)
+    kate = User.objects.get(username="kate")
+    kate.is_active = False
+    kate.save()
     _refused(person.sign_in("kate"), "This account is deactivated")
