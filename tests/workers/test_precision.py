@@ -1,5 +1,5 @@
-"""Serving precisions (workers/inference/precision.py) on the tiny Llama: int8 (dynamic weight
-quantization) and bf16 models generate, their perplexity on the reference text is computed and
+"""Serving precisions (workers/inference/precision.py) on the tiny Llama: int8 (weight-only) and
+bf16 models generate, their perplexity on the reference text is computed and
 close to fp32's; the measurement, what `auto` chooses, the model cache keyed by precision, fp32
 greedy output unchanged, adapters refused over int8 and served over bf16. No database."""
 
@@ -11,6 +11,7 @@ import pytest
 
 from tests.workers.test_inference import save_tiny_chat_model
 from workers.inference import Batcher, InferenceInputError, ModelCache, SamplingParams, generate_batch
+from workers.inference.int8 import Int8WeightOnlyLinear
 from workers.inference.precision import (
     check_precision,
     choose_precision,
@@ -21,8 +22,7 @@ from workers.inference.precision import (
 )
 from workers.models import load_for_inference
 
-pytestmark = pytest.mark.filterwarnings("ignore:torch.quantize_per:UserWarning",
-                                        "ignore:`is_gradient_checkpointing` is deprecated:FutureWarning")
+pytestmark = pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated:FutureWarning")
 
 GREEDY = SamplingParams(max_new_tokens=12)
 PROMPTS = ["what is the capital of france ?", "paris", "the"]
@@ -44,7 +44,7 @@ def test_int8_quantizes_the_blocks_linear_layers_generates_and_keeps_perplexity_
 
     fp32, tokenizer = load_in_precision(tiny_dir, "fp32")
     int8, _ = load_in_precision(tiny_dir, "int8")
-    quantized = [m for m in int8.modules() if isinstance(m, torch.ao.nn.quantized.dynamic.Linear)]
+    quantized = [m for m in int8.modules() if isinstance(m, Int8WeightOnlyLinear)]
     assert len(quantized) == 2 * 7  # q, k, v, o, gate, up, down in each of the 2 layers
     assert isinstance(int8.get_output_embeddings(), torch.nn.Linear)  # the head stays in float
     [result] = generate_batch(int8, tokenizer, [PROMPTS[0]], GREEDY)
@@ -101,7 +101,6 @@ def test_auto_takes_the_fastest_within_the_perplexity_allowance():
 
 
 def test_the_cache_keeps_one_copy_per_precision_and_fp32_greedy_output_is_unchanged(tiny_dir):
-    import torch
 
     model, tokenizer = load_for_inference(tiny_dir)
     expected = [r.token_ids for r in generate_batch(model, tokenizer, PROMPTS, GREEDY)]
@@ -112,7 +111,7 @@ def test_the_cache_keeps_one_copy_per_precision_and_fp32_greedy_output_is_unchan
         batcher.submit("tiny", tiny_dir, PROMPTS[0], GREEDY, device="cpu", dtype="int8").result(timeout=60)
     assert cache.keys() == [("tiny", "cpu", "fp32"), ("tiny", "cpu", "int8")]
     int8 = cache.load("tiny", tiny_dir, device="cpu", dtype="int8").model
-    assert any(isinstance(m, torch.ao.nn.quantized.dynamic.Linear) for m in int8.modules())
+    assert any(isinstance(m, Int8WeightOnlyLinear) for m in int8.modules())
 
 
 @pytest.fixture(scope="module")
@@ -149,3 +148,17 @@ def test_an_adapter_is_refused_over_int8_and_served_over_fp32_and_bf16(tiny_dir,
             in_bf16 = batcher.submit("tiny", tiny_dir, PROMPTS[0], GREEDY, device="cpu", dtype="bf16",
                                      adapter_path=adapter_dir).result(timeout=60)
             assert in_bf16.completion_tokens > 0
+
+
+def test_an_int8_weight_only_linear_layer_matches_its_float_layer_within_the_rounding():
+    import torch
+
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(64, 48)
+    x = torch.randn(2, 5, 64)
+    quantized = Int8WeightOnlyLinear(linear)
+    assert quantized.weight_int8.dtype == torch.int8 and quantized.scale.shape == (48,)
+    expected = linear(x)
+    # Each weight is off by at most half a step (scale / 2): the output by at most that times sum |x|.
+    bound = (quantized.scale / 2)[None, None, :] * x.abs().sum(-1, keepdim=True)
+    assert ((quantized(x) - expected).abs() <= bound + 1e-5).all()

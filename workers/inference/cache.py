@@ -36,9 +36,9 @@ class ModelCache:
 
     Entries are keyed by (key, device, dtype): one copy of each base model in each precision,
     whatever adapters are asked for over it. dtype "int8" is a serving precision (precision.py):
-    the model loaded in fp32, its linear layers quantized; adapters are refused over it. An adapter is loaded into its base's AdapterSet with PEFT's multi-adapter
-    loading (the base's weights are shared, never copied) and evicted, least recently used first,
-    when the adapters of that base weigh more than `adapter_budget_bytes`; an adapter a running
+    the model's linear weights quantized to int8; adapters are refused over it. An adapter is
+    loaded into its base's AdapterSet with PEFT's multi-adapter loading (the base's weights are
+    shared, never copied) and evicted, least recently used first, when the adapters of that base weigh more than `adapter_budget_bytes`; an adapter a running
     row uses is never evicted. When the bases (with their adapters) add up to more than
     `memory_budget_bytes`, the least recently used bases are dropped until the rest fits; the
     entry just loaded is never dropped (a single model over the budget stays, alone). Eviction
@@ -92,7 +92,7 @@ class ModelCache:
         if not owner:
             return pending.result()  # raises the loader's exception too
         try:
-            if dtype == "int8":  # loaded in fp32, then its linear layers quantized (precision.py)
+            if dtype == "int8":  # loaded in bf16 (or fp32), then its linear weights quantized (precision.py)
                 model, tokenizer = load_in_precision(Path(path), "int8", device=device, loader=self.loader)
             else:
                 model, tokenizer = self.loader(Path(path), device=device, dtype=dtype)

@@ -2,10 +2,12 @@
 cost: decode tokens/s on fixed short prompts and perplexity on a fixed reference text
 (reference_texts.py), so a serving precision is chosen by what it measures on the machine.
 
-int8 is dynamic weight quantization of every nn.Linear (torch.ao.quantization.quantize_dynamic:
-int8 weights, activations quantized per batch, CPU kernels). torchao is not installed here, and
-bitsandbytes int8 (CUDA) is what load_for_inference(quantization="int8") already does on a GPU.
-PEFT's LoRA layers wrap nn.Linear, which quantization replaces: adapters are refused over int8.
+int8 is weight-only: the transformer blocks' nn.Linear weights in int8 with a scale per output
+channel, activations in bf16 where the CPU runs bf16 natively, else fp32 (int8.py). torchao, whose
+int8 weight-only quantization is the same, is not installed here; torch.ao's dynamic quantization
+(activations in int8 too) tripled the demo model's perplexity. On CUDA, int8 is bitsandbytes',
+as load_for_inference(quantization="int8") loads it. PEFT's LoRA layers wrap nn.Linear, which
+quantization replaces: adapters are refused over int8.
 """
 
 from __future__ import annotations
@@ -24,8 +26,9 @@ __all__ = ["PRECISIONS", "Measurement", "check_precision", "measure_precisions",
 
 PRECISIONS = ("fp32", "bf16", "int8")
 
-# `auto` takes the fastest precision whose perplexity is at most this much above fp32's: 2%
-# keeps the greedy answers of the demo model the same on the prompts checked (bench/serve_precision.py).
+# `auto` takes the fastest precision whose perplexity is at most this much above fp32's: the demo
+# model's bf16 (-0.4%) and int8 weight-only (+1.2%) pass, torch.ao's dynamic int8 (+213%) would not
+# (bench/serve_precision.py).
 AUTO_MAX_PERPLEXITY_INCREASE = 0.02
 
 # Decode speed is measured on this many new tokens a prompt (greedy, one batch of DECODE_PROMPTS).
@@ -62,16 +65,20 @@ def check_precision(precision: str, device: str, *, adapter: bool = False) -> No
 
 
 def quantize_int8(model: Any) -> Any:
-    """The model with its transformer blocks' nn.Linear weights in int8, one scale per output
-    channel (dynamic quantization, on the CPU). The output head stays in float: quantized per
-    channel it alone tripled the demo model's perplexity (a vocabulary-wide projection, often tied
-    to the embeddings)."""
+    """The model with its transformer blocks' nn.Linear layers replaced by Int8WeightOnlyLinear
+    (int8 weights, one scale per output channel; activations stay in the model's dtype), in place.
+    The output head stays as it is: a vocabulary-wide projection, often tied to the embeddings."""
     import torch
 
+    from .int8 import Int8WeightOnlyLinear
+
     head = model.get_output_embeddings()
-    spec = {name: torch.ao.quantization.per_channel_dynamic_qconfig for name, module in model.named_modules()
-            if isinstance(module, torch.nn.Linear) and module is not head}
-    return torch.ao.quantization.quantize_dynamic(model, spec, dtype=torch.qint8)
+    targets = [(name, module) for name, module in model.named_modules()
+               if isinstance(module, torch.nn.Linear) and module is not head]
+    for name, linear in targets:
+        parent_name, _, child = name.rpartition(".")
+        setattr(model.get_submodule(parent_name) if parent_name else model, child, Int8WeightOnlyLinear(linear))
+    return model
 
 
 def perplexity(model: Any, tokenizer: Any, texts: Sequence[str] = REFERENCE_TEXTS) -> float:
@@ -156,14 +163,17 @@ def measure_precisions(path: Any, *, device: str = "cpu", precisions: Sequence[s
 
 def load_in_precision(path: Any, precision: str, *, device: str = "cpu",
                       loader: Callable[..., tuple[Any, Any]] | None = None) -> tuple[Any, Any]:
-    """(model, tokenizer) loaded by `loader` in `precision` on `device` (int8: loaded in fp32 and
-    quantized on the CPU, bitsandbytes on CUDA)."""
+    """(model, tokenizer) loaded by `loader` in `precision` on `device` (int8: loaded in bf16, or
+    fp32 on a CPU without native bf16, then its linear weights quantized; bitsandbytes on CUDA)."""
     if loader is None:
         from workers.models import load_for_inference as loader
     check_precision(precision, device)
     if precision == "int8" and device.startswith("cuda"):
         return loader(path, device=device, dtype="bf16", quantization="int8")
-    model, tokenizer = loader(path, device=device, dtype="fp32" if precision == "int8" else precision)
+    dtype = precision
+    if precision == "int8":
+        dtype = "bf16" if precision_unsupported("bf16", device) is None else "fp32"
+    model, tokenizer = loader(path, device=device, dtype=dtype)
     if precision == "int8":
         model = quantize_int8(model)
     return model, tokenizer
