@@ -38,8 +38,9 @@ class ModelCache:
     whatever adapters are asked for over it. dtype "int8" is a serving precision (precision.py):
     the model's linear weights quantized to int8; adapters are refused over it. An adapter is
     loaded into its base's AdapterSet with PEFT's multi-adapter loading (the base's weights are
-    shared, never copied) and evicted, least recently used first, when the adapters of that base weigh more than `adapter_budget_bytes`; an adapter a running
-    row uses is never evicted. When the bases (with their adapters) add up to more than
+    shared, never copied) and evicted, least recently used first, when the adapters of that base
+    weigh more than `adapter_budget_bytes`; an adapter a running row uses is never evicted. When
+    the bases (with their adapters) add up to more than
     `memory_budget_bytes`, the least recently used bases are dropped until the rest fits; the
     entry just loaded is never dropped (a single model over the budget stays, alone). Eviction
     only drops the cache's reference: a generation still running on an evicted model keeps it
