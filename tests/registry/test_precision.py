@@ -142,3 +142,37 @@ def test_a_worker_measures_each_precision_and_loads_the_one_chosen(client, scien
     assert patch(client, tiny_model, {"serving_precision": "fp32"}).status_code == 200
     again = generate(owner, tiny_model)
     assert again.precision == "fp32" and again.output == default.output  # fp32 greedy output unchanged
+
+
+@pytest.mark.django_db
+def test_the_model_page_sets_the_precision_and_starts_and_stops_a_measurement(client, scientist, viewer, outsider,
+                                                                               tiny_model):
+    page = f"/projects/{tiny_model.project_id}/models/{tiny_model.pk}/"
+    client.force_login(viewer)
+    shown = client.get(page)
+    assert b'data-testid="serving-precision"' in shown.content and b"Not measured yet" in shown.content
+    assert b'serving-precision-form' not in shown.content  # no form for those who may not change it
+    assert client.post(f"{page}serving-precision/", {"serving_precision": "int8"}).status_code == 403
+    assert client.post(f"{page}precision-measurements/").status_code == 403
+    client.force_login(outsider)
+    assert client.post(f"{page}serving-precision/", {"serving_precision": "int8"}).status_code == 404
+    client.force_login(scientist)
+    for value in ("fp16", "", "x" * 5000):
+        answer = client.post(f"{page}serving-precision/", {"serving_precision": value}, follow=True)
+        assert answer.status_code == 200 and b"The serving precision is one of" in answer.content
+    assert client.post(f"{page}serving-precision/", {}, follow=True).status_code == 200
+    tiny_model.refresh_from_db()
+    assert tiny_model.serving_precision == "auto"
+    client.post(f"{page}serving-precision/", {"serving_precision": "bf16"})
+    tiny_model.refresh_from_db()
+    assert tiny_model.serving_precision == "bf16"
+
+    started = client.post(f"{page}precision-measurements/", {"action": "start"}, follow=True)
+    job = PrecisionMeasurement.objects.get(model=tiny_model)
+    assert job.state == "queued" and b"Stop" in started.content
+    for bad in ("", "abc", "-1", str(job.pk + 1000)):
+        refused = client.post(f"{page}precision-measurements/", {"action": "cancel", "job": bad}, follow=True)
+        assert b"No such measurement" in refused.content
+    client.post(f"{page}precision-measurements/", {"action": "cancel", "job": job.pk})
+    job.refresh_from_db()
+    assert job.state == "cancelled"
