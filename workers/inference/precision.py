@@ -12,6 +12,7 @@ quantization replaces: adapters are refused over int8.
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -21,8 +22,8 @@ from typing import Any
 from .errors import InferenceInputError
 from .reference_texts import DECODE_PROMPTS, REFERENCE_TEXTS
 
-__all__ = ["PRECISIONS", "Measurement", "check_precision", "measure_precisions", "perplexity",
-           "precision_unsupported", "quantize_int8", "choose_precision"]
+__all__ = ["PRECISIONS", "Measurement", "check_precision", "choose_precision", "decode_tokens_per_s",
+           "load_in_precision", "measure_precisions", "perplexity", "precision_unsupported", "quantize_int8"]
 
 PRECISIONS = ("fp32", "bf16", "int8")
 
@@ -50,6 +51,8 @@ def precision_unsupported(precision: str, device: str) -> str | None:
             return "This CPU has no native bf16 (AVX512-BF16 or AMX)."
     if precision == "int8" and kind not in ("cpu", "cuda"):
         return f"int8 weights run on a CPU (or a CUDA device with bitsandbytes), not {kind}."
+    if precision == "int8" and kind == "cuda" and importlib.util.find_spec("bitsandbytes") is None:
+        return "int8 weights on a GPU need the bitsandbytes package: pip install '.[gpu]'."
     return None
 
 
