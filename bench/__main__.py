@@ -30,6 +30,7 @@ BENCHMARKS = {
     "gguf_export": "bench.gguf_export",
     "judge_throughput": "bench.judge_throughput",
     "scale_workers": "bench.scale_workers",
+    "serve_precision": "bench.serve_precision",
 }
 
 

@@ -162,6 +162,14 @@ def _arrange_model_export(world: World) -> dict:
     return {"export_id": job.pk}
 
 
+def _arrange_precision_measurement(world: World) -> dict:
+    """A queued precision measurement of the adapter (no worker takes it here)."""
+    from apps.registry.models import PrecisionMeasurement
+
+    values = _arrange_adapter(world)
+    return {"job_id": PrecisionMeasurement.objects.create(model_id=values["model_id"]).pk}
+
+
 def _placeholder_info() -> dict:
     from workers.models import ModelInfo
 
@@ -596,6 +604,19 @@ ENDPOINTS = [
              checks=("model.view", "model.download"), arrange=_arrange_model_export),
     Endpoint("model-export-download", "GET", "/api/model-exports/<int:export_id>/download/", "model.download",
              _no_body, 200, checks=("model.view", "model.download"), arrange=_arrange_model_export),
+    # Serving precisions: set by those who may register models; measuring runs an inference worker.
+    Endpoint("model-serving-precision", "PATCH", "/api/models/<int:model_id>/", "model.register",
+             lambda w: {"serving_precision": "fp32"}, 200, checks=("model.view", "model.register"),
+             arrange=_arrange_adapter),
+    Endpoint("model-precision-measurements", "GET", "/api/models/<int:model_id>/precision-measurements/",
+             "model.view", _no_body, 200, arrange=_arrange_adapter),
+    Endpoint("model-precision-measure", "POST", "/api/models/<int:model_id>/precision-measurements/",
+             "model.register", _no_body, 202, checks=("model.view", "model.register"), arrange=_arrange_adapter),
+    Endpoint("precision-measurement-get", "GET", "/api/precision-measurements/<int:job_id>/", "model.view",
+             _no_body, 200, arrange=_arrange_precision_measurement),
+    Endpoint("precision-measurement-cancel", "POST", "/api/precision-measurements/<int:job_id>/cancel/",
+             "model.register", _no_body, 200, checks=("model.view", "model.register"),
+             arrange=_arrange_precision_measurement),
     # the site's catalogue as a project sees it; adapters shared with other projects; aliases
     Endpoint("project-catalogue", "GET", f"{P}/catalogue/", "model.view", _no_body, 200, arrange=_arrange_catalogue),
     Endpoint("project-catalogue-enable", "POST", f"{P}/catalogue/", "model.enable",

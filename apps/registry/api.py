@@ -13,8 +13,8 @@ from apps.core.errors import Invalid, NotFound
 from apps.core.http import client_ip
 from apps.core.pagination import NewestFirstPagination
 from apps.projects import policy
-from apps.registry import selectors, services
-from apps.registry.models import CatalogueModel, ModelExport, RegisteredModel
+from apps.registry import precisions, selectors, services
+from apps.registry.models import CatalogueModel, ModelExport, PrecisionMeasurement, RegisteredModel
 from apps.registry.serializers import (
     AliasSerializer,
     AliasSetSerializer,
@@ -28,6 +28,8 @@ from apps.registry.serializers import (
     ModelMergeSerializer,
     ModelRegisterSerializer,
     ModelSerializer,
+    ModelUpdateSerializer,
+    PrecisionMeasurementSerializer,
     ProjectCatalogueSerializer,
     ShareSerializer,
 )
@@ -56,6 +58,17 @@ class ModelDetailApi(APIView):
     @extend_schema(responses=ModelSerializer)
     def get(self, request: Request, model_id: int) -> Response:
         model = policy.get_object(request.user, RegisteredModel, model_id, "model.view", request.auth)
+        return Response(ModelSerializer(model, context={"request": request}).data)
+
+    @extend_schema(request=ModelUpdateSerializer, responses=ModelSerializer)
+    def patch(self, request: Request, model_id: int) -> Response:
+        """Change the model's serving options: the precision the inference workers load it in."""
+        model = policy.get_object(request.user, RegisteredModel, model_id, "model.view", request.auth)
+        data = ModelUpdateSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        model = precisions.serving_precision_set(user=request.user, model=model, token=request.auth,
+                                                 precision=data.validated_data["serving_precision"],
+                                                 ip_address=client_ip(request))
         return Response(ModelSerializer(model, context={"request": request}).data)
 
     @extend_schema(responses={204: None})
@@ -286,3 +299,49 @@ class ModelAliasApi(APIView):
         services.alias_delete(user=request.user, model=model, name=alias, token=request.auth,
                               ip_address=client_ip(request))
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class PrecisionMeasurementsApi(ListAPIView):
+    """Measure the model in each serving precision (fp32, bf16, int8) on an inference worker: decode
+    tokens/s and perplexity on a fixed reference text, which `auto` follows; GET lists the model's
+    measurements, newest first."""
+
+    serializer_class = PrecisionMeasurementSerializer
+    pagination_class = NewestFirstPagination
+
+    def get_queryset(self):
+        model = policy.get_object(self.request.user, RegisteredModel, self.kwargs["model_id"], "model.view",
+                                  self.request.auth)
+        return model.precision_measurements.all()
+
+    @extend_schema(request=None, responses={202: PrecisionMeasurementSerializer})
+    def post(self, request: Request, model_id: int) -> Response:
+        model = policy.get_object(request.user, RegisteredModel, model_id, "model.view", request.auth)
+        job = precisions.precision_measurement_start(user=request.user, model=model, token=request.auth,
+                                                     ip_address=client_ip(request))
+        return Response(PrecisionMeasurementSerializer(job).data, status=status.HTTP_202_ACCEPTED)
+
+
+def _precision_measurement(request: Request, job_id) -> PrecisionMeasurement:
+    job = PrecisionMeasurement.objects.filter(pk=job_id).first()
+    if job is None:
+        raise NotFound()
+    # Another project's answers 404, as its model does.
+    job.model = policy.get_object(request.user, RegisteredModel, job.model_id, "model.view", request.auth)
+    return job
+
+
+class PrecisionMeasurementApi(APIView):
+    @extend_schema(responses=PrecisionMeasurementSerializer)
+    def get(self, request: Request, job_id: int) -> Response:
+        return Response(PrecisionMeasurementSerializer(_precision_measurement(request, job_id)).data)
+
+
+class PrecisionMeasurementCancelApi(APIView):
+    """A queued measurement ends at once; a running one stops before its next precision."""
+
+    @extend_schema(request=None, responses=PrecisionMeasurementSerializer)
+    def post(self, request: Request, job_id: int) -> Response:
+        job = precisions.precision_measurement_cancel(user=request.user, job=_precision_measurement(request, job_id),
+                                                      token=request.auth, ip_address=client_ip(request))
+        return Response(PrecisionMeasurementSerializer(job).data)

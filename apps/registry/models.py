@@ -2,7 +2,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models.functions import Lower
 
-from apps.core.jobs import ENDED_STATES, JobState, LeasedJob
+from apps.core.jobs import ACTIVE_STATES, ENDED_STATES, JobState, LeasedJob
 from apps.projects.permissions import object_permission_choices
 
 
@@ -39,6 +39,13 @@ class CatalogueModel(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class ServingPrecision(models.TextChoices):
+    AUTO = "auto", "auto (the fastest measured within the perplexity allowance)"
+    FP32 = "fp32"
+    BF16 = "bf16"
+    INT8 = "int8", "int8 (weight quantized linear layers)"
 
 
 class RegisteredModel(models.Model):
@@ -91,6 +98,10 @@ class RegisteredModel(models.Model):
     # An adapter's lineage: the job that made it, its dataset version (id, hash), config and final metrics.
     lineage = models.JSONField(default=dict, blank=True)
     error = models.TextField(blank=True)
+    # What the inference workers load it in (workers.inference.precision); `auto` is what the latest
+    # precision measurement says is fastest within the perplexity allowance (selectors.serving_precision).
+    serving_precision = models.CharField(max_length=8, choices=ServingPrecision.choices,
+                                         default=ServingPrecision.AUTO)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
     deleted_at = models.DateTimeField(null=True, blank=True)
@@ -202,3 +213,32 @@ class ModelExport(LeasedJob):
         if self.format == self.Format.SAFETENSORS:
             return f"{name}-merged.zip"
         return f"{name}-{self.format.removeprefix('gguf-')}.gguf"
+
+
+class PrecisionMeasurement(LeasedJob):
+    """A model measured by an inference worker in each serving precision (fp32, bf16, int8): decode
+    tokens/s on fixed short prompts and perplexity on a fixed reference text
+    (workers.inference.precision). An adapter is measured over its base; the latest succeeded
+    measurement of a model is what its `auto` serving precision follows."""
+
+    State = JobState
+    ACTIVE, ENDED = ACTIVE_STATES, ENDED_STATES
+    TASK, QUEUE = "registry.measure_precisions", "inference"
+    DONE_FIELD, TOTAL_FIELD = "steps_done", "steps_total"
+
+    model = models.ForeignKey(RegisteredModel, on_delete=models.CASCADE, related_name="precision_measurements")
+    state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.QUEUED)
+    cancel_requested = models.BooleanField(default=False)
+    steps_done = models.PositiveIntegerField(default=0)
+    steps_total = models.PositiveIntegerField(default=0)
+    device = models.CharField(max_length=32, blank=True)  # where it was measured: the inference worker's device
+    # [workers.inference.precision.Measurement.as_dict(), ...] in fp32, bf16, int8 order
+    results = models.JSONField(default=list, blank=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+
+    class Meta(LeasedJob.Meta):
+        default_permissions = ()
+
+    @property
+    def project(self):
+        return self.model.project

@@ -136,3 +136,44 @@ def catalogue_for_project(project) -> list[dict]:
 
     rows = {m.catalogue_id: m for m in RegisteredModel.objects.filter(project=project, catalogue__isnull=False)}
     return [{"entry": entry, "model": rows.get(entry.pk)} for entry in CatalogueModel.objects.order_by("name")]
+
+
+def latest_precision_measurement(model):
+    """The latest succeeded precision measurement that speaks for `model` (an adapter's: its base's
+    too, as it is served over its base), or None."""
+    from apps.registry.models import PrecisionMeasurement, RegisteredModel
+
+    candidates = [model.pk]
+    if model.kind == RegisteredModel.Kind.ADAPTER and model.base_model_id:
+        candidates.append(model.base_model_id)
+    return (PrecisionMeasurement.objects.filter(model_id__in=candidates, state=PrecisionMeasurement.State.SUCCEEDED)
+            .order_by("-finished_at", "-id").first())
+
+
+def serving_precision(model) -> str | None:
+    """The precision the inference workers load `model` in: its `serving_precision`, `auto` resolved
+    by the latest measurement (workers.inference.precision.choose_precision: fastest within the
+    perplexity allowance; int8 never under an adapter); None for `auto` with nothing measured (the
+    worker's default: fp32 on a CPU, bf16 on a GPU that has it)."""
+    from apps.registry.models import RegisteredModel, ServingPrecision
+    from workers.inference.precision import choose_precision
+
+    if model.serving_precision != ServingPrecision.AUTO:
+        return model.serving_precision
+    measurement = latest_precision_measurement(model)
+    if measurement is None:
+        return None
+    return choose_precision(measurement.results, adapter=model.kind == RegisteredModel.Kind.ADAPTER)
+
+
+def precision_table(results: list[dict]) -> list[dict]:
+    """A measurement's rows with their change against fp32: perplexity in percent, speed as a ratio."""
+    fp32 = next((row for row in results if row.get("precision") == "fp32" and row.get("perplexity")), None)
+    table = []
+    for row in results:
+        delta = speedup = None
+        if fp32 is not None and row.get("perplexity") and row.get("tokens_per_s"):
+            delta = round(100 * (row["perplexity"] / fp32["perplexity"] - 1), 2)
+            speedup = round(row["tokens_per_s"] / fp32["tokens_per_s"], 2)
+        table.append({**row, "delta_perplexity_pct": delta, "speedup": speedup})
+    return table

@@ -1,7 +1,15 @@
 from rest_framework import serializers
 
 from apps.projects.serializers import ManagerOnlyFieldsMixin
-from apps.registry.models import CatalogueModel, ModelAlias, ModelExport, RegisteredModel
+from apps.registry.models import (
+    CatalogueModel,
+    ModelAlias,
+    ModelExport,
+    PrecisionMeasurement,
+    RegisteredModel,
+    ServingPrecision,
+)
+from apps.registry.selectors import precision_table
 
 
 class ModelSerializer(ManagerOnlyFieldsMixin, serializers.ModelSerializer):
@@ -14,7 +22,8 @@ class ModelSerializer(ManagerOnlyFieldsMixin, serializers.ModelSerializer):
     class Meta:
         model = RegisteredModel
         fields = ["id", "project", "name", "kind", "format", "status", "base_model", "catalogue", "shared_from",
-                  "source_path", "info", "lineage", "error", "created_at"]
+                  "source_path", "info", "lineage", "error", "serving_precision", "created_at"]
+        read_only_fields = ["serving_precision"]
 
 
 class ModelRegisterSerializer(serializers.Serializer):
@@ -128,3 +137,24 @@ class ModelExportSerializer(serializers.ModelSerializer):
 
     def get_download(self, job) -> str | None:
         return f"/api/model-exports/{job.pk}/download/" if job.state == ModelExport.State.SUCCEEDED else None
+
+
+class ModelUpdateSerializer(serializers.Serializer):
+    serving_precision = serializers.ChoiceField(
+        choices=ServingPrecision.choices,
+        help_text="what the inference workers load the model in; auto: the fastest precision of the latest "
+                  "measurement whose perplexity is within 2% of fp32's (fp32 on a CPU, bf16 on a GPU until measured)")
+
+
+class PrecisionMeasurementSerializer(serializers.ModelSerializer):
+    results = serializers.SerializerMethodField(
+        help_text="per precision: tokens_per_s (decode, greedy), perplexity (on the fixed reference text), "
+                  "delta_perplexity_pct and speedup against fp32, load_s, error (why it was not measured)")
+
+    class Meta:
+        model = PrecisionMeasurement
+        fields = ["id", "model", "state", "steps_done", "steps_total", "device", "results", "error", "created_at",
+                  "finished_at"]
+
+    def get_results(self, job) -> list[dict]:
+        return precision_table(job.results)

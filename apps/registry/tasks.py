@@ -1,4 +1,5 @@
-"""Celery tasks of the model registry: inspections, conversions, merges and exports, run by a worker."""
+"""Celery tasks of the model registry: inspections, conversions, merges and exports, run by a worker;
+precision measurements, run by an inference worker."""
 
 from celery import shared_task
 
@@ -36,3 +37,10 @@ def export_model_task(self, job_id: int) -> None:
     from apps.registry.exports import run_model_export
 
     run_model_export(job_id, worker=self.request.hostname or "")
+
+
+@shared_task(name="registry.measure_precisions", bind=True)
+def measure_precisions_task(self, job_id: int) -> None:
+    from apps.registry.precisions import run_precision_measurement
+
+    run_precision_measurement(job_id, worker=self.request.hostname or "")

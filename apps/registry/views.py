@@ -5,13 +5,13 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
-from apps.core.errors import DomainError, Invalid, NotFound
+from apps.core.errors import Conflict, DomainError, Invalid, NotFound
 from apps.core.http import client_ip
 from apps.core.pages import run_service
 from apps.evaluation import selectors as eval_selectors
 from apps.projects import policy
-from apps.registry import selectors, services
-from apps.registry.models import CatalogueModel, ModelAlias, ModelExport, RegisteredModel
+from apps.registry import precisions, selectors, services
+from apps.registry.models import CatalogueModel, ModelAlias, ModelExport, RegisteredModel, ServingPrecision
 
 
 class RegisterForm(forms.Form):
@@ -100,6 +100,7 @@ def model_detail(request: HttpRequest, project_id: int, model_id: int) -> HttpRe
     perms = policy.project_permissions(request.user, model.project)
     # Aliases: this model's own (it is the name clients ask for), and those pointing at it as a version.
     head = model.base_model if model.kind == RegisteredModel.Kind.ADAPTER and model.base_model_id else model
+    measurement = model.precision_measurements.first()  # the latest, whatever its state
     return render(request, "registry/detail.html", {
         "aliases": model.aliases.select_related("version", "canary_version", "updated_by").order_by("name"),
         "aliased_as": ModelAlias.objects.filter(version=model).select_related("model").order_by("name"),
@@ -113,6 +114,9 @@ def model_detail(request: HttpRequest, project_id: int, model_id: int) -> HttpRe
         "can_download": model.kind == RegisteredModel.Kind.ADAPTER and policy.can(request.user, "model.download", model),
         "exports": model.exports.all()[:10] if policy.can(request.user, "model.download", model) else None,
         "export_formats": ModelExport.Format.choices,
+        "serving_precisions": ServingPrecision.choices, "serving_precision": selectors.serving_precision(model),
+        "measurement": measurement, "precision_rows": selectors.precision_table(measurement.results) if measurement else [],
+        "measured": selectors.latest_precision_measurement(model),
         "lineage": lineage, "adapter": adapter, "config": sorted(config.items()),
         "metrics": sorted((lineage.get("metrics") or {}).items())})
 
@@ -129,6 +133,41 @@ def model_export(request: HttpRequest, project_id: int, model_id: int) -> HttpRe
     else:
         messages.success(request, f"Exporting as {job.get_format_display()}: a worker writes the file, then loads it "
                                   "back to check it.")
+    return redirect("registry:detail", project_id=project_id, model_id=model.pk)
+
+
+@login_required
+@require_POST
+def serving_precision(request: HttpRequest, project_id: int, model_id: int) -> HttpResponse:
+    model = policy.get_object(request.user, RegisteredModel, model_id, "model.view", project_id=project_id)
+    try:
+        precisions.serving_precision_set(user=request.user, model=model, precision=request.POST.get("serving_precision"),
+                                         ip_address=client_ip(request))
+    except Invalid as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(request, f"Served in {model.serving_precision} from the next model load.")
+    return redirect("registry:detail", project_id=project_id, model_id=model.pk)
+
+
+@login_required
+@require_POST
+def precision_measurement(request: HttpRequest, project_id: int, model_id: int) -> HttpResponse:
+    """Start a measurement, or (action=cancel, job=<id>) stop one of this model's."""
+    model = policy.get_object(request.user, RegisteredModel, model_id, "model.view", project_id=project_id)
+    try:
+        if request.POST.get("action") == "cancel":
+            job_id = request.POST.get("job", "")
+            job = model.precision_measurements.filter(pk=int(job_id)).first() if job_id.isdigit() else None
+            if job is None:
+                raise Invalid("No such measurement of this model.", field="job")
+            precisions.precision_measurement_cancel(user=request.user, job=job, ip_address=client_ip(request))
+            messages.success(request, "The measurement stops before its next precision.")
+        else:
+            precisions.precision_measurement_start(user=request.user, model=model, ip_address=client_ip(request))
+            messages.success(request, "An inference worker measures the model in fp32, bf16 and int8.")
+    except (Invalid, Conflict) as exc:
+        messages.error(request, exc.message)
     return redirect("registry:detail", project_id=project_id, model_id=model.pk)
 
 

@@ -41,6 +41,8 @@ class Generation(LeasedJob):
     total_s = models.FloatField(null=True, blank=True)
     # With params.logprobs: per generated token {token, logprob, bytes, top_logprobs} (GenerationResult.logprobs)
     logprobs = models.JSONField(null=True, blank=True)
+    # The precision the worker loaded the model in (fp32, bf16, int8: the model's serving precision resolved).
+    precision = models.CharField(max_length=8, blank=True)
     error_field = models.CharField(max_length=64, blank=True)
 
     class Meta(LeasedJob.Meta):

@@ -2,7 +2,8 @@
 worker process, shared by its task threads (the worker runs with `--pool threads`), so
 concurrent requests for the same base model are decoded together, each joining the running batch
 at the next step, each row through its own LoRA adapter or none (one copy of the base, adapters
-loaded beside it on demand, evicted LRU under INFERENCE_ADAPTER_BUDGET_BYTES)."""
+loaded beside it on demand, evicted LRU under INFERENCE_ADAPTER_BUDGET_BYTES), the base in the
+model's serving precision (apps.registry.selectors.serving_precision), recorded on the generation."""
 
 import logging
 import threading
@@ -12,6 +13,7 @@ from django.conf import settings
 
 from apps.core.jobs import JobRun
 from apps.registry.models import RegisteredModel
+from apps.registry.selectors import serving_precision
 from apps.serving import events
 from apps.serving.canary import canary_check
 from apps.serving.captures import capture_generation
@@ -92,6 +94,7 @@ def _published(generation: Generation, **_) -> None:
 
 def _generate(run: JobRun) -> None:
     from workers.inference import InferenceInputError, SamplingParams
+    from workers.inference.cache import default_dtype, resolve_device
 
     generation = run.job
     generation_id = generation.pk
@@ -105,11 +108,12 @@ def _generate(run: JobRun) -> None:
     if "stop" in params:
         params["stop"] = tuple(params["stop"])
     base, adapter = model_paths(generation.model)
+    precision = serving_precision(generation.model) or default_dtype(resolve_device("auto"))
     stream = _Stream(run)
     try:
         future = batcher().submit(f"model-{generation.model.base_model_id or generation.model_id}", base,
                                   generation.prompt, SamplingParams(**params), on_token=stream.on_token,
-                                  messages=generation.messages, adapter_path=adapter,
+                                  messages=generation.messages, adapter_path=adapter, dtype=precision,
                                   is_cancelled=stream.is_cancelled, tag=f"project-{generation.project_id}")
         result = future.result(timeout=settings.INFERENCE_TIMEOUT_S)
     except InferenceInputError as exc:
@@ -124,7 +128,7 @@ def _generate(run: JobRun) -> None:
         return
     # Only what the run produced: a cancel requested meanwhile stays recorded.
     run.finish(output=result.text, finish_reason=result.finish_reason, prompt_tokens=result.prompt_tokens,
-               logprobs=result.logprobs,
+               logprobs=result.logprobs, precision=precision,
                completion_tokens=result.completion_tokens, time_to_first_token_s=result.time_to_first_token_s,
                total_s=result.total_s)
 

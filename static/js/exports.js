@@ -5,7 +5,7 @@
 (function () {
   "use strict";
   document.querySelectorAll("[data-export-url]").forEach(function (item) {
-    if (item.dataset.state === "succeeded" || item.dataset.state === "failed") return;
+    if (["succeeded", "failed", "cancelled"].indexOf(item.dataset.state) >= 0) return;
     var url = item.dataset.exportUrl;
     var timer = setInterval(function () {
       fetch(url, { credentials: "same-origin", headers: { "Accept": "application/json" } })
@@ -17,7 +17,7 @@
           if (rows) rows.textContent = job.rows_done !== undefined ? job.rows_done : job.rows;
           var steps = item.querySelector("[data-field=steps]");
           if (steps) steps.textContent = job.steps_done;
-          if (job.state !== "succeeded" && job.state !== "failed") return;
+          if (["succeeded", "failed", "cancelled"].indexOf(job.state) < 0) return;
           clearInterval(timer);
           Workbench.refreshElement(item, "[data-export-url='" + url + "']");
         });

@@ -18,7 +18,7 @@ from apps.core import jobs
 from apps.core.jobs import JobCancelled, JobRun, leased_kinds, mark_worker_stopping, reap, reap_stale
 from apps.datasets.models import Dataset, DeriveJob, ExportJob, ImportJob, SearchIndexJob
 from apps.evaluation.models import EvalRun, EvalSuite, Judge, JudgeRun, TeacherRun
-from apps.registry.models import ModelExport
+from apps.registry.models import ModelExport, PrecisionMeasurement
 from apps.serving.models import Generation
 from apps.training.models import SpeedMeasurement, TrainingJob
 from tests.comparison.factories import make_comparison
@@ -109,6 +109,12 @@ def new_model_export(project, owner, state):
                                       state=state)
 
 
+def new_precision_measurement(project, owner, state):
+    from tests.comparison.factories import placeholder_model
+
+    return PrecisionMeasurement.objects.create(model=placeholder_model(project), created_by=owner, state=state)
+
+
 KINDS = {
     "training": (TrainingJob, lambda project, owner, state: make_job(project, owner, state=state)),
     "comparison": (Comparison, lambda project, owner, state: make_comparison(project, owner, state=state,
@@ -125,6 +131,7 @@ KINDS = {
     "eval run": (EvalRun, new_eval_run),
     "teacher run": (TeacherRun, new_teacher_run),
     "model export": (ModelExport, new_model_export),
+    "precision measurement": (PrecisionMeasurement, new_precision_measurement),
 }
 
 
@@ -139,7 +146,7 @@ def stop_suggestions(model, pk):
 # How each kind that can be cancelled is asked to stop, as its service asks.
 CANCELS = {"training": ask_to_cancel, "comparison": ask_to_cancel, "import": ask_to_cancel, "derive": ask_to_cancel,
            "suggestion run": stop_suggestions, "judge run": ask_to_cancel,
-           "eval run": ask_to_cancel, "teacher run": ask_to_cancel}
+           "eval run": ask_to_cancel, "teacher run": ask_to_cancel, "precision measurement": ask_to_cancel}
 
 
 @pytest.fixture(params=sorted(KINDS))

@@ -136,3 +136,32 @@ def test_a_scientist_exports_a_model_as_gguf_sees_its_check_and_downloads_it(pag
     path = tmp_path / "export.gguf"
     download.value.save_as(path)
     assert GGUFReader(path).fields["general.file_type"].contents() == 7  # MOSTLY_Q8_0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_scientist_measures_the_precisions_and_chooses_one_on_the_model_page(page, scientist, project, tiny_model,
+                                                                              inference_worker):
+    browser_login(page, "sofia")
+    page.goto(f"/projects/{project.pk}/models/{tiny_model.pk}/")
+    section = page.get_by_test_id("serving-precision")
+    expect(section).to_contain_text("Not measured yet")
+    expect(page.get_by_test_id("serving-precision-current")).to_have_text("auto")
+    section.get_by_role("button", name="Measure precisions").click()
+    expect(page.get_by_test_id("precision-measurement")).to_contain_text(re.compile("queued|running|succeeded"))
+    page.evaluate("window.stillThisPage = true")
+    # The inference worker measures fp32, bf16 and int8; the page follows in place and shows the table.
+    table = page.get_by_test_id("precision-table")
+    expect(table).to_be_visible(timeout=180_000)
+    assert page.evaluate("window.stillThisPage") is True
+    expect(page.get_by_test_id("precision-measurement")).to_contain_text("succeeded")
+    expect(table.locator("tbody tr")).to_have_count(3)
+    expect(table.locator("tr[data-precision=fp32]")).to_contain_text("0.00%")
+    expect(table.locator("tr[data-precision=int8] td").nth(1)).to_have_text(re.compile(r"^\d+\.\d{3}$"))
+    expect(page.get_by_test_id("serving-precision-resolved")).to_have_text(re.compile("^(fp32|bf16|int8)$"))
+
+    page.get_by_label("Serve in").select_option("int8")
+    page.get_by_role("button", name="Save").click()
+    expect(page.get_by_test_id("serving-precision-current")).to_have_text("int8")
+    tiny_model.refresh_from_db()
+    assert tiny_model.serving_precision == "int8"

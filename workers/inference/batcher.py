@@ -39,12 +39,13 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from .cache import ModelCache
+from .cache import ModelCache, resolve_device
 from .decode import DecodeBatch, SharedPrefix
 from .decode import Sequence as DecodeSequence
 from .errors import InferenceInputError
 from .generate import prepare
 from .params import SamplingParams
+from .precision import PRECISIONS, check_precision
 from .prompts import render_prompt
 
 logger = logging.getLogger(__name__)
@@ -119,7 +120,8 @@ class Batcher:
         Values that are wrong whatever the model (SamplingParams, message shape) raise
         InferenceInputError here; a prompt too long for the model's context fails the Future
         with InferenceInputError(field="prompt"); a model that cannot be loaded fails it with
-        the loader's error.
+        the loader's error. `dtype` may be a serving precision (fp32, bf16, int8: precision.py):
+        one the device cannot run, or int8 under an adapter, raises InferenceInputError("precision").
         """
         params = SamplingParams() if params is None else params
         if not isinstance(params, SamplingParams):
@@ -133,6 +135,8 @@ class Batcher:
             from .prompts import validate_messages
 
             validate_messages(messages)
+        if dtype in PRECISIONS:  # a serving precision the device cannot run, or int8 under an adapter, is refused here
+            check_precision(dtype, resolve_device(device), adapter=adapter_path is not None)
         group = (model_key, str(path), device, str(dtype) if dtype is not None else None)  # one batch per base
         request = _Request(prompt, messages, params, on_token, Future(), is_cancelled,
                            adapter_path=str(adapter_path) if adapter_path is not None else None, tag=str(tag))

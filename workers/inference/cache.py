@@ -15,6 +15,7 @@ from typing import Any
 from workers.models import load_for_inference
 
 from .adapters import DEFAULT_ADAPTER_BUDGET_BYTES, AdapterSet, check_adapter_dir
+from .precision import check_precision, load_in_precision
 
 __all__ = ["CachedModel", "ModelCache", "check_adapter_dir", "default_dtype", "model_size_bytes", "resolve_device"]
 
@@ -33,11 +34,13 @@ class ModelCache:
     """`get(key, path, ...)` returns (model, tokenizer), loading on a miss; `load(...)` returns the
     CachedModel (with its AdapterSet), which is what the batcher runs.
 
-    Entries are keyed by (key, device, dtype): one copy of each base model, whatever adapters are
-    asked for over it. An adapter is loaded into its base's AdapterSet with PEFT's multi-adapter
-    loading (the base's weights are shared, never copied) and evicted, least recently used first,
-    when the adapters of that base weigh more than `adapter_budget_bytes`; an adapter a running
-    row uses is never evicted. When the bases (with their adapters) add up to more than
+    Entries are keyed by (key, device, dtype): one copy of each base model in each precision,
+    whatever adapters are asked for over it. dtype "int8" is a serving precision (precision.py):
+    the model's linear weights quantized to int8; adapters are refused over it. An adapter is
+    loaded into its base's AdapterSet with PEFT's multi-adapter loading (the base's weights are
+    shared, never copied) and evicted, least recently used first, when the adapters of that base
+    weigh more than `adapter_budget_bytes`; an adapter a running row uses is never evicted. When
+    the bases (with their adapters) add up to more than
     `memory_budget_bytes`, the least recently used bases are dropped until the rest fits; the
     entry just loaded is never dropped (a single model over the budget stays, alone). Eviction
     only drops the cache's reference: a generation still running on an evicted model keeps it
@@ -67,6 +70,8 @@ class ModelCache:
         the base is loaded)."""
         if adapter_path is not None:
             adapter_path = check_adapter_dir(Path(adapter_path))
+            if dtype == "int8":
+                check_precision("int8", resolve_device(device), adapter=True)
         entry = self.load(key, path, device=device, dtype=dtype)
         if adapter_path is None:
             return entry.model, entry.tokenizer
@@ -88,7 +93,10 @@ class ModelCache:
         if not owner:
             return pending.result()  # raises the loader's exception too
         try:
-            model, tokenizer = self.loader(Path(path), device=device, dtype=dtype)
+            if dtype == "int8":  # loaded in bf16 (or fp32), then its linear weights quantized (precision.py)
+                model, tokenizer = load_in_precision(Path(path), "int8", device=device, loader=self.loader)
+            else:
+                model, tokenizer = self.loader(Path(path), device=device, dtype=dtype)
             entry = CachedModel(model, tokenizer, AdapterSet(model, budget_bytes=self.adapter_budget_bytes,
                                                           kernel=self.adapter_kernel),
                                 model_size_bytes(model))
