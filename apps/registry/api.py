@@ -118,6 +118,12 @@ class ModelExportApi(APIView):
     def get(self, request: Request, export_id: int) -> Response:
         return Response(ModelExportSerializer(_model_export(request, export_id)).data)
 
+    @extend_schema(responses={204: None})
+    def delete(self, request: Request, export_id: int) -> Response:
+        services.model_export_delete(user=request.user, export=_model_export(request, export_id), token=request.auth,
+                                     ip_address=client_ip(request))
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
 
 class ModelExportDownloadApi(APIView):
     @extend_schema(responses={(200, "application/octet-stream"): bytes})

@@ -14,6 +14,7 @@ from apps.core.jobs import enqueue
 from apps.projects import policy
 from apps.projects.audit import audit_record
 from apps.projects.models import Project
+from apps.registry.exports import delete_export_files
 from apps.registry.models import ALIAS_NAME, CatalogueModel, ModelAlias, ModelExport, RegisteredModel
 from apps.registry.tasks import (
     convert_model_task,
@@ -285,6 +286,21 @@ def _enqueue_model_export(job_id: int) -> None:
 
 
 @transaction.atomic
+def model_export_delete(*, user, export: ModelExport, token=None, ip_address: str | None = None) -> None:
+    """Delete a finished export, its file with it (once this commits). A queued or running one is
+    refused: its worker would write the file after the folder was removed."""
+    policy.require(user, "model.download", export.model, token)
+    export = ModelExport.objects.select_for_update().get(pk=export.pk)
+    if export.state not in ModelExport.ENDED:
+        raise Conflict(f"This export is {export.state}; delete it once it has ended.", field="state")
+    audit_record(actor=user, action="model.export_delete", project=export.model.project, target=export.model,
+                 ip_address=ip_address, before={"export": export.pk, "format": export.format, "path": export.path})
+    export_id = export.pk
+    export.delete()
+    transaction.on_commit(lambda: delete_export_files([export_id]))
+
+
+@transaction.atomic
 def model_delete(*, user, model: RegisteredModel, token=None, ip_address: str | None = None) -> None:
     """Soft delete: later adapters and jobs keep pointing at it."""
     policy.require(user, "model.delete", model, token)
@@ -524,9 +540,13 @@ def enable_defaults_for_new_project(project: Project) -> None:
 
 
 def _soft_delete(model: RegisteredModel) -> None:
+    """The row stays (lineage points at it); its exports go, files included, once this commits."""
     model.deleted_at = timezone.now()
     model.name = f"{model.name[:90]} (deleted #{model.pk})"
     model.save(update_fields=["deleted_at", "name"])
+    export_ids = list(model.exports.values_list("pk", flat=True))
+    model.exports.all().delete()
+    transaction.on_commit(lambda: delete_export_files(export_ids))
 
 
 def _refuse_if_aliased(model: RegisteredModel) -> None:
