@@ -5,6 +5,7 @@ from django.http import FileResponse
 from drf_spectacular.utils import extend_schema
 from rest_framework import status
 from rest_framework.generics import ListAPIView
+from rest_framework.parsers import MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -22,6 +23,7 @@ from apps.registry.serializers import (
     CatalogueModelSerializer,
     CatalogueRegisterSerializer,
     CatalogueUpdateSerializer,
+    CatalogueUploadSerializer,
     MemoryEstimateQuerySerializer,
     ModelExportSerializer,
     ModelExportStartSerializer,
@@ -182,6 +184,22 @@ class CatalogueListCreateApi(ListAPIView):
         data.is_valid(raise_exception=True)
         entry = services.catalogue_register(user=request.user, token=request.auth, ip_address=client_ip(request),
                                             **data.validated_data)
+        return Response(CatalogueModelSerializer(entry).data, status=status.HTTP_201_CREATED)
+
+
+class CatalogueUploadApi(APIView):
+    """Site admins: upload a base model into the catalogue (safetensors + config/tokenizer, or one
+    GGUF); a worker checks and loads it before it is offered (status checking, then ready)."""
+
+    parser_classes = [MultiPartParser]
+
+    @extend_schema(request={"multipart/form-data": CatalogueUploadSerializer}, responses={201: CatalogueModelSerializer})
+    def post(self, request: Request) -> Response:
+        services.require_site_staff(request.user, request.auth)
+        data = CatalogueUploadSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        entry = services.catalogue_upload(user=request.user, token=request.auth, ip_address=client_ip(request),
+                                          **data.validated_data)
         return Response(CatalogueModelSerializer(entry).data, status=status.HTTP_201_CREATED)
 
 
