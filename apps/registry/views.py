@@ -78,6 +78,10 @@ class CatalogueUploadForm(forms.Form):
         "(.bin, .pt) are refused."))
     default_enabled = forms.BooleanField(required=False, label="Enabled in every new project")
 
+    def __init__(self, *args, **kwargs) -> None:
+        # Its own ids: the page's register form has a name field and a default_enabled box too.
+        super().__init__(*args, auto_id="upload_%s", **kwargs)
+
 
 @login_required
 @require_POST
