@@ -184,3 +184,26 @@ def test_only_a_signed_in_site_admin_uploads(client, owner, project, site_admin,
     assert by_token.status_code == 404
     assert CatalogueModel.objects.count() == 0 and left_behind() == []
     assert not AuditEvent.objects.filter(action="catalogue.upload").exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_server_takes_model_sized_uploads_on_the_upload_path_only_up_to_its_limit(live_asgi):
+    import socket
+    from urllib.parse import urlparse
+
+    import requests
+
+    # Past the 20 MB body limit of other paths: the upload path lets it through to Django (which
+    # then asks who is calling), as it does dataset imports.
+    big = requests.post(f"{live_asgi}{URL}", files={"files": ("model.safetensors", b"\0" * (25 * 2**20))},
+                        data={"name": "Big"}, timeout=60)
+    assert big.status_code in (401, 403), big.status_code
+    elsewhere = requests.post(f"{live_asgi}/api/catalogue/", files={"files": ("m.safetensors", b"\0" * (25 * 2**20))},
+                              timeout=60)
+    assert elsewhere.status_code == 413
+    # Declaring more than MAX_UPLOAD_BYTES is answered 413 before a byte of the body is read.
+    address = urlparse(live_asgi)
+    with socket.create_connection((address.hostname, address.port), timeout=10) as conn:
+        conn.sendall(f"POST {URL} HTTP/1.1\r\nHost: {address.hostname}\r\nContent-Type: multipart/form-data; "
+                     f"boundary=x\r\nContent-Length: {3 * 2**30}\r\n\r\n".encode())
+        assert b" 413 " in conn.recv(200).split(b"\r\n")[0]
