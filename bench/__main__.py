@@ -21,6 +21,7 @@ BENCHMARKS = {
     "live_latency": "bench.live_latency",
     "live_overhead": "bench.live_overhead",
     "playground_ttft": "bench.playground_ttft",
+    "alias_switch": "bench.alias_switch",
     "serve_adapters": "bench.serve_adapters",
     "serving_limits": "bench.serving_limits",
     "serve_fairness": "bench.serve_fairness",

@@ -602,6 +602,8 @@ ENDPOINTS = [
              lambda w: {"format": "gguf-q8_0"}, 202, checks=("model.view", "model.download"), arrange=_arrange_adapter),
     Endpoint("model-export-get", "GET", "/api/model-exports/<int:export_id>/", "model.download", _no_body, 200,
              checks=("model.view", "model.download"), arrange=_arrange_model_export),
+    Endpoint("model-export-delete", "DELETE", "/api/model-exports/<int:export_id>/", "model.download", _no_body, 204,
+             checks=("model.view", "model.download"), arrange=_arrange_model_export),
     Endpoint("model-export-download", "GET", "/api/model-exports/<int:export_id>/download/", "model.download",
              _no_body, 200, checks=("model.view", "model.download"), arrange=_arrange_model_export),
     # Serving precisions: set by those who may register models; measuring runs an inference worker.

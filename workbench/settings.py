@@ -413,9 +413,9 @@ PROVIDER_MAX_TIMEOUT_S = env_float("PROVIDER_MAX_TIMEOUT_S", 300.0)
 # Bodies above this are answered 413 by the ASGI layer before Django reads them.
 MAX_REQUEST_BODY_BYTES = env_int("MAX_REQUEST_BODY_BYTES", 20 * 1024 * 1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = 5 * 1024 * 1024
-# Dataset uploads may be larger; Django spools them to temporary files, never to memory.
+# Dataset and catalogue model uploads may be larger; Django spools them to temporary files, never to memory.
 MAX_UPLOAD_BYTES = env_int("MAX_UPLOAD_BYTES", 2 * 1024**3)
-UPLOAD_PATHS = r"^/(api/)?projects/\d+/datasets/\d+/imports/$"
+UPLOAD_PATHS = r"^/((api/)?projects/\d+/datasets/\d+/imports|api/catalogue/upload|models/catalogue-upload)/$"
 
 # --- Auth -------------------------------------------------------------------------------
 AUTHENTICATION_BACKENDS = [

@@ -5,6 +5,7 @@ from django.http import FileResponse
 from drf_spectacular.utils import extend_schema
 from rest_framework import status
 from rest_framework.generics import ListAPIView
+from rest_framework.parsers import MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -22,6 +23,7 @@ from apps.registry.serializers import (
     CatalogueModelSerializer,
     CatalogueRegisterSerializer,
     CatalogueUpdateSerializer,
+    CatalogueUploadSerializer,
     MemoryEstimateQuerySerializer,
     ModelExportSerializer,
     ModelExportStartSerializer,
@@ -131,6 +133,12 @@ class ModelExportApi(APIView):
     def get(self, request: Request, export_id: int) -> Response:
         return Response(ModelExportSerializer(_model_export(request, export_id)).data)
 
+    @extend_schema(responses={204: None})
+    def delete(self, request: Request, export_id: int) -> Response:
+        services.model_export_delete(user=request.user, export=_model_export(request, export_id), token=request.auth,
+                                     ip_address=client_ip(request))
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
 
 class ModelExportDownloadApi(APIView):
     @extend_schema(responses={(200, "application/octet-stream"): bytes})
@@ -189,6 +197,22 @@ class CatalogueListCreateApi(ListAPIView):
         data.is_valid(raise_exception=True)
         entry = services.catalogue_register(user=request.user, token=request.auth, ip_address=client_ip(request),
                                             **data.validated_data)
+        return Response(CatalogueModelSerializer(entry).data, status=status.HTTP_201_CREATED)
+
+
+class CatalogueUploadApi(APIView):
+    """Site admins: upload a base model into the catalogue (safetensors + config/tokenizer, or one
+    GGUF); a worker checks and loads it before it is offered (status checking, then ready)."""
+
+    parser_classes = [MultiPartParser]
+
+    @extend_schema(request={"multipart/form-data": CatalogueUploadSerializer}, responses={201: CatalogueModelSerializer})
+    def post(self, request: Request) -> Response:
+        services.require_site_staff(request.user, request.auth)
+        data = CatalogueUploadSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        entry = services.catalogue_upload(user=request.user, token=request.auth, ip_address=client_ip(request),
+                                          **data.validated_data)
         return Response(CatalogueModelSerializer(entry).data, status=status.HTTP_201_CREATED)
 
 

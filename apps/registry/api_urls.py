@@ -20,6 +20,7 @@ urlpatterns = [
     path("precision-measurements/<int:job_id>/cancel/", api.PrecisionMeasurementCancelApi.as_view(),
          name="api-precision-measurement-cancel"),
     path("catalogue/", api.CatalogueListCreateApi.as_view(), name="api-catalogue"),
+    path("catalogue/upload/", api.CatalogueUploadApi.as_view(), name="api-catalogue-upload"),
     path("catalogue/<int:entry_id>/", api.CatalogueDetailApi.as_view(), name="api-catalogue-entry"),
     path("projects/<int:project_id>/catalogue/", api.ProjectCatalogueApi.as_view(), name="api-project-catalogue"),
     path("projects/<int:project_id>/catalogue/<int:entry_id>/", api.ProjectCatalogueDisableApi.as_view(),

@@ -26,11 +26,27 @@ def export_folder(job_id: int) -> Path:
     return Path(settings.ARTIFACT_ROOT) / "model-exports" / str(job_id)
 
 
+def delete_export_files(job_ids: list[int]) -> None:
+    """Remove the exports' folders (their files and any unfinished work). A folder that cannot be
+    removed is logged, not raised: the deletion that asked for it has already happened."""
+    for job_id in job_ids:
+        try:
+            shutil.rmtree(export_folder(job_id))
+        except FileNotFoundError:
+            continue  # never written (failed early, or still queued)
+        except OSError:
+            logger.exception("could not delete the files of model export %s", job_id)
+
+
 def run_model_export(job_id: int, *, worker: str = "") -> None:
     run = JobRun.claim(ModelExport, job_id, worker=worker, what="export")
     if run is None:
         return  # ended, gone, or written by a live worker (apps.core.jobs.JobRun.claim)
     job = ModelExport.objects.select_related("model__base_model").get(pk=job_id)
+    if job.model.deleted_at is not None:
+        with run:
+            run.fail("The model was deleted before its export started.")
+        return
     folder = export_folder(job.pk)
     folder.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=".work-", dir=folder))
@@ -45,6 +61,10 @@ def run_model_export(job_id: int, *, worker: str = "") -> None:
                        check_result=check)
         finally:
             shutil.rmtree(work, ignore_errors=True)
+    # The model (and so its exports) deleted while this one was written: its deletion removed the
+    # folder before the file was moved in, or sees deleted_at after it was; either way nothing stays.
+    if RegisteredModel.all_objects.filter(pk=job.model_id, deleted_at__isnull=False).exists():
+        delete_export_files([job.pk])
 
 
 def _export(job: ModelExport, work: Path, run: JobRun) -> tuple[Path, float, dict]:

@@ -64,6 +64,15 @@ class CatalogueRegisterSerializer(ModelRegisterSerializer):
     default_enabled = serializers.BooleanField(default=False, help_text="enabled in every project created from now on")
 
 
+class CatalogueUploadSerializer(serializers.Serializer):
+    """multipart/form-data: the name, then each file under `files`."""
+
+    name = serializers.CharField(max_length=120)
+    files = serializers.ListField(child=serializers.FileField(allow_empty_file=False), allow_empty=False,
+                                  help_text=".safetensors weights with config.json and tokenizer files, or one .gguf")
+    default_enabled = serializers.BooleanField(default=False, help_text="enabled in every project created from now on")
+
+
 class CatalogueUpdateSerializer(serializers.Serializer):
     default_enabled = serializers.BooleanField()
 

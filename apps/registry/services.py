@@ -14,6 +14,8 @@ from apps.core.jobs import enqueue
 from apps.projects import policy
 from apps.projects.audit import audit_record
 from apps.projects.models import Project
+from apps.registry import uploads
+from apps.registry.exports import delete_export_files
 from apps.registry.models import ALIAS_NAME, CatalogueModel, ModelAlias, ModelExport, RegisteredModel
 from apps.registry.tasks import (
     convert_model_task,
@@ -109,7 +111,7 @@ def run_inspection(model_id: int, *, catalogue: bool = False) -> None:
         return  # deleted, or already inspected: a redelivered message does nothing
     # Checked again: the path may have changed since it was registered. Files inside a directory
     # may link only into the roots (a Hugging Face snapshot links to its cache's blobs).
-    roots = [*model_roots(), settings.HF_HUB_CACHE]
+    roots = [*model_roots(), settings.HF_HUB_CACHE, *([uploads.upload_root()] if catalogue else [])]
     try:
         source = resolve_model_path(model.source_path, roots)
         info = inspect_model(source, roots=roots)
@@ -120,9 +122,9 @@ def run_inspection(model_id: int, *, catalogue: bool = False) -> None:
         return
     is_gguf = info.format == "gguf"
     model.info, model.format = info.as_dict(), info.format
-    model.status = RegisteredModel.Status.CONVERTING if is_gguf else RegisteredModel.Status.READY
+    model.status = RegisteredModel.Status.CONVERTING if is_gguf else _loaded_or_failed(model, source)
     model.weights_path = "" if is_gguf else str(source)
-    model.save(update_fields=["info", "format", "status", "weights_path"])
+    model.save(update_fields=["info", "format", "status", "weights_path", "error"])
     _sync_if_catalogue(model)
     if is_gguf:
         run_conversion(model.pk, catalogue=catalogue)
@@ -198,9 +200,25 @@ def run_conversion(model_id: int, *, catalogue: bool = False) -> None:
         model.save(update_fields=["status", "error"])
         _sync_if_catalogue(model)
         return
-    model.status, model.weights_path, model.error = RegisteredModel.Status.READY, str(out), ""
+    model.error = ""
+    model.status, model.weights_path = _loaded_or_failed(model, out), str(out)
     model.save(update_fields=["status", "weights_path", "error"])
     _sync_if_catalogue(model)
+
+
+def _loaded_or_failed(model, weights: Path) -> str:
+    """READY, or FAILED with the reason on `model`: an uploaded catalogue model is loaded once (and
+    one token generated) before any project is offered it; every other model is READY."""
+    from workers.models.loading import check_loads
+
+    if not (isinstance(model, CatalogueModel) and uploads.is_uploaded(model.source_path)):
+        return RegisteredModel.Status.READY
+    try:
+        check_loads(weights, roots=[uploads.upload_root(), settings.ARTIFACT_ROOT])
+    except Exception as exc:  # whatever broken weights make transformers raise: the admin reads why
+        model.error = f"The model did not load: {type(exc).__name__}: {exc}"[:2000]
+        return RegisteredModel.Status.FAILED
+    return RegisteredModel.Status.READY
 
 
 def adapter_merge(*, user, adapter: RegisteredModel, name: str, token=None,
@@ -282,6 +300,21 @@ def model_export_start(*, user, model: RegisteredModel, export_format: str, toke
 def _enqueue_model_export(job_id: int) -> None:
     enqueue(export_model_task, job_id, queue=ModelExport.QUEUE, on_failure=lambda reason: ModelExport.objects.filter(
         pk=job_id).update(state=ModelExport.State.FAILED, finished_at=timezone.now(), error=reason))
+
+
+@transaction.atomic
+def model_export_delete(*, user, export: ModelExport, token=None, ip_address: str | None = None) -> None:
+    """Delete a finished export, its file with it (once this commits). A queued or running one is
+    refused: its worker would write the file after the folder was removed."""
+    policy.require(user, "model.download", export.model, token)
+    export = ModelExport.objects.select_for_update().get(pk=export.pk)
+    if export.state not in ModelExport.ENDED:
+        raise Conflict(f"This export is {export.state}; delete it once it has ended.", field="state")
+    audit_record(actor=user, action="model.export_delete", project=export.model.project, target=export.model,
+                 ip_address=ip_address, before={"export": export.pk, "format": export.format, "path": export.path})
+    export_id = export.pk
+    export.delete()
+    transaction.on_commit(lambda: delete_export_files([export_id]))
 
 
 @transaction.atomic
@@ -420,6 +453,35 @@ def catalogue_add(*, actor, name: str, path: str = "", hub_id: str = "", revisio
     return entry
 
 
+def catalogue_upload(*, user, name: str, files: list, default_enabled: bool = False, token=None,
+                     ip_address: str | None = None) -> CatalogueModel:
+    """A site admin uploads a base model into the catalogue: safetensors weights with config and
+    tokenizer files, or one GGUF file (apps.registry.uploads). The files are written whole or not at
+    all; the entry is CHECKING until a worker has read their headers and loaded the model
+    (`run_catalogue_preparation`), then READY, or FAILED with the reason and the files removed."""
+    require_site_staff(user, token)
+    name = _model_name(name)
+    if CatalogueModel.objects.filter(name__iexact=name).exists():
+        raise Invalid(f"The catalogue already has a model called “{name}”.", field="name")
+    model_format = uploads.check_files(files)
+    source = uploads.store_files(files, model_format)
+    try:
+        with transaction.atomic():
+            entry = CatalogueModel.objects.create(name=name, format=model_format, source_path=str(source),
+                                                  status=RegisteredModel.Status.CHECKING,
+                                                  default_enabled=bool(default_enabled), created_by=user)
+            audit_record(actor=user, action="catalogue.upload", target=entry, ip_address=ip_address,
+                         after={"name": name, "format": model_format, "files": sorted(f.name for f in files),
+                                "bytes": sum(f.size or 0 for f in files), "default_enabled": entry.default_enabled})
+            transaction.on_commit(lambda: _enqueue_catalogue_preparation(entry.pk))
+    except BaseException as exc:
+        uploads.discard(str(source))
+        if isinstance(exc, IntegrityError):
+            raise Invalid(f"The catalogue already has a model called “{name}”.", field="name") from None
+        raise
+    return entry
+
+
 def catalogue_update(*, user, entry: CatalogueModel, default_enabled: bool, token=None,
                      ip_address: str | None = None) -> CatalogueModel:
     require_site_staff(user, token)
@@ -456,6 +518,8 @@ def _sync_if_catalogue(entry) -> None:
     if isinstance(entry, CatalogueModel):
         RegisteredModel.all_objects.filter(catalogue=entry).update(
             **{field: getattr(entry, field) for field in CATALOGUE_FIELDS})
+        if entry.status == RegisteredModel.Status.FAILED and uploads.is_uploaded(entry.source_path):
+            uploads.discard(entry.source_path)  # the entry keeps the reason; the unusable files go
 
 
 def _catalogue_row(project: Project, entry: CatalogueModel, *, actor, ip_address: str | None = None
@@ -524,9 +588,13 @@ def enable_defaults_for_new_project(project: Project) -> None:
 
 
 def _soft_delete(model: RegisteredModel) -> None:
+    """The row stays (lineage points at it); its exports go, files included, once this commits."""
     model.deleted_at = timezone.now()
     model.name = f"{model.name[:90]} (deleted #{model.pk})"
     model.save(update_fields=["deleted_at", "name"])
+    export_ids = list(model.exports.values_list("pk", flat=True))
+    model.exports.all().delete()
+    transaction.on_commit(lambda: delete_export_files(export_ids))
 
 
 def _refuse_if_aliased(model: RegisteredModel) -> None:

@@ -41,8 +41,6 @@ class CatalogueForm(RegisterForm):
 def all_models(request: HttpRequest) -> HttpResponse:
     """Models across my projects (through a role with model.view); for site admins, the site's
     catalogue too, where they register a base model once for every project."""
-    request.nav_section = "models"
-    project_ids = policy.project_ids_with(request.user, "model.view")
     staff = request.user.is_active and request.user.is_staff
     form = CatalogueForm(request.POST or None) if staff else None
     if request.method == "POST":
@@ -53,11 +51,52 @@ def all_models(request: HttpRequest) -> HttpResponse:
             if entry:
                 messages.success(request, f"“{entry.name}” is in the catalogue: a worker is checking its files.")
                 return redirect("registry:all")
+    return _all_models_page(request, form=form, upload_form=CatalogueUploadForm() if staff else None)
+
+
+def _all_models_page(request: HttpRequest, *, form, upload_form) -> HttpResponse:
+    request.nav_section = "models"
+    project_ids = policy.project_ids_with(request.user, "model.view")
+    staff = request.user.is_active and request.user.is_staff
+    failed = any(f is not None and f.is_bound and f.errors for f in (form, upload_form))
     return render(request, "registry/all.html", {
         "models": RegisteredModel.objects.filter(project_id__in=project_ids).select_related("project")
         .order_by("project__name", "name"),
         "catalogue": CatalogueModel.objects.order_by("name") if staff else None, "form": form,
-        "root_entries": selectors.model_root_entries() if staff else []}, status=400 if form and form.errors else 200)
+        "upload_form": upload_form, "root_entries": selectors.model_root_entries() if staff else []},
+        status=400 if failed else 200)
+
+
+class MultipleFileInput(forms.ClearableFileInput):
+    allow_multiple_selected = True
+
+
+class CatalogueUploadForm(forms.Form):
+    name = forms.CharField(max_length=120)
+    files = forms.Field(required=False, widget=MultipleFileInput, help_text=(
+        ".safetensors weights with config.json and the tokenizer files, or one .gguf file. Pickle files "
+        "(.bin, .pt) are refused."))
+    default_enabled = forms.BooleanField(required=False, label="Enabled in every new project")
+
+    def __init__(self, *args, **kwargs) -> None:
+        # Its own ids: the page's register form has a name field and a default_enabled box too.
+        super().__init__(*args, auto_id="upload_%s", **kwargs)
+
+
+@login_required
+@require_POST
+def catalogue_upload(request: HttpRequest) -> HttpResponse:
+    """A site admin uploads a base model's files into the catalogue (apps.registry.uploads)."""
+    services.require_site_staff(request.user)
+    form = CatalogueUploadForm(request.POST, request.FILES)
+    if form.is_valid():
+        entry = run_service(form, lambda: services.catalogue_upload(
+            user=request.user, name=form.cleaned_data["name"], files=request.FILES.getlist("files"),
+            default_enabled=form.cleaned_data["default_enabled"], ip_address=client_ip(request)))
+        if entry:
+            messages.success(request, f"“{entry.name}” is uploaded: a worker checks and loads it.")
+            return redirect("registry:all")
+    return _all_models_page(request, form=CatalogueForm(), upload_form=form)
 
 
 @login_required

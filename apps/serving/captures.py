@@ -30,8 +30,8 @@ MAX_DATASET_ROWS = 100_000
 
 
 def completion_id(generation: Generation) -> str:
-    """The id the client was given for this answer (openai_api.Reply)."""
-    return f"{'chatcmpl' if generation.messages is not None else 'cmpl'}-{generation.pk}"
+    """The id the client was given for this answer (openai_api.Reply): its request's first choice's."""
+    return f"{'chatcmpl' if generation.messages is not None else 'cmpl'}-{generation.first_choice_id or generation.pk}"
 
 
 def sampled(generation_id: int, rate: float) -> bool:
@@ -53,7 +53,8 @@ def capture_generation(generation: Generation) -> Capture | None:
             or generation.state != Generation.State.SUCCEEDED:
         return None
     alias = ModelAlias.objects.filter(pk=generation.alias_id, capture_enabled=True).first()
-    if alias is None or not sampled(generation.pk, alias.capture_sample_rate):
+    # Sampled by request: the n choices of one are kept or left together.
+    if alias is None or not sampled(generation.first_choice_id or generation.pk, alias.capture_sample_rate):
         return None
     messages = generation.messages if generation.messages is not None else \
         [{"role": "user", "content": generation.prompt or ""}]
@@ -70,7 +71,7 @@ def capture_generation(generation: Generation) -> Capture | None:
         redactions += found
     capture, _ = Capture.objects.get_or_create(generation=generation, defaults={
         "project_id": generation.project_id, "alias": alias, "version_id": generation.model_id,
-        "completion_id": completion_id(generation), "messages": messages, "response": response,
+        "completion_id": completion_id(generation), "choice_index": generation.choice_index, "messages": messages, "response": response,
         "redacted": alias.capture_redact, "redactions": redactions, "latency_s": generation.total_s,
         "time_to_first_token_s": generation.time_to_first_token_s, "prompt_tokens": generation.prompt_tokens,
         "completion_tokens": generation.completion_tokens})
@@ -110,9 +111,10 @@ def capture_settings(*, user, alias: ModelAlias, enabled, sample_rate=None, rete
     return alias
 
 
-def feedback_record(*, user, project, completion: str, score, comment=None, token=None) -> Capture:
-    """A client's feedback on an answer it was given (by its completion id): a score, and a
-    comment redacted like the capture. Only captured answers take feedback."""
+def feedback_record(*, user, project, completion: str, score, comment=None, choice_index=0, token=None) -> Capture:
+    """A client's feedback on an answer it was given (by its completion id, and the choice's index
+    when it asked for n > 1): a score, and a comment redacted like the capture. Only captured
+    answers take feedback."""
     policy.require(user, "model.generate", project, token)
     if not isinstance(completion, str) or not completion:
         raise Invalid("completion_id is the id of the answer (chatcmpl-… or cmpl-…).", field="completion_id")
@@ -120,10 +122,18 @@ def feedback_record(*, user, project, completion: str, score, comment=None, toke
         raise Invalid("score is a number from -1000 to 1000 (e.g. 1 / -1, or 1-5).", field="score")
     if comment is not None and (not isinstance(comment, str) or len(comment) > MAX_COMMENT):
         raise Invalid(f"comment is text of at most {MAX_COMMENT} characters.", field="comment")
+    if isinstance(choice_index, bool) or not isinstance(choice_index, int) or choice_index < 0:
+        raise Invalid("choice_index is the index of the choice in the answer's choices (0 for the first).",
+                      field="choice_index")
     with transaction.atomic():
-        capture = Capture.objects.select_for_update().select_related("alias").filter(
-            project=project, completion_id=completion).first()
+        choices = Capture.objects.select_for_update().select_related("alias").filter(
+            project=project, completion_id=completion)
+        capture = choices.filter(choice_index=choice_index).first()
         if capture is None:
+            count = choices.count()
+            if count:
+                raise Invalid(f"choice_index is out of range: {completion[:60]} has {count} choice"
+                              f"{'s' if count > 1 else ''} (0 to {count - 1}).", field="choice_index")
             raise _not_found(f"No captured answer {completion[:60]!r}: request logging is off for its alias, or "
                              "the answer was not in the sample.", "completion_id")
         text = comment or ""
@@ -181,7 +191,8 @@ def captures_to_dataset(*, user, alias: ModelAlias, dataset_id, version=None, si
     with tempfile.NamedTemporaryFile("w+b", suffix=".jsonl") as spool:
         for capture in reversed(rows):  # oldest first: the version reads as the traffic came
             spool.write(json.dumps({
-                "id": capture.completion_id, "messages": capture.messages, "response": capture.response,
+                "id": capture.completion_id + (f"#{capture.choice_index}" if capture.choice_index else ""),
+                "choice_index": capture.choice_index, "messages": capture.messages, "response": capture.response,
                 "model_version": capture.version_id, "alias": f"{alias.model.name}@{alias.name}",
                 "captured_at": capture.created_at.isoformat(), "latency_s": capture.latency_s,
                 "feedback_score": capture.feedback_score, "feedback_comment": capture.feedback_comment,

@@ -28,6 +28,10 @@ class Generation(LeasedJob):
                               related_name="generations")
     user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
     source = models.CharField(max_length=16, choices=Source.choices)
+    # A /v1 request with n choices is n generations; the client knows them as one completion id
+    # (choice 0's) and an index. Choice 0 itself has no first_choice.
+    first_choice = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    choice_index = models.PositiveSmallIntegerField(default=0)
     messages = models.JSONField(null=True, blank=True)  # chat: [{role, content}]
     prompt = models.TextField(null=True, blank=True)  # completion
     params = models.JSONField(default=dict)  # workers.inference.SamplingParams fields
@@ -66,7 +70,8 @@ class Capture(models.Model):
     alias = models.ForeignKey("registry.ModelAlias", on_delete=models.CASCADE, related_name="captures")
     version = models.ForeignKey("registry.RegisteredModel", on_delete=models.CASCADE, related_name="captures")
     generation = models.OneToOneField(Generation, null=True, on_delete=models.SET_NULL, related_name="capture")
-    completion_id = models.CharField(max_length=40, unique=True)  # "chatcmpl-<generation id>" as the client saw it
+    completion_id = models.CharField(max_length=40)  # "chatcmpl-<choice 0's generation id>" as the client saw it
+    choice_index = models.PositiveSmallIntegerField(default=0)  # which of the request's n choices
     messages = models.JSONField()  # [{role, content}]; a completion's prompt as one user message
     response = models.TextField()
     redacted = models.BooleanField(default=False)
@@ -83,3 +88,4 @@ class Capture(models.Model):
     class Meta:
         ordering = ["-created_at", "-id"]
         indexes = [models.Index(fields=["alias", "created_at"])]
+        constraints = [models.UniqueConstraint(fields=["completion_id", "choice_index"], name="unique_capture_choice")]

@@ -168,10 +168,11 @@ async def feedback(request: HttpRequest) -> HttpResponse:
         body = _json_body(request)
         capture = await sync_to_async(feedback_record)(
             user=user, project=project, completion=body.get("completion_id"), score=body.get("score"),
-            comment=body.get("comment"), token=token)
+            comment=body.get("comment"), choice_index=body.get("choice_index", 0), token=token)
     except DomainError as exc:
         return _domain_error(exc)
-    return JsonResponse({"completion_id": capture.completion_id, "recorded": True})
+    return JsonResponse({"completion_id": capture.completion_id, "choice_index": capture.choice_index,
+                         "recorded": True})
 
 
 @csrf_exempt
@@ -339,7 +340,8 @@ def _create(user, project, token, call: dict) -> list[Generation]:
         generations.append(services.generation_create(
             user=user, project=project, model_ref=call["model"], source=Generation.Source.API, token=token,
             messages=call["messages"], prompt=call["prompt"], params=params,
-            caller=call["caller"] or f"token:{token.pk}"))
+            caller=call["caller"] or f"token:{token.pk}", first_choice=generations[0] if generations else None,
+            choice_index=i))
     return generations
 
 

@@ -115,10 +115,12 @@ SCHEMAS = {
                     "text_offset": {"type": "array", "items": {"type": "integer"}}}}}}}}},
     "OpenAIFeedbackRequest": {"type": "object", "required": ["completion_id", "score"], "properties": {
         "completion_id": {"type": "string", "description": "the id of the answer (chatcmpl-… or cmpl-…)"},
+        "choice_index": {"type": "integer", "minimum": 0, "default": 0,
+                         "description": "which of the answer's choices (a request with n > 1 has n)"},
         "score": {"type": "number", "minimum": -1000, "maximum": 1000},
         "comment": {"type": "string", "maxLength": 2000, "nullable": True}}},
-    "OpenAIFeedback": {"type": "object", "required": ["completion_id", "recorded"], "properties": {
-        "completion_id": {"type": "string"}, "recorded": {"type": "boolean"}}},
+    "OpenAIFeedback": {"type": "object", "required": ["completion_id", "choice_index", "recorded"], "properties": {
+        "completion_id": {"type": "string"}, "choice_index": {"type": "integer"}, "recorded": {"type": "boolean"}}},
 }
 
 

@@ -147,7 +147,7 @@ class CapturesToDatasetSerializer(CaptureFilterSerializer):
 class CaptureSerializer(serializers.ModelSerializer):
     class Meta:
         model = Capture
-        fields = ["id", "completion_id", "version", "messages", "response", "redacted", "redactions", "latency_s",
+        fields = ["id", "completion_id", "choice_index", "version", "messages", "response", "redacted", "redactions", "latency_s",
                   "time_to_first_token_s", "prompt_tokens", "completion_tokens", "feedback_score",
                   "feedback_comment", "feedback_at", "created_at"]
 

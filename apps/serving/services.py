@@ -62,9 +62,11 @@ def sampling_params(values: dict):
 
 
 def generation_create(*, user, project: Project, model_ref, source: str, messages=None, prompt=None,
-                      params: dict | None = None, token=None, caller: str = "") -> Generation:
+                      params: dict | None = None, token=None, caller: str = "", first_choice: Generation | None = None,
+                      choice_index: int = 0) -> Generation:
     """Check and record one generation; `generation_enqueue` sends it to a worker. `caller` names
-    the end user for an alias's canary split (the client's `user` field; by default the account)."""
+    the end user for an alias's canary split (the client's `user` field; by default the account).
+    Choice i > 0 of a request with n choices names the request's first generation (`first_choice`)."""
     from workers.inference import InferenceInputError
     from workers.inference.prompts import validate_messages
 
@@ -81,7 +83,8 @@ def generation_create(*, user, project: Project, model_ref, source: str, message
         raise Invalid("The prompt is a non-empty string.", field="prompt")
     sampling = sampling_params(params or {})
     return Generation.objects.create(project=project, model=model, alias=alias, user=user, source=source,
-                                     messages=messages, prompt=prompt, params=_as_json(sampling))
+                                     messages=messages, prompt=prompt, params=_as_json(sampling),
+                                     first_choice=first_choice, choice_index=choice_index)
 
 
 def generation_cancel(*, user, project: Project, generation_id, token=None) -> bool:

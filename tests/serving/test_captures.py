@@ -3,6 +3,7 @@ sampled, personal data replaced before anything is stored, kept for its retentio
 feedback on an answer by its id; captures become a dataset version through the import pipeline.
 End to end with the `openai` client, the real server and real workers."""
 
+import time
 from datetime import timedelta
 
 import openai
@@ -40,6 +41,11 @@ def test_captured_redacted_with_feedback_then_a_dataset_version(
     api = openai.OpenAI(base_url=f"{live_asgi}/v1", max_retries=0, timeout=60, api_key=key)
     before = api.chat.completions.create(model=tiny_model.name, messages=[{"role": "user", "content": PERSONAL}],
                                          max_tokens=3, temperature=0)
+    # The worker captures (or not) just after the answer's last event: let it finish with `before`
+    # before logging goes on, or it would see logging on already.
+    wait_for(lambda: Generation.objects.filter(pk=int(before.id.split("-")[1]), state="succeeded").exists(),
+             what="the first answer's end")
+    time.sleep(1)
 
     switched = requests.put(settings_url, json={"enabled": True, "retention_days": 7}, headers=admin, timeout=10)
     assert switched.status_code == 200 and switched.json() == {"name": "production", "enabled": True,
@@ -57,7 +63,8 @@ def test_captured_redacted_with_feedback_then_a_dataset_version(
     headers = {"Authorization": f"Bearer {key}"}
     given = requests.post(feedback, json={"completion_id": answer.id, "score": 1,
                                           "comment": "good, write to me at ada@example.com"}, headers=headers, timeout=10)
-    assert given.status_code == 200 and given.json() == {"completion_id": answer.id, "recorded": True}
+    assert given.status_code == 200 and given.json() == {"completion_id": answer.id, "choice_index": 0,
+                                                         "recorded": True}
     capture.refresh_from_db()
     assert capture.feedback_score == 1.0 and "ada@example.com" not in capture.feedback_comment
     missing = requests.post(feedback, json={"completion_id": before.id, "score": 1}, headers=headers, timeout=10)
@@ -159,3 +166,39 @@ def test_captures_to_a_dataset_refuse_what_is_not_there(family, client, scientis
     assert backwards.status_code == 400 and "since" in backwards.content.decode()
     assert client.get(f"/api/models/{base.pk}/aliases/production/captures/?feedback=loud").status_code == 400
     assert not ImportJob.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
+def test_feedback_reaches_each_of_the_n_choices_of_a_request(owner, project, tiny_model, inference_worker, live_asgi):
+    alias = alias_set(user=owner, model=tiny_model, name="production", version=tiny_model.pk)
+    ModelAlias.objects.filter(pk=alias.pk).update(capture_enabled=True, capture_redact=False)
+    key = token(owner, project, ("project.view", "model.view", "model.generate"))
+    api = openai.OpenAI(base_url=f"{live_asgi}/v1", max_retries=0, timeout=60, api_key=key)
+    answer = api.chat.completions.create(model=tiny_model.name, messages=[{"role": "user", "content": "Hello"}],
+                                         max_tokens=3, temperature=1.0, seed=7, n=3)
+    assert [choice.index for choice in answer.choices] == [0, 1, 2]
+    captures = wait_for(lambda: len(found := list(Capture.objects.filter(completion_id=answer.id)
+                                                  .order_by("choice_index"))) == 3 and found,
+                        what="the three choices' captures")
+    assert [c.choice_index for c in captures] == [0, 1, 2]  # one request: all in the sample, one id
+    assert [c.response for c in captures] == [choice.message.content or "" for choice in answer.choices]
+
+    feedback, headers = f"{live_asgi}/v1/feedback", {"Authorization": f"Bearer {key}"}
+    for index, score in ((2, -1), (0, 1)):
+        given = requests.post(feedback, json={"completion_id": answer.id, "choice_index": index, "score": score,
+                                              "comment": f"choice {index}"}, headers=headers, timeout=10)
+        assert given.status_code == 200 and given.json() == {"completion_id": answer.id, "choice_index": index,
+                                                             "recorded": True}
+    for capture in captures:
+        capture.refresh_from_db()
+    assert [(c.feedback_score, c.feedback_comment) for c in captures] == [(1.0, "choice 0"), (None, ""),
+                                                                         (-1.0, "choice 2")]
+    for index in (3, 99, -1, "1", 1.0, True, None, [1]):
+        refused = requests.post(feedback, json={"completion_id": answer.id, "choice_index": index, "score": 1},
+                                headers=headers, timeout=10)
+        assert refused.status_code == 400 and refused.json()["error"]["param"] == "choice_index", (index, refused.text)
+    assert "has 3 choices (0 to 2)" in requests.post(
+        feedback, json={"completion_id": answer.id, "choice_index": 3, "score": 1}, headers=headers,
+        timeout=10).json()["error"]["message"]
+    assert Capture.objects.get(completion_id=answer.id, choice_index=1).feedback_score is None  # nothing leaked

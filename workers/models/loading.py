@@ -137,3 +137,15 @@ def _version(text: str) -> tuple[int, ...]:
         digits = "".join(ch for ch in piece if ch.isdigit())
         parts.append(int(digits or 0))
     return tuple(parts)
+
+
+def check_loads(path: Path, *, roots: Iterable[os.PathLike | str] | None = None) -> None:
+    """Load a safetensors model directory and generate one token greedily: the proof, run in a
+    worker, that a model nobody has loaded yet (an upload) is usable before anyone is offered it.
+    Raises what load_for_inference raises, and whatever transformers raises for broken weights."""
+    import torch
+
+    model, tokenizer = load_for_inference(path, dtype="fp32", roots=roots)
+    inputs = tokenizer("Hello", return_tensors="pt")
+    with torch.no_grad():
+        model.generate(**inputs, max_new_tokens=1, do_sample=False, pad_token_id=tokenizer.pad_token_id)
