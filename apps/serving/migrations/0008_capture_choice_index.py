@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('serving', '0006_capture'),
+        ('serving', '0007_generation_precision'),
     ]
 
     operations = [
