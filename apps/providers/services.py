@@ -18,7 +18,7 @@ from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 
 from django.conf import settings
 from django.core.cache import cache
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -566,6 +566,15 @@ def _record_call(project: Project, model: ProviderModel, user, *, prompt_tokens:
                                 cost=call_cost(prompt_tokens, completion_tokens, model))
 
 
+def _release_connection() -> None:
+    """Give this thread's database connection back (to the pool) while the provider thinks: a
+    job's calls in flight would otherwise each hold one for the whole call, and a worker whose
+    pool they emptied could not run anything else, not even the /v1 generations of a provider
+    that is this very product. Inside a transaction the connection is the transaction's: kept."""
+    if not connection.in_atomic_block:
+        connection.close()
+
+
 def provider_chat(project: Project, provider_model, messages, *, user=None, token=None, **params) -> ProviderReply:
     """One chat completion from a provider model enabled for `project`.
 
@@ -585,6 +594,7 @@ def provider_chat(project: Project, provider_model, messages, *, user=None, toke
     params = _params(params)
     client = _client(provider)
     _reserve(provider, project)
+    _release_connection()
     started = time.monotonic()
     try:
         completion = client.chat.completions.create(model=model.name, messages=messages, **params)
