@@ -139,6 +139,37 @@ def test_the_create_page_offers_the_projects_provider_models(client, scientist, 
     assert comparison.contestants.filter(provider_model__isnull=False).count() == 1
 
 
+def test_votes_on_a_provider_column_rank_it_and_export_it_by_name(client, scientist, annotator, project, owner,
+                                                                  judge_provider):
+    from apps.comparison.models import Contestant, Prompt
+    from apps.datasets.models import DatasetVersion
+    from tests.comparison.test_api import _vote_everything
+
+    local = placeholder_model(project, "Base")
+    comparison = Comparison.objects.create(project=project, name="Filled", state="succeeded", created_by=owner,
+                                           params={"max_new_tokens": 8}, source={"kind": "ad_hoc"}, cells_total=6)
+    columns = [Contestant.objects.create(comparison=comparison, model=local, position=0),
+               Contestant.objects.create(comparison=comparison, provider_model=judge_provider.models.get(), position=1)]
+    for i in range(3):
+        prompt = Prompt.objects.create(comparison=comparison, position=i, text=f"prompt {i}")
+        Output.objects.bulk_create([Output(comparison=comparison, prompt=prompt, contestant=c,
+                                           text=f"{c.name} says {i}") for c in columns])
+    client.force_login(annotator)
+    _vote_everything(client, comparison, lambda pair: "a" if pair["a"].startswith("Scripted") else "b")
+
+    client.force_login(scientist)
+    board = client.get(f"/api/comparisons/{comparison.pk}/leaderboard/").json()
+    assert [(s["name"], s["wins"]) for s in board["standings"]] == [("Scripted/judge-1", 3), ("Base", 0)]
+    page = client.get(f"/projects/{project.pk}/comparisons/{comparison.pk}/leaderboard/")
+    assert page.status_code == 200 and "Scripted/judge-1" in page.content.decode()
+    exported = client.post(f"/api/comparisons/{comparison.pk}/export/", {"dataset_name": "Prefs"},
+                           content_type="application/json")
+    assert exported.status_code == 201, exported.content
+    rows = DatasetVersion.objects.get(dataset_id=exported.json()["dataset"]).rows.all()
+    assert len(rows) == 3 and all(r.response.startswith("Scripted/judge-1 says") for r in rows)
+    assert {r.metadata["chosen_model_name"] for r in rows} == {"Scripted/judge-1"}
+
+
 # --- run by a real worker against a real provider process ------------------------------------------
 
 @pytest.mark.slow
