@@ -32,6 +32,7 @@ BENCHMARKS = {
     "judge_throughput": "bench.judge_throughput",
     "scale_workers": "bench.scale_workers",
     "serve_precision": "bench.serve_precision",
+    "provider_overhead": "bench.provider_overhead",
 }
 
 

@@ -259,6 +259,9 @@ TRAINING_RENDEZVOUS_TIMEOUT_S = env_float("TRAINING_RENDEZVOUS_TIMEOUT_S", 300.0
 # Sweeps: the most jobs one sweep launches.
 TRAINING_SWEEP_MAX_JOBS = env_int("TRAINING_SWEEP_MAX_JOBS", 16)
 COMPARISON_MAX_ACTIVE_PER_PROJECT = env_int("COMPARISON_MAX_ACTIVE_PER_PROJECT", 4)
+# Calls a comparison's provider column keeps in flight (the provider's rate limit still holds,
+# each refusal waited out): bench/provider_overhead.py measures it against a local column.
+COMPARISON_PROVIDER_CONCURRENCY = env_int("COMPARISON_PROVIDER_CONCURRENCY", 8)
 # Items a judge run asks together (a pair is two calls): a local judge's calls join one batch of
 # the inference batcher, a provider judge keeps that many requests in flight (its rate limit
 # still holds). Not measured yet: bench's judge_throughput (issue #20) is to set it.

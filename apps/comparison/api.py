@@ -37,7 +37,7 @@ class ProjectComparisonListCreateApi(ListAPIView):
         user, token = self.request.user, self.request.auth
         project = policy.get_project(user, self.kwargs["project_id"], "compare.view", token)
         return (Comparison.objects.filter(project=project).select_related("created_by")
-                .prefetch_related("contestants__model").annotate(prompt_total=Count("prompts")))
+                .prefetch_related("contestants__model", "contestants__provider_model__provider").annotate(prompt_total=Count("prompts")))
 
     @extend_schema(request=ComparisonCreateSerializer, responses={201: ComparisonSerializer})
     def post(self, request: Request, project_id: int) -> Response:

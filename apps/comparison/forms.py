@@ -9,9 +9,12 @@ SLOTS = 4
 class CreateForm(forms.Form):
     name = forms.CharField(max_length=120)
     model_1 = forms.TypedChoiceField(coerce=int, label="Model 1")
-    model_2 = forms.TypedChoiceField(coerce=int, label="Model 2")
+    model_2 = forms.TypedChoiceField(coerce=int, required=False, empty_value=None, label="Model 2")
     model_3 = forms.TypedChoiceField(coerce=int, required=False, empty_value=None, label="Model 3")
     model_4 = forms.TypedChoiceField(coerce=int, required=False, empty_value=None, label="Model 4")
+    provider_models = forms.TypedMultipleChoiceField(
+        coerce=int, required=False, widget=forms.CheckboxSelectMultiple, label="Provider models",
+        help_text="Models of outside providers enabled for this project, as more columns (2 to 4 columns in all).")
     prompts = forms.CharField(widget=forms.Textarea(attrs={"rows": 6}), required=False,
                               help_text="One prompt per line. Or leave empty and sample a dataset version below.")
     dataset_version = forms.TypedChoiceField(coerce=int, required=False, empty_value=None,
@@ -26,12 +29,16 @@ class CreateForm(forms.Form):
     FIELD_FOR = {"models": "model_1", "references": "prompts", "params.max_new_tokens": "max_new_tokens",
                  "params.temperature": "temperature", "params.seed": "generation_seed"}
 
-    def __init__(self, *args, models=(), versions=(), **kwargs):
+    def __init__(self, *args, models=(), versions=(), provider_models=(), **kwargs):
         super().__init__(*args, **kwargs)
         choices = [(m.pk, f"{m.name} (adapter of {m.base_model.name})" if m.base_model_id else m.name)
                    for m in models]
         for i in range(1, SLOTS + 1):
             self.fields[f"model_{i}"].choices = [("", "—")] + choices
+        if provider_models:
+            self.fields["provider_models"].choices = [(m.pk, str(m)) for m in provider_models]
+        else:  # none enabled here, or this person may not use them
+            del self.fields["provider_models"]
         self.fields["dataset_version"].choices = [("", "— typed prompts —")] + [(v.pk, str(v)) for v in versions]
 
     def field_for(self, name: str | None) -> str | None:
@@ -45,7 +52,8 @@ class CreateForm(forms.Form):
         if data.get("generation_seed") is not None:
             params["seed"] = data["generation_seed"]
         arguments = {"name": data["name"], "params": params,
-                     "models": [data[f"model_{i}"] for i in range(1, SLOTS + 1) if data.get(f"model_{i}") is not None]}
+                     "models": [data[f"model_{i}"] for i in range(1, SLOTS + 1) if data.get(f"model_{i}") is not None],
+                     "provider_models": data.get("provider_models") or []}
         if data.get("dataset_version"):
             arguments.update(dataset_version=data["dataset_version"], split=data.get("split") or "",
                              sample_size=data.get("sample_size"), seed=data.get("seed") or 0)

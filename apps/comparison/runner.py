@@ -15,15 +15,28 @@ TRAINING_MAX_RUNS times fails instead of looping. The heartbeat settings are the
 ones (TRAINING_HEARTBEAT_S, TRAINING_HEARTBEAT_STALE_S): one notion of a lost worker. When its
 worker is told to stop (SIGTERM), the comparison is handed back after the batch in hand
 (JobRun.hand_back): its stored cells are kept and another worker makes the rest.
+
+A provider model's column is called, not generated, before the local columns (a project that
+may not send its data out, or a spent budget, then fails the comparison before the device is
+busy): through apps.providers.services.provider_chat_for_job, as judges and teachers are (enablement,
+the launcher's `provider.use`, the project's privacy and PII redaction, budget, rate limit,
+tokens and cost of each call; the client retries timeouts and 5xx with backoff up to the
+provider's max_retries). COMPARISON_PROVIDER_CONCURRENCY calls are kept in flight, a rate-limit
+refusal being waited out by the call that met it. A call that still fails leaves its cell
+with the provider's message; a refusal that is no one call's (privacy, budget, the provider
+no longer enabled) fails the comparison with its message. A cell is stored whole when its call
+returns, or not at all.
 """
 
 import logging
+import threading
 
 from django.conf import settings
-from django.db import close_old_connections
+from django.db import close_old_connections, connection
 
 from apps.comparison import events, selectors
 from apps.comparison.models import Comparison, Output
+from apps.core.errors import DomainError
 from apps.core.jobs import JobCancelled, JobRun
 
 logger = logging.getLogger(__name__)
@@ -41,8 +54,9 @@ def run_comparison(comparison_id: int, *, worker: str = "") -> None:
 
 
 def _run(run: JobRun) -> None:
+    from apps.providers.services import ProviderError
     from apps.serving.runner import batcher, model_paths
-    from workers.comparison import GridCancelled, GridModel, GridPrompt, run_grid
+    from workers.comparison import GridCancelled, GridModel, GridPrompt, call_column, run_grid
     from workers.inference import SamplingParams
 
     comparison = run.job
@@ -56,6 +70,8 @@ def _run(run: JobRun) -> None:
     by_column = {c.position: c for c in contestants}
     models = []
     for c in contestants:
+        if c.provider_model_id:
+            continue  # called, below
         base, adapter = model_paths(c.model)
         models.append(GridModel(column=c.position, key=f"model-{c.model.base_model_id or c.model_id}", path=str(base),
                                 adapter_path=str(adapter) if adapter else None,
@@ -85,6 +101,11 @@ def _run(run: JobRun) -> None:
         return run.stopping()  # its worker is stopping: handed back after this batch
 
     try:
+        for c in contestants:
+            if c.provider_model_id:
+                call_column(c.position, grid_prompts, _column_call(comparison, c, params), on_cells=on_cells,
+                            concurrency=settings.COMPARISON_PROVIDER_CONCURRENCY, done=done,
+                            cell_errors=(ProviderError,))
         run_grid(models, grid_prompts, SamplingParams(**params), batcher=batcher(), on_cells=on_cells, done=done,
                  batch_size=settings.INFERENCE_MAX_BATCH_SIZE, timeout_s=settings.INFERENCE_TIMEOUT_S)
     except JobCancelled:
@@ -96,6 +117,10 @@ def _run(run: JobRun) -> None:
         if not run.hand_back():
             run.cancel()
         return
+    except DomainError as exc:  # a provider column refused: privacy, budget, no longer enabled
+        close_old_connections()
+        run.fail(exc.message[:2000])
+        return
     except Exception as exc:  # a model that cannot load, a timeout: the scientist sees why
         logger.exception("comparison %s failed", comparison_id)
         close_old_connections()
@@ -103,3 +128,27 @@ def _run(run: JobRun) -> None:
         return
     close_old_connections()
     run.finish()
+
+
+def _column_call(comparison: Comparison, contestant, params: dict):
+    """The provider column's call of one prompt (as one user message), with the comparison's
+    sampling (top_k has no OpenAI equivalent and is not sent), for the person who launched it;
+    safe from the engine's threads: each gives its database connection back after a call."""
+    from apps.providers.services import provider_chat_for_job
+    from workers.comparison import Answer
+
+    sampling = {"max_tokens": params["max_new_tokens"], "temperature": params["temperature"],
+                "top_p": params.get("top_p"), "seed": params.get("seed"), "stop": list(params["stop"]) or None}
+    runner_thread = threading.get_ident()
+
+    def ask(text: str) -> Answer:
+        try:
+            reply = provider_chat_for_job(comparison.project, contestant.provider_model_id,
+                                          [{"role": "user", "content": text}], launcher=comparison.created_by,
+                                          **sampling)
+        finally:
+            if threading.get_ident() != runner_thread:
+                connection.close()
+        return Answer(text=reply.text, finish_reason=reply.finish_reason, prompt_tokens=reply.prompt_tokens,
+                      completion_tokens=reply.completion_tokens)
+    return ask

@@ -1,6 +1,6 @@
 """Reads about comparisons: the grid, per-model summaries, leaderboards."""
 
-from dataclasses import astuple
+from dataclasses import astuple, dataclass
 
 from django.db.models import Count
 
@@ -23,13 +23,40 @@ def cell_payload(output: Output) -> dict:
 
 
 def contestants(comparison: Comparison) -> list[Contestant]:
-    return list(comparison.contestants.select_related("model__base_model").order_by("position"))
+    return list(comparison.contestants.select_related("model__base_model", "provider_model__provider")
+                .order_by("position"))
 
 
 def contestant_payload(contestant: Contestant) -> dict:
+    if contestant.provider_model_id:
+        return {"id": contestant.pk, "position": contestant.position, "model": None,
+                "provider_model": contestant.provider_model_id, "name": contestant.name, "kind": "provider",
+                "base_model": None}
     model = contestant.model
-    return {"id": contestant.pk, "position": contestant.position, "model": model.pk, "name": model.name,
-            "kind": model.kind, "base_model": model.base_model_id}
+    return {"id": contestant.pk, "position": contestant.position, "model": model.pk, "provider_model": None,
+            "name": model.name, "kind": model.kind, "base_model": model.base_model_id}
+
+
+@dataclass(frozen=True)
+class Entrant:
+    """What a leaderboard ranks: a model of the project (pk: its id) or a provider model (pk:
+    "provider:<id>", so the two kinds of id never collide on one board)."""
+
+    pk: int | str
+    name: str
+    kind: str
+
+
+def entrant(contestant: Contestant) -> Entrant:
+    if contestant.provider_model_id:
+        return Entrant(entrant_key(None, contestant.provider_model_id), contestant.name, "provider")
+    return Entrant(contestant.model_id, contestant.model.name, contestant.model.kind)
+
+
+def entrant_key(model_id: int | None, provider_model_id: int | None) -> int | str | None:
+    if model_id is not None:
+        return model_id
+    return f"provider:{provider_model_id}" if provider_model_id is not None else None
 
 
 def grid_cells(comparison: Comparison) -> list[dict]:
@@ -71,33 +98,42 @@ def model_summaries(comparison: Comparison) -> list[dict]:
 
 
 def comparison_leaderboard(comparison: Comparison) -> dict:
-    models = [c.model for c in contestants(comparison)]
-    return _leaderboard(models, _vote_kinds(comparison.votes.all()))
+    return _leaderboard([entrant(c) for c in contestants(comparison)], _vote_kinds(comparison.votes.all()))
 
 
 def project_leaderboard(project: Project) -> dict:
-    """Every vote of every comparison of the project, by model: a model met in several
-    comparisons is one line."""
+    """Every vote of every comparison of the project, by model: a model (or provider model) met
+    in several comparisons is one line."""
+    from apps.providers.models import ProviderModel
+
     kinds = _vote_kinds(Vote.objects.filter(comparison__project=project))
-    ids = sorted({k[0] for k in kinds} | {k[1] for k in kinds})
-    models = list(RegisteredModel.all_objects.filter(pk__in=ids).order_by("name", "id"))
+    keys = {k[0] for k in kinds} | {k[1] for k in kinds}
+    local = RegisteredModel.all_objects.filter(pk__in=[k for k in keys if isinstance(k, int)])
+    outside = ProviderModel.objects.filter(pk__in=[int(k.split(":")[1]) for k in keys if isinstance(k, str)])
+    models = sorted([Entrant(m.pk, m.name, m.kind) for m in local]
+                    + [Entrant(entrant_key(None, m.pk), str(m), "provider") for m in outside.select_related("provider")],
+                    key=lambda e: (e.name, str(e.pk)))
     return _leaderboard(models, kinds)
 
 
 def _vote_kinds(votes) -> list[tuple]:
-    """(first model, second model, winner model, choice, votes) for each kind of vote: the
-    database counts them, so the leaderboard's cost follows the models, not the votes."""
-    return list(votes.order_by().values_list("pair__first__model_id", "pair__second__model_id", "winner__model_id",
-                                             "choice").annotate(votes=Count("pk")))
+    """(first, second, winner or None, choice, votes) for each kind of vote, each named by its
+    entrant key: the database counts them, so the leaderboard's cost follows the models, not the votes."""
+    rows = votes.order_by().values_list(
+        "pair__first__model_id", "pair__first__provider_model_id", "pair__second__model_id",
+        "pair__second__provider_model_id", "winner__model_id", "winner__provider_model_id", "choice",
+    ).annotate(votes=Count("pk"))
+    return [(entrant_key(f, fp), entrant_key(s, sp), entrant_key(w, wp), choice, count)
+            for f, fp, s, sp, w, wp, choice, count in rows]
 
 
-def leaderboard_of(models: list[RegisteredModel], kinds: list[tuple]) -> dict:
-    """The leaderboard of `models` from kinds of vote (first model, second model, winner model or
-    None, choice a/b/tie/both_bad, count): the people's votes, or a judge's verdicts counted alike."""
+def leaderboard_of(models: list[Entrant], kinds: list[tuple]) -> dict:
+    """The leaderboard of `models` from kinds of vote (first, second, winner or None, each an
+    entrant key; choice a/b/tie/both_bad; count): the people's votes, or a judge's verdicts counted alike."""
     return _leaderboard(models, kinds)
 
 
-def _leaderboard(models: list[RegisteredModel], kinds: list[tuple]) -> dict:
+def _leaderboard(models: list[Entrant], kinds: list[tuple]) -> dict:
     from workers.comparison import Outcome, leaderboard
 
     index = {m.pk: i for i, m in enumerate(models)}

@@ -32,7 +32,11 @@ class ComparisonCreateSerializer(serializers.Serializer):
     """Prompts typed (`prompts`, optional `references`) or sampled from a dataset version."""
 
     name = serializers.CharField(max_length=120)
-    models = serializers.ListField(child=serializers.JSONField(), help_text="2 to 4 model ids, in column order")
+    models = serializers.ListField(child=serializers.JSONField(), help_text="model ids of the project, in column order")
+    provider_models = serializers.ListField(
+        child=serializers.JSONField(), required=False, default=None, allow_null=True,
+        help_text="provider models enabled for the project (ids or “provider/model” names), columns after `models`; "
+                  "2 to 4 columns in all")
     prompts = serializers.ListField(child=serializers.JSONField(allow_null=True), required=False, allow_empty=True, default=None,
                                     allow_null=True)
     references = serializers.ListField(child=serializers.JSONField(allow_null=True), required=False, default=None, allow_null=True)
@@ -112,7 +116,7 @@ class VoteSerializer(serializers.Serializer):
     pair = serializers.IntegerField()
     choice = serializers.CharField()
     client_id = serializers.CharField()
-    a = serializers.DictField(help_text="the left model: id and name")
+    a = serializers.DictField(help_text="the left model: id (\"provider:<id>\" for a provider model) and name")
     b = serializers.DictField(help_text="the right model: id and name")
     winner = serializers.DictField(allow_null=True)
 
@@ -121,7 +125,8 @@ def revealed_vote(vote: Vote) -> dict:
     pair = vote.pair
 
     def model(contestant):
-        return {"id": contestant.model_id, "name": contestant.model.name}
+        named = selectors.entrant(contestant)
+        return {"id": named.pk, "name": named.name}
 
     return {"id": vote.pk, "pair": pair.pk, "choice": vote.choice, "client_id": vote.client_id,
             "a": model(pair.left), "b": model(pair.right), "winner": model(vote.winner) if vote.winner else None}

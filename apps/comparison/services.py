@@ -14,6 +14,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from apps.comparison.models import Comparison, Contestant, Output, Pair, Prompt, Vote
+from apps.comparison.selectors import entrant
 from apps.comparison.tasks import compare_task
 from apps.core.errors import Conflict, Invalid, NotFound, QuotaExceeded
 from apps.core.jobs import ask_to_cancel, enqueue
@@ -27,23 +28,27 @@ from apps.registry.models import RegisteredModel
 MIN_MODELS, MAX_MODELS = 2, 4
 MAX_PROMPTS = 500  # a grid of 500 x 4 cells is already an afternoon of voting
 MAX_PROMPT_CHARS = 20_000
+MAX_PROVIDER_REF = 320  # "provider/model": the two names' lengths
 DEFAULT_MAX_NEW_TOKENS = 128
 
 
-def comparison_create(*, user, project: Project, name: str, models: list, prompts: list | None = None,
+def comparison_create(*, user, project: Project, name: str, models: list, provider_models: list | None = None,
+                      prompts: list | None = None,
                       references: list | None = None, dataset_version: int | None = None, split: str = "",
                       sample_size: int | None = None, seed: int = 0, params: dict | None = None, token=None,
                       ip_address: str | None = None) -> Comparison:
     """Check and queue a comparison. Prompts are either `prompts` (with optional `references`,
     one per prompt) or `sample_size` rows sampled (seeded) from `dataset_version`, optionally
-    from one `split`; a row's reference is its reference, else its response."""
+    from one `split`; a row's reference is its reference, else its response. The columns are
+    `models` (of the project), then `provider_models` (ids or "provider/model" names)."""
     from apps.serving.services import sampling_params
 
     policy.require(user, "compare.run", project, token)
     name = " ".join((name or "").split())
     if not name or len(name) > 120:
         raise Invalid("A comparison needs a name of at most 120 characters.", field="name")
-    chosen = _checked_models(user, project, models, token)
+    outside = _checked_provider_models(user, project, provider_models, token)
+    chosen = _checked_models(user, project, models, token, columns_left=MAX_MODELS - len(outside))
     if not isinstance(params, dict):
         raise Invalid("params is an object of sampling settings.", field="params")
     try:
@@ -66,14 +71,17 @@ def comparison_create(*, user, project: Project, name: str, models: list, prompt
                                 "end or cancel one.")
         comparison = Comparison.objects.create(
             project=project, name=name, params=_params_json(sampling), source=source, dataset_version=version,
-            cells_total=len(rows) * len(chosen), created_by=user)
+            cells_total=len(rows) * (len(chosen) + len(outside)), created_by=user)
         Contestant.objects.bulk_create([Contestant(comparison=comparison, model=model, position=i)
-                                        for i, model in enumerate(chosen)])
+                                        for i, model in enumerate(chosen)]
+                                       + [Contestant(comparison=comparison, provider_model=model, position=i)
+                                          for i, model in enumerate(outside, start=len(chosen))])
         Prompt.objects.bulk_create([Prompt(comparison=comparison, position=i, text=text, reference=reference,
                                            source_position=origin)
                                     for i, (text, reference, origin) in enumerate(rows)])
         audit_record(actor=user, action="comparison.create", project=project, target=comparison,
                      ip_address=ip_address, after={"name": name, "models": [m.pk for m in chosen],
+                                                   "provider_models": [str(m) for m in outside],
                                                    "prompts": len(rows), "source": source})
         transaction.on_commit(lambda: _enqueue(comparison.pk))
     return comparison
@@ -94,9 +102,38 @@ def compare_with_base(*, user, job, token=None, ip_address: str | None = None) -
         token=token, ip_address=ip_address)
 
 
-def _checked_models(user, project: Project, models, token) -> list[RegisteredModel]:
-    if not isinstance(models, list) or not MIN_MODELS <= len(models) <= MAX_MODELS:
+def _checked_provider_models(user, project: Project, refs, token) -> list:
+    """Provider models enabled for the project, each once, for someone who may use them, in a
+    project that lets its data go out."""
+    from apps.providers import selectors as provider_selectors
+    from apps.providers.services import require_outside_allowed
+
+    if refs is None or refs == []:
+        return []
+    if not isinstance(refs, list) or len(refs) > MAX_MODELS:
+        raise Invalid(f"provider_models is a list of at most {MAX_MODELS} provider models.", field="provider_models")
+    for ref in refs:
+        if not ((isinstance(ref, int) and not isinstance(ref, bool) and 0 < ref < 2**63)
+                or (isinstance(ref, str) and 0 < len(ref) <= MAX_PROVIDER_REF)):
+            raise Invalid("Each provider model is its id or its “provider/model” name.", field="provider_models")
+    policy.require(user, "provider.use", project, token)
+    chosen = []
+    for ref in refs:
+        try:
+            chosen.append(provider_selectors.usable_model(project, ref))
+        except NotFound as exc:
+            raise Invalid(exc.message, field="provider_models") from None
+    if len({m.pk for m in chosen}) != len(chosen):
+        raise Invalid("Each provider model may appear once.", field="provider_models")
+    require_outside_allowed(project)
+    return chosen
+
+
+def _checked_models(user, project: Project, models, token, *, columns_left: int = MAX_MODELS) -> list[RegisteredModel]:
+    if not isinstance(models, list):
         raise Invalid(f"Compare {MIN_MODELS} to {MAX_MODELS} models.", field="models")
+    if not MIN_MODELS - (MAX_MODELS - columns_left) <= len(models) <= columns_left:
+        raise Invalid(f"Compare {MIN_MODELS} to {MAX_MODELS} models, provider models included.", field="models")
     if len(set(map(str, models))) != len(models):
         raise Invalid("Each model may appear once.", field="models")
     visible = policy.visible_in_project(user, RegisteredModel, project, "model.view", token)
@@ -308,7 +345,8 @@ def votes_export(*, user, comparison: Comparison, dataset: int | None = None, da
     policy.require(user, "compare.view", comparison, token)
     policy.require(user, "dataset.import", comparison.project, token)
     votes = list(comparison.votes.exclude(winner=None).select_related(
-        "pair__prompt", "winner__model", "loser__model", "voter").order_by("id"))
+        "pair__prompt", "winner__model", "loser__model", "winner__provider_model__provider",
+        "loser__provider_model__provider", "voter").order_by("id"))
     if not votes:
         raise Invalid("No vote prefers one answer yet: there is nothing to export.", field="comparison")
     outputs = {(o.prompt_id, o.contestant_id): o.text for o in comparison.outputs.all()}
@@ -316,8 +354,8 @@ def votes_export(*, user, comparison: Comparison, dataset: int | None = None, da
         "prompt": vote.pair.prompt.text,
         "chosen": outputs.get((vote.pair.prompt_id, vote.winner_id), ""),
         "rejected": outputs.get((vote.pair.prompt_id, vote.loser_id), ""),
-        "chosen_model": vote.winner.model_id, "chosen_model_name": vote.winner.model.name,
-        "rejected_model": vote.loser.model_id, "rejected_model_name": vote.loser.model.name,
+        "chosen_model": entrant(vote.winner).pk, "chosen_model_name": vote.winner.name,
+        "rejected_model": entrant(vote.loser).pk, "rejected_model_name": vote.loser.name,
         "voter": vote.voter_id, "voter_name": vote.voter.username, "vote": vote.pk, "comparison": comparison.pk,
     } for vote in votes]
     with transaction.atomic():

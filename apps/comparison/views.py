@@ -12,6 +12,7 @@ from apps.core.http import client_ip
 from apps.datasets.models import Dataset, DatasetVersion
 from apps.evaluation.selectors import judge_boards
 from apps.projects import policy
+from apps.providers.selectors import usable_models
 from apps.registry.models import RegisteredModel
 
 SEE = ("compare.view", "compare.vote")  # voters (annotators) see the list to reach the vote pages
@@ -56,12 +57,15 @@ def comparison_create(request: HttpRequest, project_id: int) -> HttpResponse:
     initial = {}
     if request.GET.get("model"):
         initial["model_2"] = request.GET["model"]
-    form = CreateForm(request.POST or None, models=models, versions=versions, initial=initial)
+    provider_models = (usable_models(project) if "provider.use" in policy.project_permissions(request.user, project)
+                       else [])
+    form = CreateForm(request.POST or None, models=models, versions=versions, provider_models=provider_models,
+                      initial=initial)
     if request.method == "POST" and form.is_valid():
         try:
             comparison = services.comparison_create(user=request.user, project=project, ip_address=client_ip(request),
                                                     **form.create_arguments())
-        except (Invalid, QuotaExceeded) as exc:
+        except (Invalid, Conflict, QuotaExceeded) as exc:
             form.add_error(form.field_for(exc.field), exc.message)
         else:
             messages.success(request, f"Comparison “{comparison.name}” queued.")

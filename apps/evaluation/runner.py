@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 
 from django.conf import settings
 from django.db import close_old_connections, connection, transaction
 
-from apps.core.errors import DomainError, Invalid, PermissionDenied, QuotaExceeded
+from apps.core.errors import DomainError, Invalid, PermissionDenied
 from apps.core.jobs import JobCancelled, JobRun
 from apps.evaluation import selectors
 from apps.evaluation.models import EvalItem, EvalRun, Judge, JudgeRun, Verdict
@@ -29,10 +28,6 @@ from workers.judging import PAIRWISE, JudgeCancelled, PairItem, PointItem, Reply
 from workers.judging.run import orders
 
 logger = logging.getLogger(__name__)
-
-# A rate-limit refusal shorter than this is waited out (the provider's window is a minute);
-# a spent daily budget is not.
-MAX_QUOTA_WAIT_S = 65
 
 
 def run_judge_job(run_id: int, *, worker: str = "") -> None:
@@ -98,25 +93,18 @@ def _judge_call(project, config: dict, launcher):
 
 def provider_call(project, config: dict, launcher, *, temperature: float = 0.0, seed: int | None = None):
     """A call to config["provider_model"] (answers of at most config["max_tokens"]) for the person
-    who launched the run (judges, eval suites, teachers); a short rate-limit refusal is waited out."""
-    from apps.providers.services import provider_chat
+    who launched the run (judges, eval suites, teachers); a short rate-limit refusal is waited out
+    (apps.providers.services.provider_chat_for_job)."""
+    from apps.providers.services import provider_chat_for_job
 
     sampling = {"temperature": temperature, **({"seed": seed} if seed is not None else {})}
-    if launcher is None:  # provider_chat checks `provider.use` of whom the run is for
+    if launcher is None:  # refused before the first item, not at every one
         raise PermissionDenied("provider.use", "The person who launched this run is gone; launch it again.")
 
     def call(messages: list[dict]) -> Reply:
-        while True:
-            try:
-                reply = provider_chat(project, config["provider_model"], messages, user=launcher,
+        reply = provider_chat_for_job(project, config["provider_model"], messages, launcher=launcher,
                                       max_tokens=config["max_tokens"], **sampling)
-            except QuotaExceeded as exc:
-                if exc.retry_after_s > MAX_QUOTA_WAIT_S:
-                    raise
-                time.sleep(exc.retry_after_s)
-                continue
-            return Reply(text=reply.text, prompt_tokens=reply.prompt_tokens,
-                         completion_tokens=reply.completion_tokens)
+        return Reply(text=reply.text, prompt_tokens=reply.prompt_tokens, completion_tokens=reply.completion_tokens)
     return call
 
 

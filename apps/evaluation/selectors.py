@@ -9,7 +9,7 @@ from itertools import combinations
 from django.db.models import Count, Max
 
 from apps.comparison.models import Comparison, Output, Vote
-from apps.comparison.selectors import contestants, leaderboard_of
+from apps.comparison.selectors import contestants, entrant, leaderboard_of
 from apps.core.memo import memoized
 from apps.evaluation.models import CalibrationPolicy, EvalRun, EvalSuite, Judge, JudgeRun, TeacherRun, Verdict
 from workers.judging import PAIRWISE, PairItem, PointItem, Rubric, check_rubric, cohen_kappa
@@ -63,8 +63,8 @@ def summarize(run: JudgeRun) -> dict:
     """The run's figures from its stored verdicts (the worker writes them when the run succeeds)."""
     rubric = check_rubric(run.config["rubric"])
     verdicts = list(run.verdicts.all())
-    columns = {c.pk: c for c in run.comparison.contestants.select_related("model")}
-    names = {str(c.position): c.model.name for c in columns.values()}
+    columns = {c.pk: c for c in run.comparison.contestants.select_related("model", "provider_model__provider")}
+    names = {str(c.position): c.name for c in columns.values()}
     totals = {"calls": len(verdicts), "unparseable": sum(v.answer is None for v in verdicts),
               "prompt_tokens": sum(v.prompt_tokens for v in verdicts),
               "completion_tokens": sum(v.completion_tokens for v in verdicts), "models": names}
@@ -175,7 +175,7 @@ def judge_boards(comparison: Comparison) -> list[dict]:
     ranked as the people's votes are (apps.comparison.selectors). Shown apart from the people's
     board, each with its agreement with them and whether it is calibrated."""
     columns = contestants(comparison)
-    by_contestant = {c.pk: c.model for c in columns}
+    by_contestant = {c.pk: entrant(c) for c in columns}
     rules = calibration_policy(comparison.project)
     runs, seen = [], set()
     for run in (JudgeRun.objects.filter(comparison=comparison, state=JudgeRun.State.SUCCEEDED)
@@ -197,7 +197,7 @@ def judge_boards(comparison: Comparison) -> list[dict]:
         boards.append({"run": run.pk, "judge": run.judge_id, "name": run.judge.name, "kind": run.config["rubric"]["kind"],
                        "model": run.config.get("model", ""), "agreement": figures["judge_vs_people"],
                        "calibration": figures["calibration"],
-                       "board": leaderboard_of([c.model for c in columns], kinds)})
+                       "board": leaderboard_of([entrant(c) for c in columns], kinds)})
     return boards
 
 

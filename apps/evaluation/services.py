@@ -410,9 +410,7 @@ def _teacher(user, project: Project, local_model, provider_model, token) -> dict
             model = provider_selectors.usable_model(project, provider_model)
         except NotFound as exc:
             raise _not_found(exc.message, "provider_model") from None
-        if not provider_services.project_provider_policy(project).allow_outside_providers:
-            raise Conflict("This project does not let its data go to outside providers (its setting "
-                           "allow_outside_providers is off).", field="allow_outside_providers")
+        provider_services.require_outside_allowed(project)
         return {"provider_model": model.pk, "local_model": None, "teacher": str(model)}
     policy.require(user, "model.generate", project, token)
     model = RegisteredModel.objects.filter(pk=_object_id(local_model, "local_model", "a model of the project"), project=project, deleted_at__isnull=True).first()

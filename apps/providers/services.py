@@ -18,11 +18,11 @@ from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 
 from django.conf import settings
 from django.core.cache import cache
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from apps.core.errors import Conflict, DomainError, Invalid, NotFound, QuotaExceeded
+from apps.core.errors import Conflict, DomainError, Invalid, NotFound, PermissionDenied, QuotaExceeded
 from apps.projects import policy
 from apps.projects.audit import audit_record
 from apps.projects.models import Project
@@ -55,6 +55,9 @@ MICRO = Decimal("0.000001")  # prices and costs are kept to six decimals
 PRICE_FIELDS = ("input_price_per_1k", "output_price_per_1k")
 ROLES = ("system", "user", "assistant")
 PARAMS = {"max_tokens", "temperature", "top_p", "stop", "seed"}
+# A rate-limit refusal shorter than this is waited out by a job's call (the provider's window is
+# a minute); a spent daily budget is not.
+MAX_QUOTA_WAIT_S = 65
 
 
 class ProviderError(DomainError):
@@ -356,6 +359,16 @@ def project_provider_policy(project: Project) -> ProjectProviderPolicy:
     return ProjectProviderPolicy.objects.filter(project=project).first() or ProjectProviderPolicy(project=project)
 
 
+def require_outside_allowed(project: Project) -> ProjectProviderPolicy:
+    """The project's rules, when they let its data go to outside providers; a Conflict naming the
+    setting otherwise (checked when a job is queued, and again on every call)."""
+    rules = project_provider_policy(project)
+    if not rules.allow_outside_providers:
+        raise Conflict("This project does not let its data go to outside providers (its setting "
+                       "allow_outside_providers is off).", field="allow_outside_providers")
+    return rules
+
+
 def provider_policy_update(*, user, project: Project, token=None, ip_address=None, **values) -> ProjectProviderPolicy:
     policy.require(user, "project.edit", project, token)
     rules = project_provider_policy(project)
@@ -553,6 +566,15 @@ def _record_call(project: Project, model: ProviderModel, user, *, prompt_tokens:
                                 cost=call_cost(prompt_tokens, completion_tokens, model))
 
 
+def _release_connection() -> None:
+    """Give this thread's database connection back (to the pool) while the provider thinks: a
+    job's calls in flight would otherwise each hold one for the whole call, and a worker whose
+    pool they emptied could not run anything else, not even the /v1 generations of a provider
+    that is this very product. Inside a transaction the connection is the transaction's: kept."""
+    if not connection.in_atomic_block:
+        connection.close()
+
+
 def provider_chat(project: Project, provider_model, messages, *, user=None, token=None, **params) -> ProviderReply:
     """One chat completion from a provider model enabled for `project`.
 
@@ -564,10 +586,7 @@ def provider_chat(project: Project, provider_model, messages, *, user=None, toke
         policy.require(user, "provider.use", project, token)
     model = selectors.usable_model(project, provider_model)
     provider = model.provider
-    rules = project_provider_policy(project)
-    if not rules.allow_outside_providers:
-        raise Conflict("This project does not let its data go to outside providers (its setting "
-                       "allow_outside_providers is off).", field="allow_outside_providers")
+    rules = require_outside_allowed(project)
     messages = _messages(messages)
     redactions = 0
     if rules.redact_pii:
@@ -575,6 +594,7 @@ def provider_chat(project: Project, provider_model, messages, *, user=None, toke
     params = _params(params)
     client = _client(provider)
     _reserve(provider, project)
+    _release_connection()
     started = time.monotonic()
     try:
         completion = client.chat.completions.create(model=model.name, messages=messages, **params)
@@ -594,3 +614,18 @@ def provider_chat(project: Project, provider_model, messages, *, user=None, toke
                          finish_reason=(choice.finish_reason or "") if choice else "",
                          prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, model=str(model),
                          latency_s=round(time.monotonic() - started, 3), redactions=redactions)
+
+
+def provider_chat_for_job(project: Project, provider_model, messages, *, launcher, **params) -> ProviderReply:
+    """provider_chat for a job running for the person who launched it (judges, eval suites,
+    teachers, comparison columns): a short rate-limit refusal is waited out and the call made
+    again; a spent budget, or a launcher who is gone, is raised."""
+    if launcher is None:  # provider_chat checks `provider.use` of whom the job is for
+        raise PermissionDenied("provider.use", "The person who launched this run is gone; launch it again.")
+    while True:
+        try:
+            return provider_chat(project, provider_model, messages, user=launcher, **params)
+        except QuotaExceeded as exc:
+            if exc.retry_after_s > MAX_QUOTA_WAIT_S:
+                raise
+            time.sleep(exc.retry_after_s)

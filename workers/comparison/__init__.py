@@ -5,11 +5,11 @@ Importing this package imports neither torch nor numpy; they are imported when u
 """
 
 from .ratings import Leaderboard, Outcome, Standing, bootstrap_ratings, bradley_terry, leaderboard, win_counts
-from .run import Cell, GridCancelled, GridModel, GridPrompt, generate_cells, run_grid
+from .run import Answer, Cell, GridCancelled, GridModel, GridPrompt, call_column, generate_cells, run_grid
 from .scores import exact_match, rouge_l, score_output, tokens
 
 __all__ = [
-    "Cell", "GridCancelled", "GridModel", "GridPrompt", "Leaderboard", "Outcome", "Standing", "bootstrap_ratings",
-    "bradley_terry", "exact_match", "generate_cells", "leaderboard", "rouge_l", "run_grid", "score_output", "tokens",
+    "Answer", "Cell", "GridCancelled", "GridModel", "GridPrompt", "Leaderboard", "Outcome", "Standing", "bootstrap_ratings",
+    "bradley_terry", "call_column", "exact_match", "generate_cells", "leaderboard", "rouge_l", "run_grid", "score_output", "tokens",
     "win_counts",
 ]

@@ -6,11 +6,16 @@ a comparison shares the device fairly with playground requests). Plain Python, n
 
 After each batch, `on_cells(cells)` gets that batch's finished cells (text, timings, scores)
 and answers whether to stop; the run stops between batches, never in the middle of one.
+
+A column answered by an outside model is called instead (call_column): one call per prompt,
+up to `concurrency` in flight at once, each cell handed to `on_cells` as soon as it is back.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Collection
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +43,16 @@ class GridPrompt:
     row: int  # the prompt's position in the comparison
     text: str
     reference: str | None = None
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What an outside model's call gives back for one prompt."""
+
+    text: str
+    finish_reason: str = ""
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
 
 
 @dataclass
@@ -110,3 +125,57 @@ def generate_cells(model: GridModel, prompts: list[GridPrompt], params: Sampling
                 cell.scores = {**cell.scores, "perplexity": round(value["perplexity"], 4),
                                "reference_nll": value["nll"], "reference_tokens": value["tokens"]}
     return cells
+
+
+def call_column(column: int, prompts: list[GridPrompt], call: Callable[[str], Answer], *,
+                on_cells: Callable[[list[Cell]], bool], concurrency: int, done: Collection[tuple[int, int]] = (),
+                cell_errors: tuple[type[Exception], ...] = ()) -> None:
+    """Fill one column by calling `call(prompt text)` for every prompt not in `done`, with up to
+    `concurrency` calls in flight: a new one starts as soon as one comes back, so a slow provider
+    is kept busy rather than waited on one call at a time. Each cell goes to `on_cells` (in this
+    thread) when its call returns; an exception of `cell_errors` becomes that cell's error, any
+    other ends the column and is raised. When on_cells asks to stop, or a call raises, no new
+    call starts, the ones in flight are awaited and dropped (never stored), and GridCancelled (or
+    the call's exception) is raised."""
+    todo = iter([p for p in prompts if (p.row, column) not in done])
+
+    def timed(prompt: GridPrompt) -> tuple[Answer | None, str, float]:
+        started = time.monotonic()
+        try:
+            return call(prompt.text), "", time.monotonic() - started
+        except cell_errors as exc:
+            return None, str(exc) or type(exc).__name__, time.monotonic() - started
+
+    with ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix=f"column-{column}") as pool:
+        in_flight = {}
+
+        def start_next() -> None:
+            prompt = next(todo, None)
+            if prompt is not None:
+                in_flight[pool.submit(timed, prompt)] = prompt
+
+        for _ in range(max(1, concurrency)):
+            start_next()
+        try:
+            while in_flight:
+                finished, _ = wait(in_flight, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    prompt = in_flight.pop(future)
+                    answer, error, seconds = future.result()
+                    if on_cells([_answered(prompt, column, answer, error, seconds)]):
+                        raise GridCancelled()
+                    start_next()
+        finally:
+            wait(in_flight)  # the calls already sent end before the column does; their answers are dropped
+
+
+def _answered(prompt: GridPrompt, column: int, answer: Answer | None, error: str, seconds: float) -> Cell:
+    cell = Cell(row=prompt.row, column=column, latency_s=round(seconds, 4))
+    if answer is None:
+        cell.error = error
+        return cell
+    cell.text, cell.finish_reason = answer.text, answer.finish_reason
+    cell.prompt_tokens, cell.completion_tokens = answer.prompt_tokens, answer.completion_tokens
+    cell.tokens_per_s = round(answer.completion_tokens / seconds, 2) if seconds > 0 else None
+    cell.scores = score_output(answer.text, prompt.reference)
+    return cell
