@@ -22,10 +22,14 @@ def size_the_database_pool(sender=None, conf=None, options=None, **kwargs):
     with its own database connection and a heartbeat thread holding another (apps.core.jobs): the
     per-process pool (settings.DATABASES, 10 by default) grows to 2N + 4 before its first connection,
     unless DB_POOL_MAX_SIZE sets it. Prefork children each have a pool of their own."""
+    from celery.concurrency import get_implementation
     from django.conf import settings
 
     pool = settings.DATABASES["default"].get("OPTIONS", {}).get("pool")
     options = options or {}
-    if not isinstance(pool, dict) or "DB_POOL_MAX_SIZE" in os.environ or str(options.get("pool")) != "threads":
+    worker_pool = options.get("pool_cls") or "prefork"  # the CLI's --pool, as a class
+    if isinstance(worker_pool, str):
+        worker_pool = get_implementation(worker_pool)
+    if not isinstance(pool, dict) or "DB_POOL_MAX_SIZE" in os.environ or worker_pool is not get_implementation("threads"):
         return
     pool["max_size"] = max(pool["max_size"], 2 * int(options.get("concurrency") or 1) + 4)
