@@ -2,7 +2,9 @@
 worker process, shared by its task threads (the worker runs with `--pool threads`), so
 concurrent requests for the same base model are decoded together, each joining the running batch
 at the next step, each row through its own LoRA adapter or none (one copy of the base, adapters
-loaded beside it on demand, evicted LRU under INFERENCE_ADAPTER_BUDGET_BYTES)."""
+loaded beside it on demand, evicted LRU under INFERENCE_ADAPTER_BUDGET_BYTES). The batcher's
+observations become this worker's per model and adapter metrics (apps.monitoring.engine_metrics),
+published after every generation."""
 
 import logging
 import threading
@@ -11,6 +13,7 @@ from pathlib import Path
 from django.conf import settings
 
 from apps.core.jobs import JobRun
+from apps.monitoring import engine_metrics
 from apps.registry.models import RegisteredModel
 from apps.serving import events
 from apps.serving.canary import canary_check
@@ -33,7 +36,8 @@ def batcher():
                                adapter_budget_bytes=settings.INFERENCE_ADAPTER_BUDGET_BYTES)
             _batcher = Batcher(cache, max_batch_size=settings.INFERENCE_MAX_BATCH_SIZE,
                                max_wait_ms=settings.INFERENCE_MAX_WAIT_MS,
-                               kv_cache_budget_bytes=settings.INFERENCE_KV_CACHE_BUDGET_BYTES)
+                               kv_cache_budget_bytes=settings.INFERENCE_KV_CACHE_BUDGET_BYTES,
+                               observer=engine_metrics.observer(memory=cache.memory))
         return _batcher
 
 
@@ -55,7 +59,7 @@ def run_generation(generation_id: int, *, worker: str = "") -> None:
         run.fail("The worker generating this answer was lost; send the request again.")
         return
     with run:
-        _generate(run)
+        _generate(run, worker)
     if run.job.alias_id is not None:
         _judge_canary(run.job.alias_id)
         _capture(run.job.pk)
@@ -90,7 +94,7 @@ def _published(generation: Generation, **_) -> None:
         events.finished(generation)
 
 
-def _generate(run: JobRun) -> None:
+def _generate(run: JobRun, worker: str) -> None:
     from workers.inference import InferenceInputError, SamplingParams
 
     generation = run.job
@@ -105,20 +109,28 @@ def _generate(run: JobRun) -> None:
     if "stop" in params:
         params["stop"] = tuple(params["stop"])
     base, adapter = model_paths(generation.model)
+    model_key = f"model-{generation.model.base_model_id or generation.model_id}"
+    base_model = generation.model.base_model if adapter is not None else generation.model
+    engine = batcher()  # made with this process's observer: name this request's labels in it
+    engine_metrics.observer().name(model_key, base_model.name, str(adapter) if adapter is not None else None,
+                                   generation.model.name)
     stream = _Stream(run)
     try:
-        future = batcher().submit(f"model-{generation.model.base_model_id or generation.model_id}", base,
-                                  generation.prompt, SamplingParams(**params), on_token=stream.on_token,
-                                  messages=generation.messages, adapter_path=adapter,
-                                  is_cancelled=stream.is_cancelled, tag=f"project-{generation.project_id}")
+        future = engine.submit(model_key, base, generation.prompt, SamplingParams(**params), on_token=stream.on_token,
+                               messages=generation.messages, adapter_path=adapter,
+                               is_cancelled=stream.is_cancelled, tag=f"project-{generation.project_id}")
         result = future.result(timeout=settings.INFERENCE_TIMEOUT_S)
     except InferenceInputError as exc:
+        engine_metrics.publish(worker)
         run.fail(str(exc), error_field=exc.field)
         return
     except Exception as exc:  # a model that cannot load, a timeout: the caller sees why
         logger.exception("generation %s failed", generation_id)
+        engine_metrics.publish(worker)
         run.fail(f"{type(exc).__name__}: {exc}"[:2000])
         return
+    # Before the answer ends: whoever reads the figures after it sees this generation counted.
+    engine_metrics.publish(worker)
     if stream.handing_back:
         run.hand_back()
         return
