@@ -174,10 +174,16 @@ def worker_expositions() -> dict[str, str]:
 
 def families(expositions: dict[str, str]) -> list[Metric]:
     """The workers' metrics as one family per name, each sample labelled with its worker
-    (`_created` samples left out: the web does not publish them for its own metrics either)."""
+    (`_created` samples left out: the web does not publish them for its own metrics either). A
+    worker whose text does not parse is left out."""
     merged: dict[str, Metric] = {}
     for worker, text in sorted(expositions.items()):
-        for family in text_string_to_metric_families(text):
+        try:
+            parsed = list(text_string_to_metric_families(text))
+        except ValueError as exc:  # one worker's garbled text must not cost the others' figures (or the scrape)
+            logger.warning("the inference figures of worker %s do not parse: %s", worker, exc)
+            continue
+        for family in parsed:
             target = merged.setdefault(family.name, Metric(family.name, family.documentation, family.type))
             for sample in family.samples:
                 if not sample.name.endswith("_created"):

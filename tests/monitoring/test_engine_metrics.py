@@ -141,3 +141,27 @@ def test_quantiles_interpolate_within_their_bucket():
     assert engine_metrics.histogram_quantile(0.25, buckets) == pytest.approx(0.1)
     assert engine_metrics.histogram_quantile(0.99, {0.1: 0.0, float("inf"): 3.0}) == 0.1
     assert engine_metrics.histogram_quantile(0.5, {0.1: 0.0, float("inf"): 0.0}) is None
+
+
+def test_a_garbled_worker_text_leaves_out_that_worker_only():
+    observer = engine_metrics.EngineObserver(max_series=10)
+    observer.name("model-1", "Base", None, "Base")
+    observer.finished("model-1", None, tokens=3, reason="stop")
+    families = engine_metrics.families({"good": observer.exposition(),
+                                        "bad": "workbench_inference_requests_total{model=\"x\" 1\n\x00\xff"})
+    assert {s.labels["worker"] for f in families for s in f.samples} == {"good"}
+    assert [line["requests"] for line in engine_metrics.lines(families)] == [1]
+
+
+@pytest.mark.django_db
+def test_metrics_still_answers_when_a_worker_published_garbage(client, settings):
+    from apps.monitoring import redis_store
+
+    settings.METRICS_TOKEN = TOKEN
+    redis_store.client().set(engine_metrics.KEY + "garbled@host", "not {a metric", ex=30)
+    try:
+        response = client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {TOKEN}")
+        assert response.status_code == 200
+        assert b"garbled@host" not in response.content
+    finally:
+        redis_store.client().delete(engine_metrics.KEY + "garbled@host")
