@@ -80,6 +80,8 @@ class EngineObserver(Observer):
                                    "At each prefill or decoding step, how full the batch was: rows of its row limit, "
                                    "or tokens of what the key/value cache budget holds.",
                                    ["model", "resource"], buckets=RATIO_BUCKETS, registry=r)
+        self.busy = Counter("workbench_inference_busy_seconds",
+                            "Time the model's batch spent in prefills and decoding steps.", ["model"], registry=r)
         self.kv_cache = Gauge("workbench_inference_kv_cache_bytes", "The running batch's key/value cache now.",
                               ["model"], registry=r)
         self.model_memory = Gauge("workbench_inference_model_memory_bytes",
@@ -116,8 +118,9 @@ class EngineObserver(Observer):
         self.requests.labels(*labels).inc()
         self.tokens.labels(*labels).inc(tokens)
 
-    def step(self, model_key, *, rows, max_rows, tokens, token_budget, kv_cache_bytes):
+    def step(self, model_key, *, rows, max_rows, tokens, token_budget, kv_cache_bytes, seconds):
         model = self._model(model_key)
+        self.busy.labels(model).inc(seconds)
         self.occupancy.labels(model, "rows").observe(rows / max_rows)
         if token_budget:
             self.occupancy.labels(model, "kv_cache").observe(min(tokens / token_budget, 1.0))
@@ -212,9 +215,10 @@ def histogram_quantile(q: float, buckets: dict[float, float]) -> float | None:
 
 def lines(metrics: Iterable[Metric]) -> list[dict]:
     """Per (model, adapter), summed over workers: requests, tokens, TTFT p50/p99, inter-token p50,
-    tokens per second of a stream (1 / mean inter-token time), queue wait p50 and mean; and per
-    model (repeated on each of its adapters' lines): mean batch occupancy (rows), key/value cache
-    and weight bytes now."""
+    tokens per second (its tokens over the time its model's batch was busy: its share of the
+    batch's throughput) and per stream (1 / mean inter-token time), queue wait p50 and mean; and
+    per model (repeated on each of its adapters' lines): mean batch occupancy (rows), key/value
+    cache and weight bytes now."""
     series: dict[tuple[str, str], dict] = defaultdict(lambda: defaultdict(float))
     buckets: dict[tuple, dict[float, float]] = defaultdict(lambda: defaultdict(float))
     per_model: dict[str, dict] = defaultdict(lambda: defaultdict(float))
@@ -225,6 +229,9 @@ def lines(metrics: Iterable[Metric]) -> list[dict]:
                 suffix = sample.name[len(family.name):]
                 if labels.get("resource") == "rows" and suffix in ("_sum", "_count"):
                     per_model[labels["model"]]["occupancy" + suffix] += sample.value
+                continue
+            if family.name == "workbench_inference_busy_seconds":
+                per_model[labels["model"]]["busy_s"] += sample.value
                 continue
             if family.name == "workbench_inference_kv_cache_bytes":
                 per_model[labels["model"]]["kv_cache_bytes"] += sample.value
@@ -252,7 +259,8 @@ def lines(metrics: Iterable[Metric]) -> list[dict]:
             "ttft_p50_s": histogram_quantile(0.5, buckets[((model, adapter), "ttft_seconds")]),
             "ttft_p99_s": histogram_quantile(0.99, buckets[((model, adapter), "ttft_seconds")]),
             "inter_token_p50_s": histogram_quantile(0.5, buckets[((model, adapter), "inter_token_seconds")]),
-            "tokens_per_s": round(gaps / gap_s, 2) if gaps and gap_s else None,
+            "tokens_per_s": round(values["tokens_total"] / shared["busy_s"], 2) if shared.get("busy_s") else None,
+            "stream_tokens_per_s": round(gaps / gap_s, 2) if gaps and gap_s else None,
             "queue_wait_p50_s": histogram_quantile(0.5, buckets[((model, adapter), "queue_wait_seconds")]),
             "queue_wait_mean_s": values["queue_wait_seconds_sum"] / waits if waits else None,
             "occupancy": shared["occupancy_sum"] / occupancy_n if occupancy_n else None,

@@ -125,6 +125,8 @@
     return seconds < 1 ? (seconds * 1000).toFixed(1) + " ms" : seconds.toFixed(2) + " s";
   }
 
+  function rate(perSecond) { return perSecond === null || perSecond === undefined ? "—" : perSecond.toFixed(1); }
+
   function size(bytes) {
     if (!bytes) return "—";
     var units = ["B", "KB", "MB", "GB", "TB"], i = 0;
@@ -146,7 +148,7 @@
       row.dataset.adapter = line.adapter;
       [[line.model], [line.adapter || "(base)"], [String(line.requests), "requests"], [String(line.tokens), "tokens"],
        [ms(line.ttft_p50_s), "ttft_p50"], [ms(line.ttft_p99_s), "ttft_p99"], [ms(line.inter_token_p50_s), "inter_token_p50"],
-       [line.tokens_per_s === null ? "—" : line.tokens_per_s.toFixed(1), "tokens_per_s"],
+       [rate(line.tokens_per_s), "tokens_per_s"], [rate(line.stream_tokens_per_s), "stream_tokens_per_s"],
        [ms(line.queue_wait_p50_s), "queue_wait_p50"],
        [line.occupancy === null ? "—" : Math.round(line.occupancy * 100) + "%", "occupancy"],
        [size(line.kv_cache_bytes), "kv_cache"], [size(line.memory_bytes), "memory"]].forEach(function (pair) {
@@ -158,7 +160,7 @@
     if (!inference.lines.length) {
       var row = document.createElement("tr");
       row.setAttribute("data-testid", "no-inference");
-      cell(row, "No inference worker has served a generation yet.").colSpan = 12;
+      cell(row, "No inference worker has served a generation yet.").colSpan = 13;
       body.appendChild(row);
     }
   }

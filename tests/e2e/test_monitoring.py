@@ -125,7 +125,8 @@ def test_the_serving_engine_figures_follow_generations_live(page, site_admin, pr
     expect(line).to_contain_text("(base)")
     for field in ("ttft_p50", "ttft_p99", "inter_token_p50", "queue_wait_p50"):
         expect(line.locator(f"[data-field={field}]")).to_have_text(re.compile(r"^[\d.]+ m?s$"))
-    expect(line.locator("[data-field=tokens_per_s]")).to_have_text(re.compile(r"^[\d.]+$"))
+    for field in ("tokens_per_s", "stream_tokens_per_s"):
+        expect(line.locator(f"[data-field={field}]")).to_have_text(re.compile(r"^[\d.]+$"))
     expect(line.locator("[data-field=occupancy]")).to_have_text(re.compile(r"^\d+%$"))
     expect(line.locator("[data-field=memory]")).to_have_text(re.compile(r"^[\d.]+ [KMG]?B$"))
 

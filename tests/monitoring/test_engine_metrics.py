@@ -78,11 +78,14 @@ def test_generations_move_the_histograms_of_their_model_and_adapter(owner, proje
     assert batch["workbench_inference_model_memory_bytes[base]"] > 0
     assert batch["workbench_inference_model_memory_bytes[adapters]"] > 0  # the adapter stays loaded beside it
     assert batch["workbench_inference_kv_cache_bytes"] == 0  # nothing runs now
+    assert 0 < batch["workbench_inference_busy_seconds_total"] < sum(
+        r.total_s for r in Generation.objects.filter(model__in=[tiny_model, adapter]))
 
     # What the monitoring page shows, from the same published figures.
     lines = {(line["model"], line["adapter"]): line for line in selectors.inference_figures()["lines"]}
     base_line = lines[(tiny_model.name, "")]
-    assert base_line["requests"] == 3 and base_line["ttft_p50_s"] > 0 and base_line["tokens_per_s"] > 0
+    assert base_line["requests"] == 3 and base_line["ttft_p50_s"] > 0
+    assert base_line["tokens_per_s"] > 0 and base_line["stream_tokens_per_s"] > 0
     assert base_line["memory_bytes"] > 0 and 0 < base_line["occupancy"] <= 1
     assert lines[(tiny_model.name, adapter.name)]["requests"] == 2
 
@@ -124,6 +127,7 @@ def test_two_workers_figures_are_kept_apart_on_metrics_and_summed_on_the_page():
         for gap in gaps:
             observer.next_token("model-1", None, gap)
         observer.finished("model-1", None, tokens=len(gaps) + 1, reason="length")
+        observer.step("model-1", rows=1, max_rows=4, tokens=10, token_budget=100, kv_cache_bytes=0, seconds=0.5)
         texts[worker] = observer.exposition()
     families = engine_metrics.families(texts)
     counts = {s.labels["worker"]: s.value for f in families for s in f.samples
@@ -131,7 +135,9 @@ def test_two_workers_figures_are_kept_apart_on_metrics_and_summed_on_the_page():
     assert counts == {"w1": 1, "w2": 1}
     [line] = engine_metrics.lines(families)
     assert (line["model"], line["adapter"], line["requests"], line["tokens"]) == ("Base", "", 2, 5)
-    assert line["tokens_per_s"] == pytest.approx(3 / 0.09, abs=0.01)  # 3 gaps in 0.09 s
+    assert line["stream_tokens_per_s"] == pytest.approx(3 / 0.09, abs=0.01)  # 3 gaps in 0.09 s
+    assert line["tokens_per_s"] == 5.0  # 5 tokens in the 1 s the batches were busy
+    assert line["occupancy"] == 0.25
     assert 0.1 < line["ttft_p50_s"] <= 0.25  # within the bucket (0.1, 0.25] every observation fell in
 
 

@@ -38,8 +38,8 @@ class Recorder(Observer):
     def finished(self, model_key, adapter, *, tokens, reason):
         self._add("finished", model_key, adapter, tokens, reason)
 
-    def step(self, model_key, *, rows, max_rows, tokens, token_budget, kv_cache_bytes):
-        self._add("step", model_key, rows, max_rows, tokens, token_budget, kv_cache_bytes)
+    def step(self, model_key, *, rows, max_rows, tokens, token_budget, kv_cache_bytes, seconds):
+        self._add("step", model_key, rows, max_rows, tokens, token_budget, kv_cache_bytes, seconds)
 
 
 @pytest.fixture(scope="module")
@@ -69,10 +69,11 @@ def test_every_request_is_observed_once_per_token_under_its_model_key(tiny_dir):
     assert sorted(e[2] for e in events["first_token"]) == pytest.approx(
         sorted(r.time_to_first_token_s for r in results))
     steps = events["step"]
-    assert all(key == "tiny" and 1 <= rows <= max_rows == 2 and tokens > 0 and budget > 0
-               for key, rows, max_rows, tokens, budget, _ in steps)
+    assert all(key == "tiny" and 1 <= rows <= max_rows == 2 and tokens > 0 and budget > 0 and seconds > 0
+               for key, rows, max_rows, tokens, budget, _, seconds in steps)
     assert any(rows == 2 for _, rows, *_ in steps)  # two rows ran together
-    assert steps[-1][-1] == 0  # the batch emptied: its cache is gone
+    assert steps[-1][-2] == 0  # the batch emptied: its cache is gone
+    assert sum(step[-1] for step in steps) < sum(r.total_s for r in results)  # steps run one at a time
 
 
 def test_an_observer_that_raises_does_not_fail_the_generation(tiny_dir):

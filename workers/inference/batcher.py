@@ -272,13 +272,18 @@ class Batcher:
         for request in admitted:
             self._observe("admitted", model_key, request.adapter_path, now - request.arrived)
         self.batches_run += 1
-        self._resolve(group, running, batch.admit([r.sequence for r in admitted]))
+        started = time.perf_counter()
+        finished = batch.admit([r.sequence for r in admitted])
+        self._resolve(group, running, finished, time.perf_counter() - started)
 
     def _step(self, group: tuple, _: list[_Request]) -> None:
         running = self._running[group]
-        self._resolve(group, running, running.batch.step())
+        started = time.perf_counter()
+        finished = running.batch.step()
+        self._resolve(group, running, finished, time.perf_counter() - started)
 
-    def _resolve(self, group: tuple, running: _Running, finished: list[DecodeSequence]) -> None:
+    def _resolve(self, group: tuple, running: _Running, finished: list[DecodeSequence], seconds: float) -> None:
+        """After a prefill or step that took `seconds`: observe it, hand the finished their results."""
         model_key = group[0]
         for request in running.requests.values():  # the rows that ran, those that finished included
             self._observe_tokens(model_key, request)
@@ -294,7 +299,7 @@ class Batcher:
         per_token = batch.kv_bytes_per_token
         self._observe("step", model_key, rows=rows_run, max_rows=batch.max_rows, tokens=tokens_run,
                       token_budget=self.kv_cache_budget_bytes // per_token if self.kv_cache_budget_bytes and per_token
-                      else None, kv_cache_bytes=batch.kv_cache_bytes)
+                      else None, kv_cache_bytes=batch.kv_cache_bytes, seconds=seconds)
         if not running.batch.rows:  # nothing left: let go of the model, keep its prefix
             del self._running[group]
             batch = running.batch

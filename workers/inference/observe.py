@@ -20,7 +20,8 @@ class Observer:
     """Does nothing; subclass and override what you count."""
 
     def admitted(self, model_key: str, adapter: str | None, queue_wait_s: float) -> None:
-        """A request joined its model's running batch, `queue_wait_s` after it was submitted."""
+        """A request joined its model's running batch, `queue_wait_s` after it was submitted (the
+        wait includes loading the model when it was not in the cache)."""
 
     def first_token(self, model_key: str, adapter: str | None, seconds: float) -> None:
         """A request's first token, `seconds` after it was submitted (queue wait and prefill)."""
@@ -32,7 +33,8 @@ class Observer:
         """A request ended with `tokens` generated (finish `reason`: stop, length or cancelled)."""
 
     def step(self, model_key: str, *, rows: int, max_rows: int, tokens: int, token_budget: int | None,
-             kv_cache_bytes: int) -> None:
-        """After each prefill or decoding step of a model's batch: its `rows` of `max_rows`, the
-        `tokens` its cache holds of the `token_budget` the key/value budget allows (None: no
-        budget or an unknown size per token), and the cache's bytes now (0: the batch emptied)."""
+             kv_cache_bytes: int, seconds: float) -> None:
+        """After each prefill or decoding step of a model's batch, which took `seconds`: its `rows`
+        of `max_rows`, the `tokens` its cache holds of the `token_budget` the key/value budget
+        allows (None: no budget or an unknown size per token), and the cache's bytes now (0: the
+        batch emptied)."""
