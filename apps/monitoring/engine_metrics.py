@@ -139,10 +139,13 @@ _observer: EngineObserver | None = None
 
 
 def observer(memory: Callable[[], dict[str, tuple[int, int]]] | None = None) -> EngineObserver:
-    """This process's observer (made on first use; `memory` is taken from the first call)."""
+    """This process's observer, made on first use; `memory`, when given, is what it reads the model
+    cache's sizes with from then on (the runner gives it when it makes the cache)."""
     global _observer
     if _observer is None:
-        _observer = EngineObserver(memory, max_series=settings.INFERENCE_METRIC_SERIES_MAX)
+        _observer = EngineObserver(max_series=settings.INFERENCE_METRIC_SERIES_MAX)
+    if memory is not None:
+        _observer.memory = memory
     return _observer
 
 

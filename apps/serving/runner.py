@@ -48,6 +48,18 @@ def model_paths(model: RegisteredModel) -> tuple[Path, Path | None]:
     return Path(model.weights_path), None
 
 
+def engine_key(model: RegisteredModel) -> str:
+    """The batcher's key for `model` (one running batch per base model, its adapters' rows in it),
+    with the model's metric labels named in this process's observer: the base's name, and the
+    adapter's name for an adapter's rows (apps.monitoring.engine_metrics)."""
+    key = f"model-{model.base_model_id or model.pk}"
+    if model.kind == RegisteredModel.Kind.ADAPTER:
+        engine_metrics.observer().name(key, model.base_model.name, str(Path(model.weights_path)), model.name)
+    else:
+        engine_metrics.observer().name(key, model.name, None, model.name)
+    return key
+
+
 def run_generation(generation_id: int, *, worker: str = "") -> None:
     run = JobRun.claim(Generation, generation_id, worker=worker, what="generation", publish=_published,
                        every_s=CANCEL_CHECK_EVERY_S)
@@ -109,14 +121,9 @@ def _generate(run: JobRun, worker: str) -> None:
     if "stop" in params:
         params["stop"] = tuple(params["stop"])
     base, adapter = model_paths(generation.model)
-    model_key = f"model-{generation.model.base_model_id or generation.model_id}"
-    base_model = generation.model.base_model if adapter is not None else generation.model
-    engine = batcher()  # made with this process's observer: name this request's labels in it
-    engine_metrics.observer().name(model_key, base_model.name, str(adapter) if adapter is not None else None,
-                                   generation.model.name)
     stream = _Stream(run)
     try:
-        future = engine.submit(model_key, base, generation.prompt, SamplingParams(**params), on_token=stream.on_token,
+        future = batcher().submit(engine_key(generation.model), base, generation.prompt, SamplingParams(**params), on_token=stream.on_token,
                                messages=generation.messages, adapter_path=adapter,
                                is_cancelled=stream.is_cancelled, tag=f"project-{generation.project_id}")
         result = future.result(timeout=settings.INFERENCE_TIMEOUT_S)

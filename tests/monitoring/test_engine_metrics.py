@@ -10,6 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from apps.monitoring import engine_metrics, selectors
 from apps.serving.models import Generation
+from tests.serving.fixtures import alias_family_fixture  # noqa: F401
 from tests.serving.test_openai_api import project_token, register_adapter
 
 TOKEN = "m" * 40
@@ -171,3 +172,20 @@ def test_metrics_still_answers_when_a_worker_published_garbage(client, settings)
         assert b"garbled@host" not in response.content
     finally:
         redis_store.client().delete(engine_metrics.KEY + "garbled@host")
+
+
+@pytest.mark.django_db
+def test_every_caller_of_the_batcher_names_its_model_and_adapter(family):
+    """Playground, API, comparisons, evaluations and suggestions all key the batcher through
+    runner.engine_key, which names the labels: nobody's rows count as "other"."""
+    from apps.serving.runner import engine_key, model_paths
+
+    base, v1, _ = family
+    observer = engine_metrics.observer()
+    for model in (base, v1):
+        _, adapter = model_paths(model)
+        observer.finished(engine_key(model), str(adapter) if adapter else None, tokens=2, reason="stop")
+    lines = {(line["model"], line["adapter"]): line["requests"]
+             for line in engine_metrics.lines(engine_metrics.families({"here": observer.exposition()}))}
+    assert lines[("Support", "")] == 1 and lines[("Support", "Support v1")] == 1
+    assert ("other", "other") not in lines
