@@ -189,3 +189,26 @@ def test_every_caller_of_the_batcher_names_its_model_and_adapter(family):
              for line in engine_metrics.lines(engine_metrics.families({"here": observer.exposition()}))}
     assert lines[("Support", "")] == 1 and lines[("Support", "Support v1")] == 1
     assert ("other", "other") not in lines
+
+
+@pytest.mark.django_db
+def test_the_page_shows_the_figures_to_site_staff_only(client, staff, scientist, no_workers):
+    from apps.monitoring import redis_store
+
+    observer = engine_metrics.EngineObserver(max_series=10)
+    observer.name("model-1", "Page model", None, "Page model")
+    observer.first_token("model-1", None, 0.3)
+    observer.finished("model-1", None, tokens=4, reason="stop")
+    redis_store.client().set(engine_metrics.KEY + "page@host", observer.exposition(), ex=30)
+    try:
+        client.force_login(scientist)  # a project member, not site staff
+        refused = client.get("/monitoring/")
+        assert refused.status_code == 404 and b"Page model" not in refused.content
+        client.force_login(staff)
+        page = client.get("/monitoring/")
+        assert page.status_code == 200
+        [line] = [line for line in page.context["snapshot"]["inference"]["lines"] if line["model"] == "Page model"]
+        assert (line["requests"], line["tokens"]) == (1, 4) and 0.25 < line["ttft_p50_s"] <= 0.5
+        assert b"Serving engine" in page.content
+    finally:
+        redis_store.client().delete(engine_metrics.KEY + "page@host")
