@@ -123,9 +123,9 @@ def _generate(run: JobRun, worker: str) -> None:
     base, adapter = model_paths(generation.model)
     stream = _Stream(run)
     try:
-        future = batcher().submit(engine_key(generation.model), base, generation.prompt, SamplingParams(**params), on_token=stream.on_token,
-                               messages=generation.messages, adapter_path=adapter,
-                               is_cancelled=stream.is_cancelled, tag=f"project-{generation.project_id}")
+        future = batcher().submit(engine_key(generation.model), base, generation.prompt, SamplingParams(**params),
+                                  on_token=stream.on_token, messages=generation.messages, adapter_path=adapter,
+                                  is_cancelled=stream.is_cancelled, tag=f"project-{generation.project_id}")
         result = future.result(timeout=settings.INFERENCE_TIMEOUT_S)
     except InferenceInputError as exc:
         engine_metrics.publish(worker)
