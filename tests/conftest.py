@@ -282,7 +282,9 @@ def celery_worker(django_db_setup, django_db_blocker, redis_service):
 @pytest.fixture(scope="session")
 def inference_worker(django_db_setup, django_db_blocker, redis_service):
     """A real `inference` worker as production runs it: threads sharing one model cache and batcher."""
-    process = _start_worker(queues="inference", pool="threads", concurrency=4, name="test-inference")
+    # Every test serves models of its own: the engine's figures keep a label for each of them.
+    process = _start_worker(queues="inference", pool="threads", concurrency=4, name="test-inference",
+                            env={"INFERENCE_METRIC_SERIES_MAX": "100000"})
     yield process
     _stop_worker(process)
 

@@ -283,6 +283,10 @@ INFERENCE_KV_CACHE_BUDGET_BYTES = env_int("INFERENCE_KV_CACHE_BUDGET_BYTES", 2 *
 # next decoding step without waiting.
 INFERENCE_MAX_WAIT_MS = env_float("INFERENCE_MAX_WAIT_MS", 2.0)
 INFERENCE_TIMEOUT_S = env_float("INFERENCE_TIMEOUT_S", 300.0)
+# The engine's Prometheus figures per (model, adapter) (apps/monitoring/engine_metrics.py): an
+# inference worker process labels at most this many pairs on their own, later ones as "other".
+# About 40 lines of exposition a pair, published to Redis after every generation.
+INFERENCE_METRIC_SERIES_MAX = env_int("INFERENCE_METRIC_SERIES_MAX", 100)
 # Fair sharing of /v1 (apps/serving/limits.py): generations running at once and tokens a minute
 # (prompt and completion; max_tokens reserved at admission, the real count once it ends), per API
 # token and per project; a project's admin may set its own (the project's serving_* fields). 0: no limit.

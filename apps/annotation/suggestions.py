@@ -18,7 +18,7 @@ from apps.annotation import events
 from apps.annotation.field_types import field_type
 from apps.annotation.models import Campaign, Item, SuggestionRun
 from apps.core.jobs import JobCancelled, JobRun
-from apps.serving.runner import batcher, model_paths
+from apps.serving.runner import batcher, engine_key, model_paths
 
 logger = logging.getLogger(__name__)
 CHUNK = 32
@@ -50,7 +50,7 @@ def _suggest(run: JobRun, campaign_id: int) -> None:
     wants_text = [f["name"] for f in fields if field_type(f).fills_from_model_response(f)]
     asked = {f["name"]: (f, question) for f in fields if (question := field_type(f).suggestion_question(f))}
     base, adapter = model_paths(campaign.suggestion_model)
-    key = f"model-{campaign.suggestion_model.base_model_id or campaign.suggestion_model_id}"
+    key = engine_key(campaign.suggestion_model)
     params = SamplingParams(max_new_tokens=MAX_NEW_TOKENS)
     question_params = SamplingParams(max_new_tokens=16)  # a label's name, not an essay
     items = Item.objects.filter(campaign=campaign, suggestion__isnull=True).select_related("row").order_by("position")

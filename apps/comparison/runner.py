@@ -55,7 +55,7 @@ def run_comparison(comparison_id: int, *, worker: str = "") -> None:
 
 def _run(run: JobRun) -> None:
     from apps.providers.services import ProviderError
-    from apps.serving.runner import batcher, model_paths
+    from apps.serving.runner import batcher, engine_key, model_paths
     from workers.comparison import GridCancelled, GridModel, GridPrompt, call_column, run_grid
     from workers.inference import SamplingParams
 
@@ -73,7 +73,7 @@ def _run(run: JobRun) -> None:
         if c.provider_model_id:
             continue  # called, below
         base, adapter = model_paths(c.model)
-        models.append(GridModel(column=c.position, key=f"model-{c.model.base_model_id or c.model_id}", path=str(base),
+        models.append(GridModel(column=c.position, key=engine_key(c.model), path=str(base),
                                 adapter_path=str(adapter) if adapter else None,
                                 chat=bool((c.model.info or {}).get("chat_template"))))
     grid_prompts = [GridPrompt(row=p.position, text=p.text, reference=p.reference) for p in prompts.values()]

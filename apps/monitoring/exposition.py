@@ -4,11 +4,12 @@ scrape time, so they are as fresh as the scrape and need no bookkeeping in betwe
 
 import os
 
+import redis
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest, multiprocess
 from prometheus_client.core import GaugeMetricFamily
 
 from apps.datasets.models import ImportJob
-from apps.monitoring import broker, selectors
+from apps.monitoring import broker, engine_metrics, selectors
 from apps.serving import selectors as serving_selectors
 from apps.training.models import TrainingJob
 
@@ -36,6 +37,7 @@ class ScrapeTimeCollector:
         yield alerts
 
         yield from serving_families()
+        yield from inference_families()
 
         inspection = broker.inspect_workers()
         yield GaugeMetricFamily("workbench_broker_up", "1 when the Celery broker answered this scrape.",
@@ -88,6 +90,19 @@ def serving_families():
     for project, count in serving_selectors.in_flight_by_project().items():
         in_flight.add_metric([str(project)], count)
     yield in_flight
+
+
+def inference_families():
+    """Every live inference worker's engine figures per model and adapter (histograms of time
+    to first token, inter-token time and queue wait; requests, tokens, batch occupancy, cache
+    memory), as the workers published them, with their `worker` label (engine_metrics)."""
+    try:
+        expositions = engine_metrics.worker_expositions()
+    except redis.RedisError:
+        expositions = {}
+    yield GaugeMetricFamily("workbench_inference_workers_reporting",
+                            "Inference workers whose engine figures this scrape read.", value=len(expositions))
+    yield from engine_metrics.families(expositions)
 
 
 def exposition() -> bytes:

@@ -15,7 +15,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from apps.datasets.models import DeriveJob, ImportJob
-from apps.monitoring import broker, history, http_metrics
+from apps.monitoring import broker, engine_metrics, history, http_metrics
 from apps.monitoring.models import Alert
 from apps.monitoring.worker_report import worker_reports
 from apps.training.models import TrainingJob
@@ -211,6 +211,18 @@ def http_summary() -> HttpSummary:
     return HttpSummary(routes=http_metrics.route_stats(), window=window, window_error=error)
 
 
+def inference_figures() -> dict:
+    """The engine's figures per served model and adapter, summed over the live inference
+    workers since each started (engine_metrics.lines), ready for JSON; `error` says why there
+    are none when Redis cannot be read."""
+    try:
+        expositions = engine_metrics.worker_expositions()
+    except redis.RedisError as exc:
+        return {"lines": [], "workers": 0, "error": f"Redis error: {type(exc).__name__}"}
+    return {"lines": engine_metrics.lines(engine_metrics.families(expositions)), "workers": len(expositions),
+            "error": ""}
+
+
 def open_alerts():
     return Alert.objects.filter(resolved_at__isnull=True).order_by("-first_seen", "-pk")
 
@@ -289,6 +301,7 @@ def dashboard_snapshot(*, inspection: broker.Inspection | None = None,
             "unacknowledged_alerts": counts["unacknowledged"],
         },
         "alerts": [alert_payload(alert) for alert in alerts],
+        "inference": inference_figures(),
         "history_min": HISTORY_MIN,
         "history": {"queues": queue_history(), "requests": request_history()},
     }

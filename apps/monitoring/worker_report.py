@@ -15,7 +15,7 @@ import psutil
 import redis
 from celery.signals import worker_ready, worker_shutdown
 
-from apps.monitoring import redis_store
+from apps.monitoring import engine_metrics, redis_store
 from apps.monitoring.gpu import gpu_sample
 
 logger = logging.getLogger(__name__)
@@ -81,6 +81,7 @@ class Reporter:
             redis_store.client().delete(self.key)  # a clean shutdown is gone at once, not after the TTL
         except redis.RedisError:
             pass
+        engine_metrics.forget(self.hostname)
 
     def report(self, sampler: ResourceSampler) -> dict:
         return {"hostname": self.hostname, "pid": self.pid, "at": time.time(), **sampler.sample(),
@@ -95,6 +96,7 @@ class Reporter:
                 redis_store.client().set(self.key, json.dumps(self.report(sampler)), ex=REPORT_TTL_S)
             except (redis.RedisError, psutil.Error) as exc:  # the worker goes on; its figures just go missing
                 logger.warning("could not publish this worker's resource report: %s", exc)
+            engine_metrics.publish(self.hostname)  # an inference worker's figures live as long as it does
 
 
 def worker_reports() -> dict[str, dict]:

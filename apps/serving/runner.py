@@ -3,7 +3,9 @@ worker process, shared by its task threads (the worker runs with `--pool threads
 concurrent requests for the same base model are decoded together, each joining the running batch
 at the next step, each row through its own LoRA adapter or none (one copy of the base, adapters
 loaded beside it on demand, evicted LRU under INFERENCE_ADAPTER_BUDGET_BYTES), the base in the
-model's serving precision (apps.registry.selectors.serving_precision), recorded on the generation."""
+model's serving precision (apps.registry.selectors.serving_precision), recorded on the generation.
+The batcher's observations become this worker's per model and adapter metrics
+(apps.monitoring.engine_metrics), published after every generation."""
 
 import logging
 import threading
@@ -12,6 +14,7 @@ from pathlib import Path
 from django.conf import settings
 
 from apps.core.jobs import JobRun
+from apps.monitoring import engine_metrics
 from apps.registry.models import RegisteredModel
 from apps.registry.selectors import serving_precision
 from apps.serving import events
@@ -35,7 +38,8 @@ def batcher():
                                adapter_budget_bytes=settings.INFERENCE_ADAPTER_BUDGET_BYTES)
             _batcher = Batcher(cache, max_batch_size=settings.INFERENCE_MAX_BATCH_SIZE,
                                max_wait_ms=settings.INFERENCE_MAX_WAIT_MS,
-                               kv_cache_budget_bytes=settings.INFERENCE_KV_CACHE_BUDGET_BYTES)
+                               kv_cache_budget_bytes=settings.INFERENCE_KV_CACHE_BUDGET_BYTES,
+                               observer=engine_metrics.observer(memory=cache.memory))
         return _batcher
 
 
@@ -44,6 +48,18 @@ def model_paths(model: RegisteredModel) -> tuple[Path, Path | None]:
     if model.kind == RegisteredModel.Kind.ADAPTER:
         return Path(model.base_model.weights_path), Path(model.weights_path)
     return Path(model.weights_path), None
+
+
+def engine_key(model: RegisteredModel) -> str:
+    """The batcher's key for `model` (one running batch per base model, its adapters' rows in it),
+    with the model's metric labels named in this process's observer: the base's name, and the
+    adapter's name for an adapter's rows (apps.monitoring.engine_metrics)."""
+    key = f"model-{model.base_model_id or model.pk}"
+    if model.kind == RegisteredModel.Kind.ADAPTER:
+        engine_metrics.observer().name(key, model.base_model.name, str(Path(model.weights_path)), model.name)
+    else:
+        engine_metrics.observer().name(key, model.name, None, model.name)
+    return key
 
 
 def run_generation(generation_id: int, *, worker: str = "") -> None:
@@ -57,7 +73,7 @@ def run_generation(generation_id: int, *, worker: str = "") -> None:
         run.fail("The worker generating this answer was lost; send the request again.")
         return
     with run:
-        _generate(run)
+        _generate(run, worker)
     if run.job.alias_id is not None:
         _judge_canary(run.job.alias_id)
         _capture(run.job.pk)
@@ -92,7 +108,7 @@ def _published(generation: Generation, **_) -> None:
         events.finished(generation)
 
 
-def _generate(run: JobRun) -> None:
+def _generate(run: JobRun, worker: str) -> None:
     from workers.inference import InferenceInputError, SamplingParams
     from workers.inference.cache import default_dtype, resolve_device
 
@@ -111,18 +127,22 @@ def _generate(run: JobRun) -> None:
     precision = serving_precision(generation.model) or default_dtype(resolve_device("auto"))
     stream = _Stream(run)
     try:
-        future = batcher().submit(f"model-{generation.model.base_model_id or generation.model_id}", base,
-                                  generation.prompt, SamplingParams(**params), on_token=stream.on_token,
-                                  messages=generation.messages, adapter_path=adapter, dtype=precision,
+        future = batcher().submit(engine_key(generation.model), base, generation.prompt, SamplingParams(**params),
+                                  on_token=stream.on_token, messages=generation.messages, adapter_path=adapter,
+                                  dtype=precision,
                                   is_cancelled=stream.is_cancelled, tag=f"project-{generation.project_id}")
         result = future.result(timeout=settings.INFERENCE_TIMEOUT_S)
     except InferenceInputError as exc:
+        engine_metrics.publish(worker)
         run.fail(str(exc), error_field=exc.field)
         return
     except Exception as exc:  # a model that cannot load, a timeout: the caller sees why
         logger.exception("generation %s failed", generation_id)
+        engine_metrics.publish(worker)
         run.fail(f"{type(exc).__name__}: {exc}"[:2000])
         return
+    # Before the answer ends: whoever reads the figures after it sees this generation counted.
+    engine_metrics.publish(worker)
     if stream.handing_back:
         run.hand_back()
         return

@@ -117,8 +117,62 @@
     }
   }
 
+  // Serving engine figures per model and adapter (apps.monitoring.engine_metrics.lines).
+  var inferenceTable = document.querySelector("[data-testid=inference]");
+
+  function ms(seconds) {
+    if (seconds === null || seconds === undefined) return "—";
+    return seconds < 1 ? (seconds * 1000).toFixed(1) + " ms" : seconds.toFixed(2) + " s";
+  }
+
+  function rate(perSecond) { return perSecond === null || perSecond === undefined ? "—" : perSecond.toFixed(1); }
+
+  function size(bytes) {
+    if (!bytes) return "—";
+    var units = ["B", "KB", "MB", "GB", "TB"], i = 0;
+    while (bytes >= 1024 && i < units.length - 1) { bytes /= 1024; i += 1; }
+    return (i ? bytes.toFixed(1) : String(bytes)) + " " + units[i];
+  }
+
+  function drawInference(inference) {
+    if (!inferenceTable || !inference) return;
+    var error = document.querySelector("[data-field=inference-error]");
+    error.hidden = !inference.error;
+    error.textContent = inference.error ? "Engine figures unavailable: " + inference.error + "." : "";
+    setField("inference-workers", inference.workers);
+    var body = inferenceTable.tBodies[0];
+    body.replaceChildren.apply(body, inference.lines.map(function (line) {
+      var row = document.createElement("tr");
+      row.setAttribute("data-testid", "inference-line");
+      row.dataset.model = line.model;
+      row.dataset.adapter = line.adapter;
+      [[line.model], [line.adapter || "(base)"], [String(line.requests), "requests"], [String(line.tokens), "tokens"],
+       [ms(line.ttft_p50_s), "ttft_p50"], [ms(line.ttft_p99_s), "ttft_p99"], [ms(line.inter_token_p50_s), "inter_token_p50"],
+       [rate(line.tokens_per_s), "tokens_per_s"], [rate(line.stream_tokens_per_s), "stream_tokens_per_s"],
+       [ms(line.queue_wait_p50_s), "queue_wait_p50"],
+       [line.occupancy === null ? "—" : Math.round(line.occupancy * 100) + "%", "occupancy"],
+       [size(line.kv_cache_bytes), "kv_cache"], [size(line.memory_bytes), "memory"]].forEach(function (pair) {
+        var td = cell(row, pair[0]);
+        if (pair[1]) td.dataset.field = pair[1];
+      });
+      return row;
+    }));
+    if (!inference.lines.length) {
+      var row = document.createElement("tr");
+      row.setAttribute("data-testid", "no-inference");
+      cell(row, "No inference worker has served a generation yet.").colSpan = 13;
+      body.appendChild(row);
+    }
+  }
+
+  function setField(name, value) {
+    var field = document.querySelector("[data-field=" + name + "]");
+    if (field) field.textContent = String(value);
+  }
+
   function draw(snapshot) {
     drawTiles(snapshot.tiles);
+    drawInference(snapshot.inference);
     drawAlerts(snapshot.alerts);
     drawCharts(snapshot.history, snapshot.at);
     var updated = document.querySelector("[data-field=updated]");
@@ -128,6 +182,7 @@
   var initial = JSON.parse(document.getElementById("monitoring-snapshot").textContent);
   windowMs = initial.history_min * 60 * 1000;
   drawCharts(initial.history, initial.at);
+  drawInference(initial.inference);
 
   window.liveSocket("/ws/monitoring/", {
     badge: document.querySelector("[data-testid=live-badge]"),

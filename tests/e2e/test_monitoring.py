@@ -102,3 +102,34 @@ def test_a_project_member_gets_404_on_the_monitoring_page(page, owner, project):
     response = page.goto("/monitoring/")
     assert response.status == 404
     expect(page.get_by_role("heading", level=1)).to_have_text("Page not found")
+
+
+@pytest.mark.timeout(180)
+def test_the_serving_engine_figures_follow_generations_live(page, site_admin, project, owner, tiny_model,
+                                                           inference_worker, live_asgi, settings):
+    import openai
+
+    from tests.serving.test_openai_api import project_token
+
+    settings.MONITORING_LIVE_INTERVAL_S = 1.0  # the live server runs in this process
+    api = openai.OpenAI(base_url=f"{live_asgi}/v1", api_key=project_token(owner, project), max_retries=0, timeout=60)
+    browser_login(page, "root")
+    page.goto("/monitoring/")
+    expect(page.get_by_test_id("live-badge")).to_be_visible()
+    page.evaluate("window.loadedOnce = true")  # gone if the page reloads
+    line = page.get_by_test_id("inference").locator(f'[data-model="{tiny_model.name}"][data-adapter=""]')
+    expect(line).to_have_count(0)  # this model has not been served yet
+
+    api.completions.create(model=tiny_model.name, prompt="what is paris ?", max_tokens=5)
+    expect(line.locator("[data-field=requests]")).to_have_text("1")
+    expect(line).to_contain_text("(base)")
+    for field in ("ttft_p50", "ttft_p99", "inter_token_p50", "queue_wait_p50"):
+        expect(line.locator(f"[data-field={field}]")).to_have_text(re.compile(r"^[\d.]+ m?s$"))
+    for field in ("tokens_per_s", "stream_tokens_per_s"):
+        expect(line.locator(f"[data-field={field}]")).to_have_text(re.compile(r"^[\d.]+$"))
+    expect(line.locator("[data-field=occupancy]")).to_have_text(re.compile(r"^\d+%$"))
+    expect(line.locator("[data-field=memory]")).to_have_text(re.compile(r"^[\d.]+ [KMG]?B$"))
+
+    api.chat.completions.create(model=tiny_model.name, messages=[{"role": "user", "content": "hello"}], max_tokens=4)
+    expect(line.locator("[data-field=requests]")).to_have_text("2")  # the next snapshot, no reload
+    assert page.evaluate("window.loadedOnce") is True

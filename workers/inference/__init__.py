@@ -15,6 +15,9 @@ are imported when a model is loaded or run, in worker processes.
         result = future.result()       # each request joins the model's running batch at its next step
         batcher.submit("smollm2", directory, prompt, adapter_path=lora)  # same batch, its row through the adapter
 
+Pass `observer=` (an Observer, observe.py) to hear each request's queue wait, first token,
+token gaps and end, and each step's batch occupancy and cache size, per model key and adapter.
+
 Bad input (sampling values, message shape, a prompt beyond the context) raises
 InferenceInputError(field, message) before the model runs.
 """
@@ -23,6 +26,7 @@ from .batcher import Batcher
 from .cache import ModelCache
 from .errors import InferenceInputError
 from .generate import GenerationResult, generate_batch
+from .observe import Observer
 from .params import SamplingParams
 from .prompts import render_prompt
 
@@ -31,6 +35,7 @@ __all__ = [
     "GenerationResult",
     "InferenceInputError",
     "ModelCache",
+    "Observer",
     "SamplingParams",
     "generate_batch",
     "render_prompt",

@@ -24,6 +24,10 @@ Adapters: a batch is one base model's. Requests for LoRA adapters over that base
 running batch as the base's own requests, each row through its own adapter (the base's
 AdapterSet: loaded on demand, pinned while a row uses it, evicted LRU under the adapter budget
 once no row does). An adapter that cannot be loaded fails its request alone.
+
+Observation: an Observer (observe.py) hears, per model key and adapter, each request's wait for
+admission, its first token and every later token's gap, its end, and after each prefill or step
+how full the batch is and how large its key/value cache.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from .decode import DecodeBatch, SharedPrefix
 from .decode import Sequence as DecodeSequence
 from .errors import InferenceInputError
 from .generate import prepare
+from .observe import Observer
 from .params import SamplingParams
 from .precision import PRECISIONS, check_precision
 from .prompts import render_prompt
@@ -70,6 +75,8 @@ class _Request:
     adapter_path: str | None = None
     adapters: Any = None  # the AdapterSet holding this request's adapter pinned (sequence.adapter)
     tag: str = ""  # whose request it is (a project): admission is round-robin across tags
+    tokens_seen: int = 0  # tokens the observer has heard of
+    last_token_at: float | None = None  # time.perf_counter() of the latest of them
 
 
 @dataclass(eq=False)
@@ -82,7 +89,7 @@ class _Running:
 
 class Batcher:
     def __init__(self, cache: ModelCache, max_batch_size: int = 32, max_wait_ms: float = 20,
-                 kv_cache_budget_bytes: int | None = DEFAULT_KV_CACHE_BUDGET_BYTES):
+                 kv_cache_budget_bytes: int | None = DEFAULT_KV_CACHE_BUDGET_BYTES, observer: Observer | None = None):
         if max_batch_size < 1:
             raise ValueError("max_batch_size must be at least 1.")
         self.cache = cache
@@ -90,6 +97,7 @@ class Batcher:
         self.max_wait_s = max(0.0, max_wait_ms / 1000)
         self.kv_cache_budget_bytes = kv_cache_budget_bytes
         self.batches_run = 0  # prefills run: groups of requests admitted together, each one forward
+        self.observer = observer if observer is not None else Observer()
         self._pending: dict[tuple, list[_Request]] = {}
         self._running: dict[tuple, _Running] = {}  # only the worker thread touches it
         self._last_tag: dict[tuple, str] = {}  # per model, the tag admitted last (round-robin resumes after it)
@@ -264,18 +272,38 @@ class Batcher:
             return
         self._running[group] = running
         running.requests.update((id(r.sequence), r) for r in admitted)
+        now = time.perf_counter()
+        for request in admitted:
+            self._observe("admitted", model_key, request.adapter_path, now - request.arrived)
         self.batches_run += 1
-        self._resolve(group, running, batch.admit([r.sequence for r in admitted]))
+        started = time.perf_counter()
+        finished = batch.admit([r.sequence for r in admitted])
+        self._resolve(group, running, finished, time.perf_counter() - started)
 
     def _step(self, group: tuple, _: list[_Request]) -> None:
         running = self._running[group]
-        self._resolve(group, running, running.batch.step())
+        started = time.perf_counter()
+        finished = running.batch.step()
+        self._resolve(group, running, finished, time.perf_counter() - started)
 
-    def _resolve(self, group: tuple, running: _Running, finished: list[DecodeSequence]) -> None:
+    def _resolve(self, group: tuple, running: _Running, finished: list[DecodeSequence], seconds: float) -> None:
+        """After a prefill or step that took `seconds`: observe it, hand the finished their results."""
+        model_key = group[0]
+        for request in running.requests.values():  # the rows that ran, those that finished included
+            self._observe_tokens(model_key, request)
+        batch = running.batch
+        rows_run = len(batch.rows) + len(finished)
+        tokens_run = batch.tokens_in_flight + sum(len(s.prompt_ids) + len(s.generated) for s in finished)
         for sequence in finished:
             request = running.requests.pop(id(sequence))
             _unpin(request)
+            self._observe("finished", model_key, request.adapter_path, tokens=len(sequence.generated),
+                          reason=sequence.result.finish_reason)
             request.future.set_result(sequence.result)
+        per_token = batch.kv_bytes_per_token
+        self._observe("step", model_key, rows=rows_run, max_rows=batch.max_rows, tokens=tokens_run,
+                      token_budget=self.kv_cache_budget_bytes // per_token if self.kv_cache_budget_bytes and per_token
+                      else None, kv_cache_bytes=batch.kv_cache_bytes, seconds=seconds)
         if not running.batch.rows:  # nothing left: let go of the model, keep its prefix
             del self._running[group]
             batch = running.batch
@@ -283,6 +311,26 @@ class Batcher:
             self._prefixes.move_to_end(group)
             while len(self._prefixes) > KEPT_PREFIXES:
                 self._prefixes.popitem(last=False)
+
+    def _observe_tokens(self, model_key: str, request: _Request) -> None:
+        sequence = request.sequence
+        fresh = len(sequence.generated) - request.tokens_seen
+        if fresh <= 0:
+            return
+        if request.tokens_seen == 0:
+            self._observe("first_token", model_key, request.adapter_path, sequence.first_token_at)
+            fresh -= 1
+        # One token per row per step: the gap since the row's previous token is this step's time.
+        if fresh and request.last_token_at is not None:
+            self._observe("next_token", model_key, request.adapter_path, sequence.last_token_at - request.last_token_at)
+        request.tokens_seen = len(sequence.generated)
+        request.last_token_at = sequence.last_token_at
+
+    def _observe(self, what: str, *args: Any, **kwargs: Any) -> None:
+        try:
+            getattr(self.observer, what)(*args, **kwargs)
+        except Exception:  # figures never fail a generation
+            logger.exception("inference observer failed on %s", what)
 
     def _new_batch(self, group: tuple, model: Any, tokenizer: Any, adapters: Any) -> DecodeBatch:
         kept = self._prefixes.pop(group, None)

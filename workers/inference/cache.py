@@ -127,6 +127,17 @@ class ModelCache:
         with self._lock:
             return sum(e.size_bytes + e.adapters.total_bytes for e in self._entries.values())
 
+    def memory(self) -> dict[str, tuple[int, int]]:
+        """Per model key (summed over its devices and dtypes): (the base's bytes, the bytes of the
+        adapters loaded beside it)."""
+        with self._lock:
+            entries = [(key[0], entry) for key, entry in self._entries.items()]
+        sizes: dict[str, tuple[int, int]] = {}
+        for model_key, entry in entries:
+            base, adapters = sizes.get(model_key, (0, 0))
+            sizes[model_key] = (base + entry.size_bytes, adapters + entry.adapters.total_bytes)
+        return sizes
+
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()

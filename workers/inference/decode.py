@@ -89,7 +89,8 @@ class Sequence:
     result: GenerationResult | None = None
     text: IncrementalText | None = field(default=None, repr=False)
     generator: Any = field(default=None, repr=False)
-    first_token_at: float = 0.0
+    first_token_at: float = 0.0  # seconds from `started` to the first token
+    last_token_at: float = 0.0  # time.perf_counter() when its latest token was chosen
     adapter: str | None = None  # the LoRA adapter this row runs through (an AdapterSet name), None: the base
     logprobs: list[dict] = field(default_factory=list, repr=False)  # with params.logprobs: one per token
     logprobs_sent: int = 0  # entries already passed to on_token
@@ -358,6 +359,7 @@ class DecodeBatch:
         for row, (seq, token) in enumerate(zip(sequences, tokens)):
             if not seq.generated:
                 seq.first_token_at = now - seq.started
+            seq.last_token_at = now
             seq.generated.append(token)
             if token in self.eos:
                 reason = "stop"
