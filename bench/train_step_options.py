@@ -28,11 +28,12 @@ from pathlib import Path
 from bench.train_lora import DATA_SEED, OMP_WAIT_POLICY, THREADS, demo_model_dir, make_rows, train_config
 
 ROOT = Path(__file__).resolve().parent.parent
-STEPS = int(os.environ.get("BENCH_STEP_OPTIONS_STEPS", "8"))
+STEPS = int(os.environ.get("BENCH_STEP_OPTIONS_STEPS", "6"))
 WARMUP = 2
 BATCH = 4
 MAX_SEQ_LEN = 256
-VARIANTS = {"plain": {}, "chunked": {"fused_loss": "chunked"}, "compile": {"compile": True}}
+VARIANTS = {"plain": {"fused_loss": "off"}, "chunked": {"fused_loss": "chunked"},
+            "compile": {"fused_loss": "off", "compile": True}}
 LABELS = {"plain": "full logits, eager (baseline)", "chunked": "fused_loss chunked", "compile": "compile"}
 CURVE_TOLERANCE = 1e-3
 
@@ -50,7 +51,7 @@ def child(variant: str, reply: Path) -> None:
             points.append(point)
 
     config = train_config("fp32", batch_size=BATCH, max_seq_len=MAX_SEQ_LEN, max_steps=STEPS, lora_dropout=0.0,
-                          eval_at_start=False, fused_loss="off", **VARIANTS[variant])
+                          eval_at_start=False, **VARIANTS[variant])
     rows = make_rows(STEPS * BATCH * 4, DATA_SEED)  # more than STEPS steps of packed rows
     with tempfile.TemporaryDirectory(prefix="bench-step-options-") as out:
         train(config, model_dir=demo_model_dir(), output_dir=Path(out), train_rows=rows, eval_rows=[],
