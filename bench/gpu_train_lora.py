@@ -219,7 +219,8 @@ def child_ours(model_dir: Path, reply: Path, side: str = "ours") -> None:
             clock.end()
             points.append(point)
 
-    result = train(config, model_dir=model_dir, output_dir=reply.parent / "ours", train_rows=bench_rows(),
+    # A folder per side: in a shared one the next side would resume from the last side's final checkpoint.
+    result = train(config, model_dir=model_dir, output_dir=reply.parent / side, train_rows=bench_rows(),
                    eval_rows=[], callbacks=Callbacks())
     step_tokens = [b - a for a, b in zip([0] + [p["tokens_seen"] for p in points], [p["tokens_seen"] for p in points])]
     reply.write_text(json.dumps({
