@@ -14,6 +14,7 @@ BENCHMARKS = {
     "continuous_batching": "bench.continuous_batching",
     "train_lora": "bench.train_lora",
     "train_ddp": "bench.train_ddp",
+    "train_step_options": "bench.train_step_options",
     "packing": "bench.packing",
     "compare_batched": "bench.compare_batched",
     "annotate_concurrent": "bench.annotate_concurrent",

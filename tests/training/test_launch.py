@@ -39,6 +39,9 @@ def test_a_scientist_launches_a_job_that_pins_its_inputs_and_resolved_config(cli
     ({"lr_scheduler": "exotic"}, "config.lr_scheduler"),
     ({"surprise": 1}, "config.surprise"),
     ({"format": "chat"}, "dataset_version"),  # no row has chat messages
+    ({"fused_loss": "turbo"}, "config.fused_loss"),
+    ({"fused_loss": "liger", "device": "cpu"}, "config.fused_loss"),  # Liger is CUDA only
+    ({"compile": "yes"}, "config.compile"),
 ])
 def test_a_bad_config_is_refused_naming_the_field_and_no_job_is_made(client, scientist, project, tiny_model,
                                                                      qa_version, change, field):

@@ -34,6 +34,10 @@ METHOD_CHOICES = (("sft", "supervised (SFT): learn the responses"),
 TARGET_PRESET_CHOICES = (("attention", "attention projections"), ("all_linear", "all linear layers"))
 FORMAT_CHOICES = (("prompt_response", "prompt / response"), ("chat", "chat messages"))
 FORMATS = tuple(value for value, _ in FORMAT_CHOICES)
+FUSED_LOSS_CHOICES = (("auto", "auto (Liger on CUDA when installed, else the full logits)"),
+                      ("off", "off (the full logits)"),
+                      ("liger", "Liger-kernel fused linear + cross-entropy (CUDA)"),
+                      ("chunked", "chunked linear + cross-entropy (any device)"))
 
 
 class ConfigError(ValueError):
@@ -128,6 +132,16 @@ class TrainConfig:
                                     "against bf16; it needs a CUDA GPU and the bitsandbytes package.")
     # recompute activations in backward: less memory, about 30% slower
     gradient_checkpointing: bool = option(False, label="Gradient checkpointing", section="Optimisation")
+    # torch.compile of each decoder block (dynamic shapes: packed rows of any length reuse one graph);
+    # off by default: on this project's CPU it measured slower (bench/train_step_options.py)
+    compile: bool = option(False, label="Compile the model (torch.compile)", section="Optimisation",
+                           help="Compiles each decoder block once at the start (a minute or more); faster "
+                                "steps on some machines, slower on others (see bench/README.md).")
+    # the loss without the [tokens x vocabulary] logits (sft): Liger-kernel's fused linear + cross-entropy
+    # on CUDA, or chunks of the hidden states through the output layer, each recomputed in backward
+    fused_loss: str = option("auto", label="Fused loss", section="Optimisation", choices=FUSED_LOSS_CHOICES,
+                             help="Saves the memory of the full logits (vocabulary x tokens), which on small "
+                                  "models is most of a step's activations. Liger needs a CUDA GPU.")
     # optimizer steps between checkpoints; one is also written at the end
     checkpoint_every: int = option(50, label="Checkpoint every N steps", section="Evaluation and checkpoints", min=1)
     # "auto" (cuda, then mps, then cpu) | "cpu" | "cuda" | "cuda:N" | "mps"
@@ -175,6 +189,8 @@ class TrainConfig:
         _integer(self, "sample_max_new_tokens")
         _integer(self, "seed")
         _boolean(self, "gradient_checkpointing")
+        _boolean(self, "compile")
+        _choice(self, "fused_loss")
         _integer(self, "checkpoint_every")
         _text(self, "device")
         kind, _, index = self.device.partition(":")
@@ -183,6 +199,9 @@ class TrainConfig:
         if self.quantization != "none" and kind in ("cpu", "mps"):
             raise ConfigError("quantization", f"{self.quantization} base weights need a CUDA GPU (bitsandbytes), "
                                               f"not device {self.device}; choose none.")
+        if self.fused_loss == "liger" and kind in ("cpu", "mps"):
+            raise ConfigError("fused_loss", f"liger needs a CUDA GPU, not device {self.device}; "
+                                            "choose chunked, auto or off.")
         _integer(self, "devices")
         if self.devices > 1:
             if index or kind == "mps":

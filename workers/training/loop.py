@@ -40,6 +40,7 @@ from typing import Any
 
 from workers.models import load_for_inference
 
+from . import fused_loss
 from .card import write_adapter_files
 from .checkpoint import (
     TrainerState,
@@ -164,6 +165,7 @@ class _Run:
     info: dict = field(default_factory=dict)
     checkpointed_step: int | None = None   # the step of the newest checkpoint on disk
     trained_logits_only: bool = False      # logits computed at trained positions only (_logits_path_agrees)
+    fused_loss: str = "off"                # config.fused_loss on this device and model: off, chunked or liger
     rank: int = 0                          # this process in a data-parallel run (torch.distributed), else 0
     world: int = 1                         # processes in the run
     ddp: Any = None                        # world > 1: DistributedDataParallel over _Shard(run)
@@ -198,6 +200,10 @@ def _setup(config: TrainConfig, model_dir: Path, output_dir: Path, train_rows: S
     if config.quantization != "none" and device.type != "cuda":  # device auto found no GPU
         raise ConfigError("quantization", f"{config.quantization} base weights need a CUDA GPU (bitsandbytes); "
                                           f"this worker trains on {device.type}.")
+    try:  # before the model loads: liger where it cannot run is refused at once
+        loss_kind = fused_loss.resolve(config.fused_loss, device.type)
+    except ValueError as exc:
+        raise ConfigError("fused_loss", str(exc)) from None
     try:
         model, tokenizer = load_for_inference(model_dir, device=str(device), dtype=precision,
                                               quantization=config.quantization)
@@ -243,6 +249,11 @@ def _setup(config: TrainConfig, model_dir: Path, output_dir: Path, train_rows: S
                method=method, train_items=train_items, eval_items=eval_items, steps_per_epoch=steps_per_epoch,
                total_steps=total_steps, state=TrainerState(), rank=rank, world=world)
     run.trained_logits_only = _logits_path_agrees(run)
+    run.fused_loss = _fused_loss_on_model(run, loss_kind)
+    if config.compile:  # after the eager check above: the first compiled call is a training step
+        _compile_blocks(model)
+    callbacks.log(f"Loss: {'full logits' if run.fused_loss == 'off' else run.fused_loss + ' linear cross-entropy'}"
+                  f"; {'compiled' if config.compile else 'eager'} decoder blocks.")
     if rank == 0:  # the one writer of checkpoints
         remove_incomplete(run.checkpoints_dir)
     latest = latest_checkpoint(run.checkpoints_dir)
@@ -428,6 +439,35 @@ def _logits_path_agrees(run: _Run) -> bool:
     return bool(torch.allclose(full, direct, atol=1e-4, rtol=1e-4))
 
 
+def _fused_loss_on_model(run: _Run, kind: str) -> str:
+    """`kind` where the model allows it: a fused loss takes the decoder's hidden states through a Linear
+    output layer, which needs the trained-positions path (_logits_path_agrees). "auto" falls back to the
+    full logits; an explicit choice the model cannot take is refused."""
+    import torch
+
+    if kind == "off" or (run.trained_logits_only and isinstance(output_layer(run.model), torch.nn.Linear)):
+        return kind
+    if run.config.fused_loss == "auto":
+        return "off"
+    raise ConfigError("fused_loss", f"{kind} needs the logits to be the output layer's (this model changes them "
+                                    "after it); choose auto or off.")
+
+
+def _compile_blocks(model: Any) -> None:
+    """torch.compile each decoder block in place (nn.Module.compile: the module tree, its parameter names
+    and the PEFT LoRA layers inside stay as they are, so checkpoints and the adapter are unchanged). The
+    embeddings, the packed-sequence mask and the loss stay eager. dynamic=True: packed rows of any
+    length run through one graph instead of one compilation per new length; the blocks share their code
+    and (with torch's default inlining of modules) their graph."""
+    import torch
+
+    blocks = getattr(decoder(model), "layers", None)
+    if not isinstance(blocks, torch.nn.ModuleList) or not len(blocks):
+        raise ConfigError("compile", "this model's decoder has no list of blocks (layers) to compile; turn it off.")
+    for block in blocks:
+        block.compile(dynamic=True)
+
+
 def _memory_mb(device: Any) -> float:
     import torch
 
@@ -557,7 +597,9 @@ def _evaluate(run: _Run) -> None:
     started = time.perf_counter()
     eval_loss = None
     extra: dict = {}
-    with torch.no_grad():
+    # Compiled blocks run eagerly here: evaluation and generation (a KV cache, one token at a time) would
+    # each compile graphs of their own, for a few forward passes.
+    with torch.no_grad(), torch.compiler.set_stance("force_eager") if config.compile else contextlib.nullcontext():
         if has_eval:
             extra = run.method.summarize([run.method.loss(run, batch)[1]
                                           for batch in run.batches(epoch=None, evaluation=True)])

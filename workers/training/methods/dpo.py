@@ -46,6 +46,9 @@ def check(config: TrainConfig) -> None:
     if config.format not in ROWS.formats:
         raise ConfigError("format", "preference tuning (dpo) takes prompt / response rows with a rejected "
                                     "response; use the prompt_response format.")
+    if config.fused_loss in ("liger", "chunked"):
+        raise ConfigError("fused_loss", "preference tuning (dpo) needs every token's log-probability, not a "
+                                        "summed cross-entropy; choose auto or off.")
 
 
 def prepare(rows: Sequence[dict], tokenizer: Any, config: TrainConfig, *,

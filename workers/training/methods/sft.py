@@ -13,6 +13,7 @@ from typing import Any
 
 from ..config import FORMATS, TrainConfig
 from ..data import IGNORE, DataStats, Row, collate, epoch_batches, make_rows, tokenize_rows
+from ..fused_loss import linear_cross_entropy
 from ..lora import decoder, output_layer
 from .spec import Rows
 
@@ -69,10 +70,10 @@ def summed_loss(run: Any, batch: list[Row]) -> Any:
         # use_cache=False: with a KV cache transformers ignores the packing in position_ids.
         if run.trained_logits_only:
             # The output layer (hidden x vocabulary) only where a token is trained: with the loss on
-            # responses only, most prompt positions never need their logits.
+            # responses only, most prompt positions never need their logits. run.fused_loss: not even
+            # those at once (fused_loss.py).
             hidden = decoder(run.model)(**tensors, use_cache=False).last_hidden_state
-            logits = output_layer(run.model)(hidden[trained])
-            return torch.nn.functional.cross_entropy(logits.float(), targets[trained], reduction="sum")
+            return linear_cross_entropy(run.fused_loss, hidden[trained], output_layer(run.model), targets[trained])
         logits = run.model(**tensors, use_cache=False).logits
     return torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), targets.flatten(),
                                              ignore_index=IGNORE, reduction="sum")
