@@ -30,6 +30,7 @@ BENCHMARKS = {
     "pii_scan": "bench.pii_scan",
     "pii_phone_library": "bench.pii_phone_library",
     "gguf_export": "bench.gguf_export",
+    "capture_overhead": "bench.capture_overhead",
     "judge_throughput": "bench.judge_throughput",
     "scale_workers": "bench.scale_workers",
     "serve_precision": "bench.serve_precision",
