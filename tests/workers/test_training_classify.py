@@ -10,7 +10,7 @@ import random
 import pytest
 
 from tests.workers.test_training import FAST, Recorder, adapter_weights, model_dir, tokenizer  # noqa: F401
-from workers.training import ConfigError, TrainConfig, TrainingDataError, train
+from workers.training import ConfigError, TrainCancelled, TrainConfig, TrainingDataError, train
 from workers.training.methods import classify
 
 FILLER = ["what", "is", "the", "of", "count", "one", "two", "three", "say", "hello", "hi", "be", "brief", "q", "a"]
@@ -132,3 +132,19 @@ def test_class_weights_make_the_rare_class_count_as_much(model_dir, tmp_path, cl
     run_classify(model_dir, tmp_path / "run", rows, [{"prompt": "say hello", "label": "country"}], recorder,
                  max_steps=60, eval_every=60, eval_at_start=False, class_weights=class_weights, batch_size=20)
     assert math.exp(-recorder.evals[-1][0]["eval_loss"]) == pytest.approx(rare_probability, abs=0.05)
+
+
+@pytest.mark.slow
+def test_a_cancelled_classifier_resumes_to_the_same_head_and_adapter(model_dir, tmp_path):  # noqa: F811
+    rows, eval_rows = keyword_rows(32, seed=1), keyword_rows(8, seed=2)
+    whole = run_classify(model_dir, tmp_path / "whole", rows, eval_rows, max_steps=6, eval_every=3)
+    with pytest.raises(TrainCancelled):
+        run_classify(model_dir, tmp_path / "parts", rows, eval_rows, Recorder(stop_after=4), max_steps=6,
+                     eval_every=3, checkpoint_every=1)
+    resumed = run_classify(model_dir, tmp_path / "parts", rows, eval_rows, max_steps=6, eval_every=3,
+                           checkpoint_every=1)
+    assert resumed.resumed_from_step == 4
+    first, second = adapter_weights(whole.adapter_dir), adapter_weights(resumed.adapter_dir)
+    assert first.keys() == second.keys() and any("classifier_head" in name for name in first)
+    for name in first:
+        assert (first[name] == second[name]).all(), name
