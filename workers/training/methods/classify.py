@@ -28,7 +28,7 @@ from ..lora import decoder
 from .spec import Rows
 
 NAME = "classify"
-ROWS = Rows(formats=("prompt_response",), extra=("label",), response=False,
+ROWS = Rows(formats=("prompt_response",), response=False, label=True,
             needs="a prompt and a label, which a classifier needs")
 PACKING = False               # one text per sequence: its last token is what the head reads
 PERPLEXITY = False            # cross-entropy over classes, no language-modelling loss

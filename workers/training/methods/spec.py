@@ -20,6 +20,7 @@ class Rows:
     needs: str = ""                   # those rows in words, for "No row of … has {needs}"; "" = the format's
     sequences: int = 1                # sequences trained per row, each carrying the prompt (dpo: chosen, rejected)
     response: bool = True             # prompt_response rows need a response too (classify: the prompt only)
+    label: bool = False               # rows need a class, under the "label" key, read from config.label_column
 
 
 class Method(Protocol):
