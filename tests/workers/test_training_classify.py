@@ -148,3 +148,27 @@ def test_a_cancelled_classifier_resumes_to_the_same_head_and_adapter(model_dir, 
     assert first.keys() == second.keys() and any("classifier_head" in name for name in first)
     for name in first:
         assert (first[name] == second[name]).all(), name
+
+
+@pytest.mark.slow
+def test_the_saved_classifier_serves_the_same_predictions_in_batches(model_dir, tmp_path):  # noqa: F811
+    from workers.inference.classify import NotAClassifier, classify_texts, load_classifier
+
+    recorder = Recorder()
+    eval_rows = keyword_rows(48, seed=2)
+    result = run_classify(model_dir, tmp_path / "run", keyword_rows(320, seed=1), eval_rows, recorder,
+                          max_steps=120, eval_every=120, eval_at_start=False)
+    classifier = load_classifier(model_dir, result.adapter_dir)
+    served = classify_texts(classifier, [row["prompt"] for row in eval_rows], batch_size=5)
+    assert classifier.classes == CLASSES
+    assert all(sum(r["probabilities"].values()) == pytest.approx(1.0, abs=1e-4) for r in served)
+    assert all(r["label"] == max(r["probabilities"], key=r["probabilities"].get) for r in served)
+    # The same confusion matrix as training's last evaluation: serving reads texts as training did.
+    served_confusion = classify.confusion_matrix([CLASSES.index(r["label"]) for r in eval_rows],
+                                                 [CLASSES.index(r["label"]) for r in served], 3)
+    assert served_confusion == recorder.evals[-1][0]["eval_confusion"]
+
+    sft = train(TrainConfig(**FAST, max_steps=1), model_dir=model_dir, output_dir=tmp_path / "sft",
+                train_rows=[{"prompt": "q", "response": "a"}], eval_rows=[])
+    with pytest.raises(NotAClassifier):
+        load_classifier(model_dir, sft.adapter_dir)

@@ -91,10 +91,8 @@ def prepare(rows: Sequence[dict], tokenizer: Any, config: TrainConfig, *,
         if not isinstance(label, str) or label not in index:
             _skip(stats, number, f"label {label!r} is not one of the classes")
             continue
-        ids = tokenizer(config.prompt_template.replace("{prompt}", prompt), add_special_tokens=True)["input_ids"]
-        if len(ids) > config.max_seq_len:
-            ids = ids[-config.max_seq_len:]
-            stats.truncated += 1
+        ids, truncated = text_ids(prompt, tokenizer, config)
+        stats.truncated += truncated
         stats.used += 1
         stats.tokens += len(ids)
         texts.append(Text(input_ids=ids, label=index[label], weight=1.0))
@@ -107,6 +105,15 @@ def prepare(rows: Sequence[dict], tokenizer: Any, config: TrainConfig, *,
         for text in texts:  # n / (classes present x count): the mean weight over the rows stays 1
             text.weight = len(texts) / (len(counts) * counts[text.label])
     return texts, stats
+
+
+def text_ids(text: str, tokenizer: Any, config: TrainConfig) -> tuple[list[int], bool]:
+    """The tokens the classifier reads for `text` (rendered through prompt_template, cut to the last
+    max_seq_len: the last token is what the head reads), and whether it was cut. Serving uses it too."""
+    ids = tokenizer(config.prompt_template.replace("{prompt}", text), add_special_tokens=True)["input_ids"]
+    if len(ids) > config.max_seq_len:
+        return ids[-config.max_seq_len:], True
+    return ids, False
 
 
 def batches(items: list[Text], config: TrainConfig, *, epoch: int | None) -> list[list[Text]]:
