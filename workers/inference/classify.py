@@ -21,6 +21,8 @@ from typing import Any
 
 from workers.models import load_for_inference
 
+from .cache import resolve_device
+
 # Texts scored per forward pass: padding grows with the longest text of a batch, so texts are sorted by
 # length first. 32 keeps a batch of 512-token texts of the demo model under ~1 GB of activations.
 BATCH_SIZE = 32
@@ -42,7 +44,7 @@ class Classifier:
         return list(self.config.class_labels)
 
 
-def load_classifier(base_dir: Path, adapter_dir: Path, *, device: str = "cpu") -> Classifier:
+def load_classifier(base_dir: Path, adapter_dir: Path, *, device: str = "auto") -> Classifier:
     """The base through the safe loader, the head put on it as in training, then the adapter's LoRA and
     head weights. Raises NotAClassifier for an adapter of another method, and what the loader raises."""
     import torch
@@ -55,6 +57,7 @@ def load_classifier(base_dir: Path, adapter_dir: Path, *, device: str = "cpu") -
     config = TrainConfig.from_dict(saved.get("config", {}))
     if config.method != classify.NAME:
         raise NotAClassifier(f"This adapter was trained with method {config.method}, not as a classifier.")
+    device = resolve_device(device)
     model, tokenizer = load_for_inference(Path(base_dir), device=device)
     classify.head(model, config)
     with warnings.catch_warnings():  # peft reads transformers 5's deprecated is_gradient_checkpointing
