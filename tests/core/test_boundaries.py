@@ -13,7 +13,7 @@ TASK_NAMES = {"annotation.export", "annotation.quality", "annotation.suggest", "
               "datasets.export", "datasets.import", "datasets.index_search", "evaluation.eval_run", "evaluation.judge_run",
               "evaluation.teacher_run",
               "monitoring.evaluate_alerts", "registry.convert", "registry.export", "registry.inspect", "registry.merge",
-              "registry.prepare_catalogue", "serving.canary_check", "serving.captures_expire", "serving.generate",
+              "registry.prepare_catalogue", "serving.canary_check", "serving.captures_expire", "serving.classify", "serving.generate",
               "serving.generations_scrub", "training.calibrate",
               "training.run"}
 
