@@ -84,7 +84,8 @@ def job_estimate(*, user, project: Project, name: str, base_model: int, dataset_
     _, model, version, train_config, train_split, eval_split = _checked_inputs(
         user, project, token, name=name, base_model=base_model, dataset_version=dataset_version,
         train_split=train_split, eval_split=eval_split, config=config)
-    examples = usable_rows(version, train_split, train_config.format, train_config.method).count()
+    examples = usable_rows(version, train_split, train_config.format, train_config.method,
+                           train_config.label_column).count()
     per_step = train_config.batch_size * train_config.grad_accum
     steps = train_config.max_steps or math.ceil(examples * train_config.epochs / per_step)
     # "auto" means bf16 on a capable GPU and fp32 on CPU; the web tier cannot know which worker

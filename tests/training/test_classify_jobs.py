@@ -81,6 +81,8 @@ def test_one_class_or_a_missing_split_is_refused_and_a_metadata_column_is_read(c
     missing = client.post(f"/api/projects/{project.pk}/jobs/", {**body, "train_split": "test"},
                           content_type="application/json")
     assert missing.status_code == 400 and missing.json()["field"] == "train_split"
+    estimate = client.post(f"/api/projects/{project.pk}/jobs/estimate/", body, content_type="application/json")
+    assert estimate.status_code == 200 and estimate.json()["examples"] == 8, estimate.content  # rows with a class
     launched = client.post(f"/api/projects/{project.pk}/jobs/", body, content_type="application/json")
     assert launched.status_code == 201, launched.content
     job = TrainingJob.objects.get(pk=launched.json()["id"])
