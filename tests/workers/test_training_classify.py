@@ -101,6 +101,7 @@ def test_the_classifier_learns_the_keyword_classes_and_saves_head_and_classes(mo
     assert evals[0]["perplexity"] is None and evals[0]["eval_accuracy"] < 0.7  # the fresh head: about chance
     assert evals[-1]["eval_accuracy"] >= 0.85 and evals[-1]["eval_macro_f1"] >= 0.85
     assert evals[-1]["eval_loss"] < evals[0]["eval_loss"]
+    assert result.metrics["eval_macro_f1"] == evals[-1]["eval_macro_f1"] and "eval_confusion" not in result.metrics
     confusion = evals[-1]["eval_confusion"]
     assert len(confusion) == 3 and sum(map(sum, confusion)) == 48
     assert {"accuracy", "macro_f1"} <= set(recorder.steps[-1]) and "confusion" not in recorder.steps[-1]

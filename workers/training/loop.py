@@ -101,7 +101,8 @@ class TrainCancelled(Exception):
 class TrainResult:
     final_step: int
     adapter_dir: Path        # output_dir / "adapter": PEFT adapter + workbench_train_config.json
-    metrics: dict            # train_loss, eval_loss, best_eval_loss, tokens_trained, steps, stopped_early
+    metrics: dict            # train_loss, eval_loss, best_eval_loss, tokens_trained, steps, stopped_early, and the
+                             # method's metrics of the last evaluation (eval_-prefixed: classify's eval_accuracy ...)
     resumed_from_step: int
 
 
@@ -136,7 +137,8 @@ def train(config: TrainConfig, *, model_dir: Path, output_dir: Path, train_rows:
     _checkpoint(run)
     state = run.state
     metrics = {"train_loss": state.train_loss, "eval_loss": state.eval_loss, "best_eval_loss": state.best_eval_loss,
-               "tokens_trained": state.tokens_seen, "steps": state.step, "stopped_early": state.stopped_early}
+               "tokens_trained": state.tokens_seen, "steps": state.step, "stopped_early": state.stopped_early,
+               **state.eval_scores}
     adapter_dir = _save_adapter(run, lineage=lineage, metrics=metrics) if run.rank == 0 else run.output_dir / "adapter"
     callbacks.log(f"Finished at step {state.step}: adapter saved to {adapter_dir}.")
     return TrainResult(final_step=state.step, adapter_dir=adapter_dir, metrics=metrics, resumed_from_step=resumed_from)
@@ -569,6 +571,8 @@ def _evaluate(run: _Run) -> None:
     state.last_eval_step = state.step
     if eval_loss is not None:
         state.eval_loss = eval_loss
+        # The final metrics carry the method's last evaluation (classify: eval_accuracy, eval_macro_f1).
+        state.eval_scores = {key: value for key, value in extra.items() if isinstance(value, (int, float))}
         if state.best_eval_loss is None or eval_loss < state.best_eval_loss:
             state.best_eval_loss = eval_loss
         # What early stopping watches is the method's (sft, dpo: the eval loss; classify: macro-F1).
