@@ -27,6 +27,7 @@ BENCHMARKS = {
     "pii_scan": "bench.pii_scan",
     "pii_phone_library": "bench.pii_phone_library",
     "gguf_export": "bench.gguf_export",
+    "classify": "bench.classify",
 }
 
 
