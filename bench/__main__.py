@@ -35,6 +35,7 @@ BENCHMARKS = {
     "scale_workers": "bench.scale_workers",
     "serve_precision": "bench.serve_precision",
     "provider_overhead": "bench.provider_overhead",
+    "classify": "bench.classify",
 }
 
 

@@ -148,6 +148,20 @@ def _arrange_adapter(world: World) -> dict:
     return {"model_id": adapter.pk}
 
 
+def _arrange_classifier(world: World) -> dict:
+    """A ready adapter trained as a classifier (its lineage says so), and one classification by it."""
+    from apps.registry.models import RegisteredModel
+    from apps.serving.models import Classification
+
+    values = _arrange_adapter(world)
+    RegisteredModel.objects.filter(pk=values["model_id"]).update(
+        lineage={"config": {"method": "classify", "class_labels": ["a", "b"]}})
+    job = Classification.objects.create(project=world.project, model_id=values["model_id"], user=world.owner,
+                                        texts=["x"], state="succeeded",
+                                        results=[{"label": "a", "probabilities": {"a": 0.9, "b": 0.1}}])
+    return {**values, "classification_id": job.pk}
+
+
 def _arrange_model_export(world: World) -> dict:
     """A finished GGUF export of the adapter, its file on disk."""
     import tempfile
@@ -619,6 +633,12 @@ ENDPOINTS = [
     Endpoint("precision-measurement-cancel", "POST", "/api/precision-measurements/<int:job_id>/cancel/",
              "model.register", _no_body, 200, checks=("model.view", "model.register"),
              arrange=_arrange_precision_measurement),
+    # A classifier answers texts as a generation does: model.generate, no audit event per call.
+    Endpoint("model-classify", "POST", "/api/models/<int:model_id>/classify/", "model.generate",
+             lambda w: {"texts": ["x"]}, 202, checks=("model.view", "model.generate"), arrange=_arrange_classifier,
+             audit_writes=0),
+    Endpoint("classification-get", "GET", "/api/classifications/<int:classification_id>/", "model.generate",
+             _no_body, 200, checks=("model.view", "model.generate"), arrange=_arrange_classifier),
     # the site's catalogue as a project sees it; adapters shared with other projects; aliases
     Endpoint("project-catalogue", "GET", f"{P}/catalogue/", "model.view", _no_body, 200, arrange=_arrange_catalogue),
     Endpoint("project-catalogue-enable", "POST", f"{P}/catalogue/", "model.enable",
@@ -988,7 +1008,7 @@ def test_each_principal_gets_what_the_permission_catalogue_says_on_each_endpoint
 
 
 SCOPED_IDS = ("project", "dataset", "job", "comparison", "campaign", "schema", "annotation", "export", "model",
-              "sweep")
+              "sweep", "classification")
 # Endpoints that act only on the caller's own objects, with their tests elsewhere.
 EXEMPT = {
     # Edits one's own annotation only: others get 403/404 (tests/annotation/test_campaigns.py).
@@ -1015,7 +1035,8 @@ def test_every_project_scoped_endpoint_in_the_url_conf_has_a_row():
     dummy = {"project_id": 1, "dataset_id": 2, "membership_id": 3, "role_id": 4, "grant_id": 5, "number": 6,
              "job_id": 7, "comparison_id": 8, "campaign_id": 9, "item_id": 10, "schema_id": 11, "annotation_id": 12,
              "export_id": 13, "model_id": 14, "entry_id": 15, "target_id": 16, "alias": "production",
-             "judge_id": 17, "run_id": 18, "sweep_id": 19, "suite_id": 20}
+             "judge_id": 17, "run_id": 18, "sweep_id": 19, "suite_id": 20,
+             "classification_id": 21}
     in_table = {(resolve(fill(e.url, dummy)).route, e.method) for e in ENDPOINTS}
     assert in_url_conf, "found no project-scoped API routes: the walk above is broken"
     assert in_url_conf - in_table == set(), "project-scoped endpoints without a row in ENDPOINTS"

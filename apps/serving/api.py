@@ -14,6 +14,7 @@ from apps.projects import policy
 from apps.registry.models import ModelAlias, RegisteredModel
 from apps.registry.services import alias_canary_start, alias_canary_stop
 from apps.serving.captures import capture_settings, captures_matching, captures_to_dataset
+from apps.serving.models import Classification
 from apps.serving.selectors import serving_metrics
 from apps.serving.serializers import (
     CanarySerializer,
@@ -23,10 +24,13 @@ from apps.serving.serializers import (
     CaptureSettingsOutSerializer,
     CaptureSettingsSerializer,
     CapturesToDatasetSerializer,
+    ClassificationSerializer,
+    ClassifyRequestSerializer,
     ImportQueuedSerializer,
     ServingMetricsQuerySerializer,
     ServingMetricsSerializer,
 )
+from apps.serving.services import classification_start
 
 
 def _alias(model: RegisteredModel, name: str) -> ModelAlias:
@@ -131,3 +135,30 @@ class AliasCapturesDatasetApi(APIView):
                                   token=request.auth, ip_address=client_ip(request), **filters)
         return Response({"import_job": job.pk, "dataset": job.dataset_id, "captures": count},
                         status=status.HTTP_202_ACCEPTED)
+
+
+class ModelClassifyApi(APIView):
+    """Classify texts with a classifier adapter (trained with the classify method): queued on an
+    `inference` worker, which answers each text's label and class probabilities; poll the returned
+    classification until it has succeeded."""
+
+    @extend_schema(request=ClassifyRequestSerializer, responses={202: ClassificationSerializer})
+    def post(self, request: Request, model_id: int) -> Response:
+        model = policy.get_object(request.user, RegisteredModel, model_id, "model.view", request.auth)
+        data = ClassifyRequestSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        job = classification_start(user=request.user, model=model, texts=data.validated_data["texts"],
+                                   token=request.auth)
+        return Response(ClassificationSerializer(job).data, status=status.HTTP_202_ACCEPTED)
+
+
+class ClassificationApi(APIView):
+    @extend_schema(responses=ClassificationSerializer)
+    def get(self, request: Request, classification_id: int) -> Response:
+        job = Classification.objects.filter(pk=classification_id).first()
+        if job is None:
+            raise NotFound()
+        # Another project's answers 404 as its model does.
+        model = policy.get_object(request.user, RegisteredModel, job.model_id, "model.view", request.auth)
+        policy.require(request.user, "model.generate", model, request.auth)
+        return Response(ClassificationSerializer(job).data)

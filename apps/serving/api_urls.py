@@ -3,6 +3,8 @@ from django.urls import path
 from apps.serving import api
 
 urlpatterns = [
+    path("models/<int:model_id>/classify/", api.ModelClassifyApi.as_view(), name="api-model-classify"),
+    path("classifications/<int:classification_id>/", api.ClassificationApi.as_view(), name="api-classification"),
     path("models/<int:model_id>/aliases/<str:alias>/canary/", api.AliasCanaryApi.as_view(), name="api-alias-canary"),
     path("models/<int:model_id>/serving-metrics/", api.ModelServingMetricsApi.as_view(),
          name="api-model-serving-metrics"),

@@ -1,7 +1,7 @@
 from django.conf import settings
 from django.db import models
 
-from apps.core.jobs import LeasedJob
+from apps.core.jobs import ENDED_STATES, JobState, LeasedJob
 
 
 class Generation(LeasedJob):
@@ -58,6 +58,25 @@ class Generation(LeasedJob):
                 "time_to_first_token_s": self.time_to_first_token_s, "total_s": self.total_s,
                 "tokens_per_s": round(self.completion_tokens / self.total_s, 1) if self.total_s else None,
                 "logprobs": self.logprobs, "error": self.error, "field": self.error_field}
+
+
+class Classification(LeasedJob):
+    """Texts classified by a classifier adapter (training method classify) on an `inference` worker:
+    the request, and for each text its label and class probabilities (apps.serving.classify)."""
+
+    State = JobState
+    ENDED = ENDED_STATES
+    TASK, QUEUE = "serving.classify", "inference"
+
+    project = models.ForeignKey("projects.Project", on_delete=models.CASCADE, related_name="classifications")
+    model = models.ForeignKey("registry.RegisteredModel", on_delete=models.CASCADE, related_name="classifications")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    texts = models.JSONField()  # [str], at most apps.serving.services.MAX_CLASSIFY_TEXTS
+    results = models.JSONField(null=True, blank=True)  # [{label, probabilities: {class: p}}], in the texts' order
+    state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.QUEUED)
+
+    class Meta(LeasedJob.Meta):
+        default_permissions = ()
 
 
 class Capture(models.Model):

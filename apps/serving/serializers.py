@@ -3,7 +3,8 @@ from rest_framework import serializers
 
 from apps.registry.models import ModelAlias
 from apps.serving.canary import canary_health
-from apps.serving.models import Capture
+from apps.serving.models import Capture, Classification
+from apps.serving.services import MAX_CLASSIFY_CHARS, MAX_CLASSIFY_TEXTS
 
 
 class CanarySetSerializer(serializers.Serializer):
@@ -156,3 +157,38 @@ class ImportQueuedSerializer(serializers.Serializer):
     import_job = serializers.IntegerField()
     dataset = serializers.IntegerField()
     captures = serializers.IntegerField()
+
+
+class _Text(serializers.CharField):
+    """A JSON string only: CharField would take 3 as "3", and a number sent for a text is a client's bug."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class ClassifyRequestSerializer(serializers.Serializer):
+    texts = serializers.ListField(
+        child=_Text(max_length=MAX_CLASSIFY_CHARS, trim_whitespace=False),
+        min_length=1, max_length=MAX_CLASSIFY_TEXTS,
+        help_text=f"the texts to classify: 1 to {MAX_CLASSIFY_TEXTS}, each at most {MAX_CLASSIFY_CHARS} characters")
+
+
+class ClassificationResultSerializer(serializers.Serializer):
+    label = serializers.CharField(help_text="the most probable class")
+    probabilities = serializers.DictField(child=serializers.FloatField(), help_text="each class's probability")
+
+
+class ClassificationSerializer(serializers.ModelSerializer):
+    results = ClassificationResultSerializer(many=True, read_only=True, allow_null=True,
+                                             help_text="one per text, in their order, once succeeded")
+    count = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Classification
+        fields = ["id", "model", "state", "count", "results", "error", "created_at", "finished_at"]
+
+    def get_count(self, job) -> int:
+        """texts in the request"""
+        return len(job.texts)

@@ -15,8 +15,8 @@ from apps.projects import policy
 from apps.projects.models import Project
 from apps.registry.models import RegisteredModel
 from apps.registry.selectors import resolve_served
-from apps.serving.models import Generation
-from apps.serving.tasks import generate_task
+from apps.serving.models import Classification, Generation
+from apps.serving.tasks import classify_task, generate_task
 
 PARAM_FIELDS = ("max_new_tokens", "temperature", "top_p", "top_k", "stop", "seed", "presence_penalty",
                 "frequency_penalty", "logprobs", "top_logprobs")
@@ -133,3 +133,33 @@ def generation_enqueue(generation_id: int) -> None:
         transaction.on_commit(lambda: events.finished(generation))
 
     enqueue(generate_task, generation_id, queue="inference", on_failure=fail)
+
+
+MAX_CLASSIFY_TEXTS = 256     # texts per request: a few batches of the engine's 32 (workers.inference.classify)
+MAX_CLASSIFY_CHARS = 8000    # characters per text: the classifier reads at most max_seq_len tokens of its end anyway
+
+
+def is_classifier(model: RegisteredModel) -> bool:
+    """Whether `model` is an adapter trained as a classifier (its lineage's config says so)."""
+    config = (model.lineage or {}).get("config") or {}
+    return model.kind == RegisteredModel.Kind.ADAPTER and config.get("method") == "classify"
+
+
+def classification_start(*, user, model: RegisteredModel, texts: list[str], token=None) -> Classification:
+    """Queue `texts` (already checked: 1..MAX_CLASSIFY_TEXTS non-empty strings of at most MAX_CLASSIFY_CHARS)
+    for the classifier `model` on an `inference` worker. Invalid (field "model") when it is not a ready
+    classifier."""
+    policy.require(user, "model.generate", model.project, token)
+    if not is_classifier(model):
+        raise Invalid(f"“{model.name}” is not a classifier: train one with the classify method.", field="model")
+    if model.status != RegisteredModel.Status.READY:
+        raise Invalid(f"The model “{model.name}” is {model.status}, not ready.", field="model")
+    with transaction.atomic():
+        job = Classification.objects.create(project=model.project, model=model, user=user, texts=texts)
+        transaction.on_commit(lambda: _enqueue_classification(job.pk))
+    return job
+
+
+def _enqueue_classification(job_id: int) -> None:
+    enqueue(classify_task, job_id, queue=Classification.QUEUE, on_failure=lambda reason: Classification.objects.filter(
+        pk=job_id).update(state=Classification.State.FAILED, finished_at=timezone.now(), error=reason))

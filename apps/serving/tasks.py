@@ -1,4 +1,5 @@
-"""Celery tasks of serving: one generation on an `inference` worker (the engine is imported when it runs);
+"""Celery tasks of serving: one generation, or one batch of texts classified, on an `inference` worker (the
+engine is imported when it runs);
 the periodic check of canary rollouts, the expiry of captures and of generations' text."""
 
 from celery import shared_task
@@ -9,6 +10,13 @@ def generate_task(self, generation_id: int) -> None:
     from apps.serving.runner import run_generation
 
     run_generation(generation_id, worker=self.request.hostname or "")
+
+
+@shared_task(name="serving.classify", bind=True)
+def classify_task(self, classification_id: int) -> None:
+    from apps.serving.classify import run_classification
+
+    run_classification(classification_id, worker=self.request.hostname or "")
 
 
 @shared_task(name="serving.canary_check")

@@ -19,6 +19,7 @@ class TrainingJob(LeasedJob):
     class Method(models.TextChoices):
         SFT = "sft", "Supervised fine-tune (LoRA)"
         DPO = "dpo", "Preference tuning (DPO, LoRA)"
+        CLASSIFY = "classify", "Classifier (LoRA and a classification head)"
 
     project = models.ForeignKey("projects.Project", on_delete=models.CASCADE, related_name="training_jobs")
     name = models.CharField(max_length=120)

@@ -71,22 +71,32 @@ def _leave_for_another(job_id: int, worker: str) -> bool:
 
 
 def _rows(job: TrainingJob, split: str, limit: int | None = None) -> list[dict]:
-    return version_rows(job.dataset_version, split, job.method, limit)
+    return version_rows(job.dataset_version, split, job.method, limit, label_column=job.config.get("label_column", "label"))
 
 
-def version_rows(version, split: str, method: str, limit: int | None = None) -> list[dict]:
+def version_rows(version, split: str, method: str, limit: int | None = None, *, label_column: str = "label") -> list[dict]:
     """A version's rows (of one split) as the engine takes them: the columns, plus the keys the method
-    reads beyond them (dpo: the rejected answer), which exports keep in the row's metadata."""
+    reads beyond them (dpo: the rejected answer), which exports keep in the row's metadata, and for a
+    method that reads classes (classify) the class under "label", from the label column or, for any other
+    `label_column`, the row's metadata key of that name."""
     from workers.training.methods import get_method
 
     rows = version.rows.order_by("position")
     if split:
         rows = rows.filter(split=split)
-    extra = get_method(method).ROWS.extra
-    if extra:
-        rows = rows.values("prompt", "response", "messages", "metadata")
-        return [{"prompt": r["prompt"], "response": r["response"], "messages": r["messages"],
-                 **{key: (r["metadata"] or {}).get(key) for key in extra}} for r in (rows[:limit] if limit else rows)]
+    spec = get_method(method).ROWS
+    extra = spec.extra
+    if extra or spec.label:
+        rows = rows.values("prompt", "response", "messages", "label", "metadata")
+        result = []
+        for r in rows[:limit] if limit else rows:
+            metadata = r["metadata"] or {}
+            row = {"prompt": r["prompt"], "response": r["response"], "messages": r["messages"],
+                   **{key: metadata.get(key) for key in extra}}
+            if spec.label:
+                row["label"] = r["label"] if label_column == "label" else metadata.get(label_column)
+            result.append(row)
+        return result
     rows = rows.values("prompt", "response", "messages")
     return list(rows[:limit] if limit else rows)
 

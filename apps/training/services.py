@@ -84,7 +84,8 @@ def job_estimate(*, user, project: Project, name: str, base_model: int, dataset_
     _, model, version, train_config, train_split, eval_split = _checked_inputs(
         user, project, token, name=name, base_model=base_model, dataset_version=dataset_version,
         train_split=train_split, eval_split=eval_split, config=config)
-    examples = usable_rows(version, train_split, train_config.format, train_config.method).count()
+    examples = usable_rows(version, train_split, train_config.format, train_config.method,
+                           train_config.label_column).count()
     per_step = train_config.batch_size * train_config.grad_accum
     steps = train_config.max_steps or math.ceil(examples * train_config.epochs / per_step)
     # "auto" means bf16 on a capable GPU and fp32 on CPU; the web tier cannot know which worker
@@ -126,10 +127,16 @@ def _checked_inputs(user, project: Project, token, *, name, base_model, dataset_
         raise Invalid("A job needs a name of at most 120 characters.", field="name")
     model = _launchable_model(user, project, base_model, token)
     version = readable_version(user, project, dataset_version, token)
-    train_config = _checked_config(config or {}, model)
+    config = config or {}
+    if isinstance(config, dict) and config.get("method") == "classify" and not config.get("class_labels"):
+        # The classes are the training rows' (the split checked first, so a wrong one is named as such).
+        _checked_splits(version, train_split, "", "prompt_response", "sft", check_rows=False)
+        config = {**config, "class_labels": class_labels(version, (train_split or "").strip(),
+                                                         config.get("label_column", "label"))}
+    train_config = _checked_config(config, model)
     train_split, eval_split = _checked_splits(version, train_split, eval_split, train_config.format,
-                                              train_config.method)
-    if not train_config.sample_prompts:
+                                              train_config.method, label_column=train_config.label_column)
+    if not train_config.sample_prompts and train_config.method != "classify":  # a classifier generates nothing
         train_config.sample_prompts = _sample_prompts(version, eval_split or train_split, train_config.format)
     return name, model, version, train_config, train_split, eval_split
 
@@ -223,7 +230,7 @@ def max_devices() -> int:
 
 
 def _checked_splits(version: DatasetVersion, train_split: str, eval_split: str, fmt: str,
-                    method: str = "sft") -> tuple[str, str]:
+                    method: str = "sft", *, label_column: str = "label", check_rows: bool = True) -> tuple[str, str]:
     train_split, eval_split = (train_split or "").strip(), (eval_split or "").strip()
     splits = set(version.rows.exclude(split="").values_list("split", flat=True).distinct())
     for field, split in (("train_split", train_split), ("eval_split", eval_split)):
@@ -232,7 +239,7 @@ def _checked_splits(version: DatasetVersion, train_split: str, eval_split: str, 
             raise Invalid(f"Version {version.number} has no “{split}” split (its splits: {known}).", field=field)
     if train_split and train_split == eval_split:
         raise Invalid("Evaluate on a split other than the training split.", field="eval_split")
-    if not usable_rows(version, train_split, fmt, method).exists():
+    if check_rows and not usable_rows(version, train_split, fmt, method, label_column).exists():
         from workers.training.methods import get_method
 
         where = f"the “{train_split}” split of version {version.number}" if train_split else f"version {version.number}"
@@ -244,20 +251,58 @@ def _checked_splits(version: DatasetVersion, train_split: str, eval_split: str, 
     return train_split, eval_split
 
 
-def usable_rows(version: DatasetVersion, split: str, fmt: str, method: str = "sft"):
-    """The rows of `split` the engine can train on: the format's columns, and every key the method
-    reads beyond them (dpo: the rejected answer) non-empty in the row's metadata."""
+def usable_rows(version: DatasetVersion, split: str, fmt: str, method: str = "sft", label_column: str = "label"):
+    """The rows of `split` the engine can train on: the format's columns (a classifier needs no response),
+    every key the method reads beyond them (dpo: the rejected answer) non-empty in the row's metadata, and
+    for a classifier a non-empty class in `label_column` (the label, else that metadata key)."""
     from workers.training.methods import get_method
 
+    spec = get_method(method).ROWS
     rows = version.rows.all()
     if split:
         rows = rows.filter(split=split)
     if fmt == "chat":
         return rows.filter(messages__isnull=False)
-    rows = rows.exclude(Q(prompt__isnull=True) | Q(prompt="") | Q(response__isnull=True) | Q(response=""))
-    for key in get_method(method).ROWS.extra:  # annotation and comparison exports keep them as metadata
+    rows = rows.exclude(Q(prompt__isnull=True) | Q(prompt=""))
+    if spec.response:
+        rows = rows.exclude(Q(response__isnull=True) | Q(response=""))
+    for key in spec.extra:  # annotation and comparison exports keep them as metadata
         rows = rows.filter(metadata__has_key=key).exclude(**{f"metadata__{key}": ""})
+    if spec.label:
+        rows = (rows.exclude(Q(label__isnull=True) | Q(label="")) if label_column == "label"
+                else rows.filter(metadata__has_key=label_column).exclude(**{f"metadata__{label_column}": ""}))
     return rows
+
+
+MAX_CLASSES = 200         # a classifier's outputs: beyond this a "label" column is more likely free text
+MAX_LABEL_COLUMN = 200    # characters of a label column's name (a metadata key)
+
+
+def class_labels(version: DatasetVersion, split: str, label_column) -> list[str]:
+    """The classes a classifier on `split` of `version` learns: the distinct non-empty texts of
+    `label_column` (the row's label, else that metadata key), sorted. Raises Invalid naming
+    config.label_column when the rows have fewer than two classes, or too many to be classes."""
+    if not isinstance(label_column, str) or not label_column.strip() or len(label_column) > MAX_LABEL_COLUMN:
+        raise Invalid(f"label_column: name the column that holds each row's class (at most {MAX_LABEL_COLUMN} "
+                      "characters): label, or a metadata key.", field="config.label_column")
+    rows = version.rows.all()
+    if split:
+        rows = rows.filter(split=split)
+    if label_column == "label":
+        values = rows.exclude(label__isnull=True).values_list("label", flat=True).distinct()
+    else:
+        values = (rows.filter(metadata__has_key=label_column)
+                  .values_list(f"metadata__{label_column}", flat=True).distinct())
+    classes = sorted({value for value in values[:MAX_CLASSES * 4] if isinstance(value, str) and value.strip()})
+    where = f"the “{split}” split of version {version.number}" if split else f"version {version.number}"
+    if len(classes) > MAX_CLASSES:
+        raise Invalid(f"label_column: “{label_column}” of {where} has more than {MAX_CLASSES} distinct values; "
+                      "a classifier needs a column of classes.", field="config.label_column")
+    if len(classes) < 2:
+        found = f"only the class “{classes[0]}”" if classes else "no labels"
+        raise Invalid(f"label_column: “{label_column}” of {where} has {found}; a classifier needs rows of at "
+                      "least two classes.", field="config.label_column")
+    return classes
 
 
 def _check_quota(user, project: Project, adding: int = 1) -> None:

@@ -5,6 +5,7 @@ queues a short calibration run on a `gpu` worker (a few real optimizer steps and
 job's own config, model and rows) instead of guessing, and says so; the web request never trains.
 """
 
+import functools
 import json
 import logging
 import tempfile
@@ -135,7 +136,8 @@ def time_estimate(*, model: RegisteredModel, version, train_split: str, eval_spl
     method, fmt = train_config.method, train_config.format
     sequences = get_method(method).ROWS.sequences
     cap = examples * train_config.max_seq_len * sequences  # every example is cut to max_seq_len tokens
-    tokens_per_epoch = min(rows_chars(usable_rows(version, train_split, fmt, method), method, fmt)
+    usable = functools.partial(usable_rows, version, fmt=fmt, method=method, label_column=train_config.label_column)
+    tokens_per_epoch = min(rows_chars(usable(split=train_split), method, fmt)
                            / chars_per_token, cap) or examples
     per_epoch = estimate.steps_per_epoch(method=method, examples=examples, tokens_per_epoch=tokens_per_epoch,
                                          batch_size=train_config.batch_size, grad_accum=train_config.grad_accum,
@@ -143,7 +145,7 @@ def time_estimate(*, model: RegisteredModel, version, train_split: str, eval_spl
     steps = train_config.max_steps or train_config.epochs * per_epoch
     eval_tokens = 0.0
     if eval_split:
-        eval_rows = usable_rows(version, eval_split, fmt, method).order_by("position")[:MAX_EVAL_ROWS]
+        eval_rows = usable(split=eval_split).order_by("position")[:MAX_EVAL_ROWS]
         eval_tokens = rows_chars(version.rows.filter(pk__in=eval_rows.values("pk")), method, fmt) / chars_per_token
     evals = estimate.evaluations(steps=steps, eval_every=train_config.eval_every,
                                  eval_at_start=train_config.eval_at_start) \
@@ -228,8 +230,9 @@ def _calibrate_on_worker(measurement: SpeedMeasurement, *, worker: str) -> dict 
                                     "eval_at_start": True, "checkpoint_every": 10_000, "early_stopping_patience": 0})
     version = DatasetVersion.objects.get(pk=request["dataset_version"])
     method = config.method
-    rows = version_rows(version, request["train_split"], method, CALIBRATION_ROWS)
-    eval_rows = version_rows(version, request["eval_split"], method, RUNNER_EVAL_ROWS) if request["eval_split"] else []
+    rows = version_rows(version, request["train_split"], method, CALIBRATION_ROWS, label_column=config.label_column)
+    eval_rows = (version_rows(version, request["eval_split"], method, RUNNER_EVAL_ROWS, label_column=config.label_column)
+                 if request["eval_split"] else [])
 
     class Timing(TrainCallbacks):
         def __init__(self) -> None:

@@ -40,6 +40,31 @@
     Plotly.react("chart-lr", [line("train", "lr", "learning rate")], layout("lr"), config);
     Plotly.react("chart-grad", [line("train", "grad_norm", "grad norm")], layout("grad norm"), config);
     Plotly.react("chart-speed", [line("train", "tokens_per_s", "tokens/s")], layout("tokens/s"), config);
+    if (classes) drawClassifier();
+  }
+
+  // A classifier (the page carries its classes): its scores, and the latest evaluation's confusion matrix.
+  var classesScript = document.getElementById("class-labels");
+  var classes = classesScript ? JSON.parse(classesScript.textContent) : null;
+
+  function drawClassifier() {
+    var scores = layout("score");
+    scores.yaxis.range = [0, 1.02];
+    Plotly.react("chart-scores", [line("train", "accuracy", "train accuracy"), line("eval", "eval_accuracy", "eval accuracy"),
+                                  line("eval", "eval_macro_f1", "eval macro-F1")], scores, config);
+    var steps = Object.keys(points.eval).map(Number).filter(function (step) {
+      return points.eval[step].eval_confusion;
+    }).sort(function (a, b) { return a - b; });
+    if (!steps.length) return;
+    var counts = points.eval[steps[steps.length - 1]].eval_confusion;
+    var heat = layout("true class");
+    heat.xaxis = { title: { text: "predicted class" }, type: "category" };
+    heat.yaxis = { title: { text: "true class" }, type: "category", autorange: "reversed" };
+    heat.height = Math.max(260, 40 * classes.length + 80);
+    Plotly.react("chart-confusion", [{ type: "heatmap", x: classes, y: classes, z: counts, colorscale: "Blues",
+                                       text: counts, texttemplate: "%{text}",
+                                       hovertemplate: "true %{y}, predicted %{x}: %{z}<extra></extra>" }],
+                 heat, config);
   }
 
   function scheduleDraw() {

@@ -14,7 +14,8 @@ TASK_NAMES = {"annotation.export", "annotation.quality", "annotation.suggest", "
               "evaluation.teacher_run",
               "monitoring.evaluate_alerts", "registry.convert", "registry.export", "registry.inspect", "registry.measure_precisions",
               "registry.merge",
-              "registry.prepare_catalogue", "serving.canary_check", "serving.captures_expire", "serving.generate",
+              "registry.prepare_catalogue", "serving.canary_check", "serving.captures_expire", "serving.classify",
+              "serving.generate",
               "serving.generations_scrub", "training.calibrate",
               "training.run"}
 

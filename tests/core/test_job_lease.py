@@ -19,7 +19,7 @@ from apps.core.jobs import JobCancelled, JobRun, leased_kinds, mark_worker_stopp
 from apps.datasets.models import Dataset, DeriveJob, ExportJob, ImportJob, SearchIndexJob
 from apps.evaluation.models import EvalRun, EvalSuite, Judge, JudgeRun, TeacherRun
 from apps.registry.models import ModelExport, PrecisionMeasurement
-from apps.serving.models import Generation
+from apps.serving.models import Classification, Generation
 from apps.training.models import SpeedMeasurement, TrainingJob
 from tests.comparison.factories import make_comparison
 from tests.training.fixtures import make_job, make_version
@@ -115,6 +115,13 @@ def new_precision_measurement(project, owner, state):
     return PrecisionMeasurement.objects.create(model=placeholder_model(project), created_by=owner, state=state)
 
 
+def new_classification(project, owner, state):
+    from tests.comparison.factories import placeholder_model
+
+    return Classification.objects.create(project=project, model=placeholder_model(project), user=owner,
+                                         texts=["paris"], state=state)
+
+
 KINDS = {
     "training": (TrainingJob, lambda project, owner, state: make_job(project, owner, state=state)),
     "comparison": (Comparison, lambda project, owner, state: make_comparison(project, owner, state=state,
@@ -132,6 +139,7 @@ KINDS = {
     "teacher run": (TeacherRun, new_teacher_run),
     "model export": (ModelExport, new_model_export),
     "precision measurement": (PrecisionMeasurement, new_precision_measurement),
+    "classification": (Classification, new_classification),
 }
 
 

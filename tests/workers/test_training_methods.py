@@ -7,7 +7,7 @@ import pytest
 from tests.workers import training_method_example as every_token
 from tests.workers.test_training import FAST, ROWS, Recorder, adapter_weights, model_dir  # noqa: F401
 from workers.training import ConfigError, TrainCancelled, TrainConfig, train
-from workers.training.methods import METHODS, dpo, get_method, sft
+from workers.training.methods import METHODS, classify, dpo, get_method, sft
 
 OPTIONS = {**FAST, "method": "every_token", "eval_every": 2, "lora_dropout": 0.0}
 
@@ -17,9 +17,9 @@ def registered(monkeypatch):
     monkeypatch.setitem(METHODS, every_token.NAME, every_token)
 
 
-def test_the_registry_lists_sft_and_dpo_by_name():
-    assert set(METHODS) == {"sft", "dpo"}
-    assert get_method("sft") is sft and get_method("dpo") is dpo
+def test_the_registry_lists_sft_dpo_and_classify_by_name():
+    assert set(METHODS) == {"sft", "dpo", "classify"}
+    assert get_method("sft") is sft and get_method("dpo") is dpo and get_method("classify") is classify
     assert dpo.ROWS.extra == ("rejected",) and sft.ROWS.extra == ()
 
 

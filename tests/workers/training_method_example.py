@@ -18,6 +18,12 @@ PERPLEXITY = False
 TRAIN_FLOPS_PER_TOKEN = 4
 EVAL_FLOPS_PER_TOKEN = 2
 EXAMPLES = ("training", "eval")
+EARLY_STOPPING = ("loss", "min")
+EVAL_ONLY: tuple[str, ...] = ()
+
+
+def head(model, config) -> list[str]:
+    return []
 
 
 def check(config) -> None:

@@ -50,6 +50,8 @@ class TrainerState:
     train_loss: float | None = None        # smoothed (EMA) training loss
     eval_loss: float | None = None         # the latest evaluation's
     best_eval_loss: float | None = None
+    best_eval_score: float | None = None   # the best of what early stopping watches, lower is better
+    eval_scores: dict = dataclasses.field(default_factory=dict)  # the latest evaluation's method metrics (numbers)
     evals_without_improvement: int = 0     # the early-stopping patience counter
     last_eval_step: int | None = None
     stopped_early: bool = False

@@ -30,7 +30,8 @@ def option(default: Any = dataclasses.MISSING, *, label: str, help: str = "", se
 
 
 METHOD_CHOICES = (("sft", "supervised (SFT): learn the responses"),
-                  ("dpo", "preference (DPO): prefer the chosen over the rejected response"))
+                  ("dpo", "preference (DPO): prefer the chosen over the rejected response"),
+                  ("classify", "classifier: predict each row's label from its prompt"))
 TARGET_PRESET_CHOICES = (("attention", "attention projections"), ("all_linear", "all linear layers"))
 FORMAT_CHOICES = (("prompt_response", "prompt / response"), ("chat", "chat messages"))
 FORMATS = tuple(value for value, _ in FORMAT_CHOICES)
@@ -59,6 +60,17 @@ class TrainConfig:
     # dpo: how far the policy may move from the reference (the base)
     dpo_beta: float = option(0.1, label="DPO beta", section="Inputs", min=0, min_exclusive=True, max=10,
                              help="DPO only: how far the model may move from the base.")
+    # classify: where each row's class is: "label" (the row's label column, what a classification
+    # campaign's export writes) or a metadata key such as "annotation.topic"
+    label_column: str = option("label", label="Label column", section="Inputs",
+                               help="Classifier only: the row's label, or a metadata key holding the class.")
+    # classify: the classes, in the order of the head's outputs; the launch fills it from the version's
+    # labels (sorted). Written beside the adapter, it is how the served classifier names its outputs.
+    class_labels: list[str] = option(label="Classes", default_factory=list)
+    # classify: weigh each training row's loss by n / (classes x rows of its class), so rare classes count
+    # as much as common ones
+    class_weights: bool = option(False, label="Class weights (inverse frequency)", section="Inputs",
+                                 help="Classifier only: rare classes weigh as much as common ones in the loss.")
     # data
     # "prompt_response" (rows: prompt, response) or "chat" (rows: messages)
     format: str = option("prompt_response", label="Format", section="Data format",
@@ -108,7 +120,7 @@ class TrainConfig:
     # evaluate the base model before step 1: the baseline of loss and samples
     eval_at_start: bool = option(True, label="Evaluate the base model first", section="Evaluation and checkpoints",
                                  help="Step 0 on the charts and the base model's samples.")
-    # evaluations without a better eval_loss before stopping; 0 = off
+    # evaluations without a better eval_loss (classify: eval macro-F1) before stopping; 0 = off
     early_stopping_patience: int = option(0, label="Early-stopping patience", section="Evaluation and checkpoints",
                                           min=0, help="Evaluations without improvement before stopping; 0 is off.")
     # generated greedily at every evaluation
@@ -159,6 +171,10 @@ class TrainConfig:
 
         _choice(self, "method", tuple(METHODS))  # the registry: a method is its module
         _number(self, "dpo_beta")
+        _text(self, "label_column")
+        if not isinstance(self.class_labels, list) or not all(isinstance(c, str) and c for c in self.class_labels):
+            raise ConfigError("class_labels", "must be a list of non-empty strings.")
+        _boolean(self, "class_weights")
         METHODS[self.method].check(self)  # what the method cannot take (dpo: the chat format)
         _choice(self, "format")
         _choice(self, "loss_on")

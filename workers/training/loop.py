@@ -102,7 +102,8 @@ class TrainCancelled(Exception):
 class TrainResult:
     final_step: int
     adapter_dir: Path        # output_dir / "adapter": PEFT adapter + workbench_train_config.json
-    metrics: dict            # train_loss, eval_loss, best_eval_loss, tokens_trained, steps, stopped_early
+    metrics: dict            # train_loss, eval_loss, best_eval_loss, tokens_trained, steps, stopped_early, and the
+                             # method's metrics of the last evaluation (eval_-prefixed: classify's eval_accuracy ...)
     resumed_from_step: int
 
 
@@ -137,7 +138,8 @@ def train(config: TrainConfig, *, model_dir: Path, output_dir: Path, train_rows:
     _checkpoint(run)
     state = run.state
     metrics = {"train_loss": state.train_loss, "eval_loss": state.eval_loss, "best_eval_loss": state.best_eval_loss,
-               "tokens_trained": state.tokens_seen, "steps": state.step, "stopped_early": state.stopped_early}
+               "tokens_trained": state.tokens_seen, "steps": state.step, "stopped_early": state.stopped_early,
+               **state.eval_scores}
     adapter_dir = _save_adapter(run, lineage=lineage, metrics=metrics) if run.rank == 0 else run.output_dir / "adapter"
     callbacks.log(f"Finished at step {state.step}: adapter saved to {adapter_dir}.")
     return TrainResult(final_step=state.step, adapter_dir=adapter_dir, metrics=metrics, resumed_from_step=resumed_from)
@@ -217,7 +219,7 @@ def _setup(config: TrainConfig, model_dir: Path, output_dir: Path, train_rows: S
     if config.gradient_checkpointing:
         # Non-reentrant checkpointing works with frozen inputs (no enable_input_require_grads needed).
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    model = add_lora(model, config)
+    model = add_lora(model, config, modules_to_save=method.head(model, config))
     model.train()
     trainable = [p for p in model.parameters() if p.requires_grad]
     callbacks.log(f"Loaded {model_dir.name} on {device} ({precision}) in {time.perf_counter() - started:.1f} s.")
@@ -390,7 +392,7 @@ def _train_step(run: _Run, micro_batches: list[list]) -> dict:
             outputs.append(_to_cpu(output))
     if run.world > 1:
         outputs = _gathered(outputs)
-    extra = method.summarize(outputs)
+    extra = {key: value for key, value in method.summarize(outputs).items() if key not in method.EVAL_ONLY}
     loss = extra.pop("loss")
     if not math.isfinite(loss):
         # Stop before the optimizer writes NaNs into the adapter: the last checkpoint stays good.
@@ -611,14 +613,23 @@ def _evaluate(run: _Run) -> None:
     state.last_eval_step = state.step
     if eval_loss is not None:
         state.eval_loss = eval_loss
+        # The final metrics carry the method's last evaluation (classify: eval_accuracy, eval_macro_f1).
+        state.eval_scores = {key: value for key, value in extra.items() if isinstance(value, (int, float))}
         if state.best_eval_loss is None or eval_loss < state.best_eval_loss:
             state.best_eval_loss = eval_loss
+        # What early stopping watches is the method's (sft, dpo: the eval loss; classify: macro-F1).
+        watched, direction = run.method.EARLY_STOPPING
+        value = eval_loss if watched == "loss" else extra[f"eval_{watched}"]
+        score = value if direction == "min" else -value
+        if state.best_eval_score is None or score < state.best_eval_score:
+            state.best_eval_score = score
             state.evals_without_improvement = 0
         else:
             state.evals_without_improvement += 1
             if config.early_stopping_patience and state.evals_without_improvement >= config.early_stopping_patience:
                 state.stopped_early = True
-                run.callbacks.log(f"Early stopping at step {state.step}: eval loss has not improved for "
+                what = "eval loss" if watched == "loss" else f"eval {watched}"
+                run.callbacks.log(f"Early stopping at step {state.step}: {what} has not improved for "
                                   f"{state.evals_without_improvement} evaluations.")
     # None rather than inf when exp overflows: points are stored as JSON, which has no infinity.
     # Perplexity is a language-modelling number: a DPO loss has none.

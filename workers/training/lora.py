@@ -114,14 +114,15 @@ def lora_trainable_parameters(model_dir: Path, config: TrainConfig, *,
     return sum(config.lora_r * (shapes[m][0] + shapes[m][1]) for m in adapted)
 
 
-def add_lora(model: Any, config: TrainConfig) -> Any:
-    """Wrap `model` in a PEFT LoRA model (base weights frozen, adapters trainable). The LoRA init draws
-    from torch's RNG: seed before calling for a reproducible start."""
+def add_lora(model: Any, config: TrainConfig, *, modules_to_save: list[str] | None = None) -> Any:
+    """Wrap `model` in a PEFT LoRA model (base weights frozen, adapters trainable). `modules_to_save`:
+    modules trained fully and saved with the adapter (a classifier head). The LoRA init draws from
+    torch's RNG: seed before calling for a reproducible start."""
     from peft import LoraConfig, get_peft_model
 
     lora = LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
                       target_modules=resolve_target_modules(model, config.target_modules), bias="none",
-                      task_type="CAUSAL_LM")
+                      task_type="CAUSAL_LM", modules_to_save=modules_to_save or None)
     with warnings.catch_warnings():
         # peft 0.21 reads transformers 5's deprecated `is_gradient_checkpointing`: noise in every job log.
         warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)

@@ -16,7 +16,11 @@ A method is any object with these names (a module is the usual one; see Method):
     TRAIN_FLOPS_PER_TOKEN  x parameters, per token of a training step (forward + backward); estimate.py
     EVAL_FLOPS_PER_TOKEN   x parameters, per token of an evaluation (forward only)
     EXAMPLES               what its training and eval items are called in the run's log
+    EARLY_STOPPING         (eval metric, "min" | "max"): what early stopping watches ("loss": eval_loss)
+    EVAL_ONLY              summarize's keys that go into eval points only (classify: the confusion matrix)
     check(config)          ConfigError for a setting this method cannot take (from TrainConfig.validate)
+    head(model, config)    modules it puts on the base before LoRA, trained fully (PEFT modules_to_save);
+                           their names ([] for none)
     prepare(rows, tokenizer, config, *, evaluation) -> (items, DataStats)
     batches(items, config, *, epoch) -> micro-batches: a pure function of (items, seed, epoch); None: in order
     weight(batch)          what a step's loss is the mean over (trained tokens, pairs) in one micro-batch
@@ -32,13 +36,13 @@ run.trained_logits_only. Importing this package imports neither torch nor transf
 
 from __future__ import annotations
 
-from . import dpo, sft
+from . import classify, dpo, sft
 from .spec import Method, Rows
 
 __all__ = ["METHODS", "Method", "Rows", "get_method"]
 
 
-METHODS: dict[str, Method] = {sft.NAME: sft, dpo.NAME: dpo}  # type: ignore[dict-item]  # modules
+METHODS: dict[str, Method] = {sft.NAME: sft, dpo.NAME: dpo, classify.NAME: classify}  # type: ignore[dict-item]  # modules
 
 
 def get_method(name: str) -> Method:

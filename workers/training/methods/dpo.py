@@ -33,6 +33,8 @@ PERPLEXITY = False            # a DPO loss is no language-modelling loss
 TRAIN_FLOPS_PER_TOKEN = 6
 EVAL_FLOPS_PER_TOKEN = 4
 EXAMPLES = ("training pairs", "eval pairs")
+EARLY_STOPPING = ("loss", "min")
+EVAL_ONLY: tuple[str, ...] = ()
 MAX_REASONS = 5
 
 
@@ -40,6 +42,11 @@ MAX_REASONS = 5
 class Pair:
     chosen: Row
     rejected: Row
+
+
+def head(model: Any, config: TrainConfig) -> list[str]:
+    """No module beyond the LoRA weights is trained."""
+    return []
 
 
 def check(config: TrainConfig) -> None:

@@ -23,7 +23,14 @@ PERPLEXITY = True
 TRAIN_FLOPS_PER_TOKEN = 4    # forward 2N + LoRA backward 2N (see estimate.py)
 EVAL_FLOPS_PER_TOKEN = 2
 EXAMPLES = ("training", "eval")
+EARLY_STOPPING = ("loss", "min")
+EVAL_ONLY: tuple[str, ...] = ()
 ROWS = Rows(formats=FORMATS)  # prompt and response, or chat messages: nothing more
+
+
+def head(model: Any, config: TrainConfig) -> list[str]:
+    """No module beyond the LoRA weights is trained."""
+    return []
 
 
 def check(config: TrainConfig) -> None:

@@ -19,6 +19,8 @@ class Rows:
     extra: tuple[str, ...] = ()       # keys beyond the format's that every usable row has, non-empty
     needs: str = ""                   # those rows in words, for "No row of … has {needs}"; "" = the format's
     sequences: int = 1                # sequences trained per row, each carrying the prompt (dpo: chosen, rejected)
+    response: bool = True             # prompt_response rows need a response too (classify: the prompt only)
+    label: bool = False               # rows need a class, under the "label" key, read from config.label_column
 
 
 class Method(Protocol):
@@ -29,6 +31,10 @@ class Method(Protocol):
     TRAIN_FLOPS_PER_TOKEN: int
     EVAL_FLOPS_PER_TOKEN: int
     EXAMPLES: tuple[str, str]
+    EARLY_STOPPING: tuple[str, str]
+    EVAL_ONLY: tuple[str, ...]
+
+    def head(self, model: Any, config: Any) -> list[str]: ...
 
     def check(self, config: Any) -> None: ...
 
