@@ -27,7 +27,7 @@ def size_the_database_pool(sender=None, conf=None, options=None, **kwargs):
 
     pool = settings.DATABASES["default"].get("OPTIONS", {}).get("pool")
     options = options or {}
-    worker_pool = options.get("pool_cls") or "prefork"  # the CLI's --pool, as a class
+    worker_pool = options.get("pool") or options.get("pool_cls") or "prefork"  # the CLI hands --pool over as a class
     if isinstance(worker_pool, str):
         worker_pool = get_implementation(worker_pool)
     if not isinstance(pool, dict) or "DB_POOL_MAX_SIZE" in os.environ or worker_pool is not get_implementation("threads"):

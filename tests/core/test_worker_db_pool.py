@@ -17,13 +17,13 @@ def pooled(monkeypatch):
 
 
 def test_a_threads_worker_gets_two_connections_a_job_and_a_margin(pooled):
-    # As `celery worker --pool threads --concurrency 16` hands them over (celery.bin.worker: the pool as a class).
-    size_the_database_pool(options={"pool_cls": get_implementation("threads"), "concurrency": 16})
+    # As `celery worker --pool threads --concurrency 16` hands them over (celery.bin.worker: "pool", a class).
+    size_the_database_pool(options={"pool": get_implementation("threads"), "concurrency": 16})
     assert pooled["max_size"] == 36
 
 
-@pytest.mark.parametrize("options", [{"pool_cls": get_implementation("prefork"), "concurrency": 16},
-                                     {"pool_cls": "threads", "concurrency": 2}, {"concurrency": 16}])
+@pytest.mark.parametrize("options", [{"pool": get_implementation("prefork"), "concurrency": 16},
+                                     {"pool": "threads", "concurrency": 2}, {"concurrency": 16}])
 def test_prefork_children_and_small_thread_pools_keep_the_configured_size(pooled, options):
     size_the_database_pool(options=options)
     assert pooled["max_size"] == 10
@@ -31,5 +31,5 @@ def test_prefork_children_and_small_thread_pools_keep_the_configured_size(pooled
 
 def test_an_explicit_size_wins(pooled, monkeypatch):
     monkeypatch.setenv("DB_POOL_MAX_SIZE", "10")
-    size_the_database_pool(options={"pool_cls": "threads", "concurrency": 16})
+    size_the_database_pool(options={"pool": "threads", "concurrency": 16})
     assert pooled["max_size"] == 10
