@@ -7,8 +7,9 @@ The stack of bench/alias_switch.py: the production web server (uvicorn, one proc
 a prompt carrying an e-mail address and a phone number (the redaction has work to do). Phases of
 PHASE_S seconds alternate capture off / on / on / off (ROUNDS rounds; the alias's settings are read
 per request, so a phase starts as soon as the alias row is saved); throughput is answered requests
-per second over each side's phases. Checked afterwards: every request of an "on" phase has one
-capture, redacted (no raw address in it), and none of an "off" phase. Target: ratio >= 0.95.
+per second over each side's phases. Checked afterwards: no capture kept the raw address, and every
+request was captured as the alias said when it ended (a request in flight when its phase switched
+ends in the next phase: at most CLIENTS a switch are counted on the other side). Target: ratio >= 0.95.
 
 PostgreSQL at BENCH_PG_URL; database `bench_capture_overhead`, created fresh and dropped at the end.
 """
@@ -146,8 +147,9 @@ def run() -> list[dict]:
 
     on, off = sides[True], sides[False]
     value, base = on["answered"] / on["seconds"], off["answered"] / off["seconds"]
-    clean = (not on["failed"] and not off["failed"] and checks["on"]["captures"] == on["answered"]
-             and checks["off"]["captures"] == 0 and checks["on"]["raw_address_kept"] == 0)
+    straddling = CLIENTS * 4 * ROUNDS  # requests in flight at a phase switch, at most
+    clean = (not on["failed"] and not off["failed"] and checks["on"]["raw_address_kept"] == 0
+             and checks["on"]["captures"] >= on["answered"] - straddling and checks["off"]["captures"] <= straddling)
     extra = {"clients": CLIENTS, "max_tokens": MAX_TOKENS, "phase_s": PHASE_S, "rounds": ROUNDS,
              "on": {k: v for k, v in on.items() if k != "ids"}, "off": {k: v for k, v in off.items() if k != "ids"},
              "checks": checks, "all_captured_and_redacted": clean,
