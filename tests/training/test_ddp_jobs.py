@@ -16,6 +16,9 @@ from tests.training.test_jobs_run import ended, launch, train_steps
 pytestmark = pytest.mark.django_db(transaction=True)
 # The worker gives a CPU job as many gloo processes as it has cores.
 two_cores = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="2 gloo processes need 2 CPU cores")
+# The killed-rank run: long enough that the kill lands mid-run even when this process is starved of CPU
+# (60 steps once ran to the end between the first checkpoint and the kill, under a loaded CI run).
+STEPS = 240
 
 
 @pytest.mark.parametrize("devices, words", [(0, "at least 1"), (3, "at most 2"), ("two", "whole number")])
@@ -67,7 +70,7 @@ def rank_pid(job_id: int, rank: int) -> int | None:
 def test_a_killed_rank_restarts_the_group_from_its_checkpoint_and_every_step_is_recorded_once(
         client, scientist, project, tiny_model, qa_version, celery_worker):
     client.force_login(scientist)
-    job_id = launch(client, project, launch_body(tiny_model, qa_version, devices=2, max_steps=60, eval_every=None,
+    job_id = launch(client, project, launch_body(tiny_model, qa_version, devices=2, max_steps=STEPS, eval_every=None,
                                                  checkpoint_every=15))["id"]
     # The checkpoint folder is watched directly (every 5 ms), not through the job row: the runner relays
     # steps with a lag in which the ranks can run on to the end of so short a run.
@@ -87,8 +90,8 @@ def test_a_killed_rank_restarts_the_group_from_its_checkpoint_and_every_step_is_
     # Resumed mid-run from a checkpoint written before the kill (which one depends on how far the ranks
     # ran before the signal landed).
     resumed_from = job["info"]["resumed_from_step"]
-    assert checkpoint <= resumed_from < 60 and resumed_from % 15 == 0
-    assert train_steps(job_id) == list(range(1, 61))  # the steps after the checkpoint were replaced
+    assert checkpoint <= resumed_from < STEPS and resumed_from % 15 == 0
+    assert train_steps(job_id) == list(range(1, STEPS + 1))  # the steps after the checkpoint were replaced
 
 
 @pytest.mark.slow
