@@ -139,7 +139,11 @@ def train_distributed(config: TrainConfig, *, model_dir: Path, output_dir: Path,
                 if process.poll() is None:  # this process is being unwound (an exception in a callback)
                     process.kill()
                     process.wait()
-        ended = outcome is not None and outcome["event"] != "crash" and process.returncode == 0
+        finished = outcome is not None and outcome["event"] in FINISHED
+        ended = finished or (outcome is not None and outcome["event"] != "crash" and process.returncode == 0)
+        if finished and process.returncode != 0:
+            callbacks.log(f"a training process failed after rank 0 finished (torchrun exit code "
+                          f"{process.returncode}); nothing was left undone")
         if ended or follower.stop_sent or attempt == max_restarts:
             break
         callbacks.log(f"the training processes failed (torchrun exit code {process.returncode}); starting them "
@@ -243,12 +247,18 @@ def _dispatch(event: dict, callbacks: TrainCallbacks) -> dict | None:
     return None
 
 
+# Outcomes rank 0 reports only once every rank has passed the run's last collective (the final step, or
+# the step they all stopped at): a rank that dies after that, as gloo's teardown has aborted one at exit
+# ("terminate called without an active exception"), leaves nothing undone.
+FINISHED = ("result", "cancelled")
+
+
 def _result(outcome: dict | None, returncode: int, run_dir: Path) -> TrainResult:
     kind = outcome["event"] if outcome else None
-    if kind == "result" and returncode == 0:
+    if kind == "result":
         return TrainResult(final_step=outcome["final_step"], adapter_dir=Path(outcome["adapter_dir"]),
                            metrics=outcome["metrics"], resumed_from_step=outcome["resumed_from_step"])
-    if kind == "cancelled" and returncode == 0:
+    if kind == "cancelled":
         raise TrainCancelled(outcome["step"])
     if kind == "error" and returncode == 0:
         if outcome["type"] == "ConfigError":
