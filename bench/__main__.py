@@ -24,6 +24,7 @@ BENCHMARKS = {
     "playground_ttft": "bench.playground_ttft",
     "alias_switch": "bench.alias_switch",
     "serve_adapters": "bench.serve_adapters",
+    "serve_concurrent": "bench.serve_concurrent",
     "serving_limits": "bench.serving_limits",
     "serve_fairness": "bench.serve_fairness",
     "sync_views": "bench.sync_views",
