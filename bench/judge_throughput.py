@@ -1,7 +1,7 @@
 """Judging comparison cells with the demo model as a pointwise judge (issue #20's
-`judge_throughput`): cells/s with the judge run's concurrency (settings.JUDGE_CONCURRENCY calls in
-flight, which the engine's continuous batching runs together) vs one request at a time, same cells,
-same run.
+`judge_throughput`): cells/s with the judge run's concurrency (a local judge's: the batcher's row
+limit, settings.INFERENCE_MAX_BATCH_SIZE calls in flight, which the engine's continuous batching runs
+together: apps.evaluation.runner.items_in_flight) vs one request at a time, same cells, same run.
 
 In process: the engine's own `workers.judging.run_judge` over a shared `workers.inference.Batcher`
 (the one a judge run uses on the inference worker, demo model fp32 on CPU, greedy, answers of at most
@@ -22,7 +22,7 @@ import time
 from bench.report import publish, result
 
 CELLS = int(os.environ.get("BENCH_JUDGE_CELLS", "64"))
-CONCURRENCY = int(os.environ.get("BENCH_JUDGE_CONCURRENCY", "8"))  # settings.JUDGE_CONCURRENCY's default
+CONCURRENCY = int(os.environ.get("BENCH_JUDGE_CONCURRENCY", "32"))  # a local judge's: INFERENCE_MAX_BATCH_SIZE's default
 MAX_TOKENS = 48
 ROUNDS = 1  # each round: one at a time, concurrent, concurrent, one at a time
 

@@ -262,9 +262,9 @@ COMPARISON_MAX_ACTIVE_PER_PROJECT = env_int("COMPARISON_MAX_ACTIVE_PER_PROJECT",
 # Calls a comparison's provider column keeps in flight (the provider's rate limit still holds,
 # each refusal waited out): bench/provider_overhead.py measures it against a local column.
 COMPARISON_PROVIDER_CONCURRENCY = env_int("COMPARISON_PROVIDER_CONCURRENCY", 8)
-# Items a judge run asks together (a pair is two calls): a local judge's calls join one batch of
-# the inference batcher, a provider judge keeps that many requests in flight (its rate limit
-# still holds). Not measured yet: bench's judge_throughput (issue #20) is to set it.
+# Items a judge, eval or teacher run on a provider's model asks together (a pair is two calls):
+# that many requests in flight (its rate limit still holds). A local model's runs fill the
+# batcher's row limit instead (INFERENCE_MAX_BATCH_SIZE: apps.evaluation.runner.items_in_flight).
 JUDGE_CONCURRENCY = env_int("JUDGE_CONCURRENCY", 8)
 # --- Serving (playground, OpenAI-compatible API) -----------------------------------------
 # Generations run in `inference` workers (`--pool threads`): one model cache per process.

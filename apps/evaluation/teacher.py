@@ -19,7 +19,6 @@ import threading
 import time
 from decimal import Decimal
 
-from django.conf import settings
 from django.core.files import File
 from django.db import connection, transaction
 from django.db.models import F, Value
@@ -31,7 +30,7 @@ from apps.datasets.models import ImportJob
 from apps.datasets.services import import_cancel, import_create, import_start
 from apps.evaluation import selectors
 from apps.evaluation.models import TeacherAnswer, TeacherRun
-from apps.evaluation.runner import local_call, provider_call
+from apps.evaluation.runner import items_in_flight, local_call, provider_call
 from apps.providers.models import ProviderModel
 from apps.providers.services import call_cost
 from workers.teaching import MESSAGES, TeacherCancelled, run_teacher
@@ -102,7 +101,7 @@ def _ask(run: JobRun) -> None:
         run.progress(rows_done, total)  # raises JobCancelled once the run is asked to stop
         return False
 
-    run_teacher(items, call=call_and_close, on_answers=on_answers, done=done, concurrency=settings.JUDGE_CONCURRENCY)
+    run_teacher(items, call=call_and_close, on_answers=on_answers, done=done, concurrency=items_in_flight(job.config))
 
 
 def _import(run: JobRun):

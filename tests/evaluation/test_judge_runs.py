@@ -258,3 +258,14 @@ def test_a_local_judge_answers_through_the_inference_worker_and_what_it_cannot_f
     columns = run["summary"]["columns"]
     assert sum(c["judged"] + c["unparseable"] for c in columns.values()) == 2
     assert run["summary"]["unparseable"] == sum(v.answer is None for v in verdicts)
+
+
+def test_a_local_model_run_fills_the_batchers_rows_and_a_provider_run_keeps_judge_concurrency_in_flight(settings):
+    from apps.evaluation.runner import items_in_flight
+
+    settings.INFERENCE_MAX_BATCH_SIZE, settings.JUDGE_CONCURRENCY = 32, 8
+    assert items_in_flight({"local_model": 1}) == 32
+    assert items_in_flight({"local_model": 1}, calls_per_item=2) == 16  # a pair is asked in both orders
+    assert items_in_flight({"provider_model": 1}, calls_per_item=2) == 8  # the provider's requests in flight
+    settings.INFERENCE_MAX_BATCH_SIZE = 1
+    assert items_in_flight({"local_model": 1}, calls_per_item=2) == 1  # never none
