@@ -57,7 +57,8 @@ class Generation(LeasedJob):
                 "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
                 "time_to_first_token_s": self.time_to_first_token_s, "total_s": self.total_s,
                 "tokens_per_s": round(self.completion_tokens / self.total_s, 1) if self.total_s else None,
-                "logprobs": self.logprobs, "error": self.error, "field": self.error_field}
+                "logprobs": self.logprobs, "precision": self.precision, "error": self.error,
+                "field": self.error_field}
 
 
 class Classification(LeasedJob):

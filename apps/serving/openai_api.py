@@ -491,6 +491,13 @@ class Reply:
                 "top_logprobs": [{t["token"]: t["logprob"] for t in e["top_logprobs"]} for e in entries],
                 "text_offset": offsets}
 
+    @staticmethod
+    def _fingerprint(results) -> dict:
+        """OpenAI's `system_fingerprint` (the backend configuration that answered): the precision the
+        worker loaded the model in, so a client sees when a change of it changes the answers."""
+        precisions = {r.get("precision") for r in results if r.get("precision")}
+        return {"system_fingerprint": f"workbench-{precisions.pop()}"} if len(precisions) == 1 else {}
+
     def whole(self, results: list[dict]) -> dict:
         choices = []
         for index, result in enumerate(results):
@@ -501,16 +508,16 @@ class Reply:
             else:
                 choices.append({"index": index, "text": result["text"], "logprobs": logprobs,
                                 "finish_reason": result["finish_reason"]})
-        return {**self._envelope(choices, chunk=False), "usage": usage(results)}
+        return {**self._envelope(choices, chunk=False), **self._fingerprint(results), "usage": usage(results)}
 
     def _chunk(self, index: int, text: str | None, finish_reason: str | None, *, first: bool = False,
-               logprobs=None, include_usage: bool = False) -> str:
+               logprobs=None, include_usage: bool = False, result: dict | None = None) -> str:
         if self.chat:
             delta = {"role": "assistant", "content": ""} if first else ({"content": text} if text else {})
             choice = {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish_reason}
         else:
             choice = {"index": index, "text": text or "", "logprobs": logprobs, "finish_reason": finish_reason}
-        envelope = self._envelope([choice], chunk=True)
+        envelope = {**self._envelope([choice], chunk=True), **self._fingerprint([result] if result else [])}
         if include_usage:
             envelope["usage"] = None  # OpenAI's shape: null on every chunk but the last
         return f"data: {json.dumps(envelope)}\n\n"
@@ -529,7 +536,8 @@ class Reply:
                     yield self._chunk(index, event["text"], None, logprobs=logprobs, include_usage=include_usage)
                 elif event["type"] == "done":
                     results[index] = event["result"]
-                    yield self._chunk(index, None, event["result"]["finish_reason"], include_usage=include_usage)
+                    yield self._chunk(index, None, event["result"]["finish_reason"], include_usage=include_usage,
+                                      result=event["result"])
                 else:
                     failure = {"message": event["result"]["error"], "type": "server_error"}
                     yield f"data: {json.dumps({'error': failure})}\n\n"

@@ -56,6 +56,9 @@ FINISH = {"type": "string", "enum": ["stop", "length", "cancelled"], "nullable":
 ENVELOPE = {"id": {"type": "string"}, "object": {"type": "string"}, "created": {"type": "integer"},
             "model": {"type": "string"}}
 
+FINGERPRINT = {"type": "string", "description": "The backend configuration that answered: workbench-<the precision "
+                                              "the model was loaded in> (fp32, bf16, int8)."}
+
 SCHEMAS = {
     "OpenAIError": {"type": "object", "required": ["error"], "properties": {"error": {
         "type": "object", "required": ["message", "type", "param", "code"],
@@ -92,7 +95,7 @@ SCHEMAS = {
         **SAMPLING,
         "logprobs": {**_nullable_int(0, 5), "description": "Log-probabilities, with this many alternatives."}}},
     "OpenAIChatCompletion": {"type": "object", "required": [*ENVELOPE, "choices", "usage"], "properties": {
-        **ENVELOPE, "usage": USAGE,
+        **ENVELOPE, "usage": USAGE, "system_fingerprint": FINGERPRINT,
         "choices": {"type": "array", "items": {
             "type": "object", "required": ["index", "message", "finish_reason"], "properties": {
                 "index": {"type": "integer"}, "finish_reason": FINISH,
@@ -103,7 +106,7 @@ SCHEMAS = {
                         **TOKEN_LOGPROB["properties"],
                         "top_logprobs": {"type": "array", "items": TOKEN_LOGPROB}}}}}}}}}}},
     "OpenAICompletion": {"type": "object", "required": [*ENVELOPE, "choices", "usage"], "properties": {
-        **ENVELOPE, "usage": USAGE,
+        **ENVELOPE, "usage": USAGE, "system_fingerprint": FINGERPRINT,
         "choices": {"type": "array", "items": {
             "type": "object", "required": ["index", "text", "finish_reason"], "properties": {
                 "index": {"type": "integer"}, "text": {"type": "string"}, "finish_reason": FINISH,

@@ -51,6 +51,10 @@ def test_the_official_client_lists_models_and_completes_chat_with_and_without_st
     streamed = "".join(c.choices[0].delta.content or "" for c in chunks)
     assert streamed == whole.choices[0].message.content  # greedy: the same answer, streamed
     assert chunks[-1].choices[0].finish_reason == whole.choices[0].finish_reason
+    # The precision the worker loaded the model in, as OpenAI's system_fingerprint; streamed on the last chunk.
+    precision = Generation.objects.get(pk=int(whole.id.split("-")[1])).precision
+    assert precision in ("fp32", "bf16", "int8") and whole.system_fingerprint == f"workbench-{precision}"
+    assert chunks[-1].system_fingerprint == whole.system_fingerprint and chunks[0].system_fingerprint is None
 
     completion = api.completions.create(model=tiny_model.name, prompt="what is paris ?", max_tokens=4)
     assert completion.choices[0].text is not None and completion.usage.completion_tokens > 0
