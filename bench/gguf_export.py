@@ -4,14 +4,63 @@ at f16 and q8_0, and the greedy agreement of the loaded-back model (4 prompts x 
 
 Baseline, same run: the safetensors export (the model saved with `save_pretrained`, float32, as a
 merge writes it) and its load back with `load_for_inference`. Ratios are GGUF / safetensors.
+
+With BENCH_LLAMA_CPP_PYTHON naming a Python that has `llama-cpp-python` (not a dependency; see
+bench/serve_concurrent.py for how to install it), each exported file is also loaded by llama.cpp,
+the program GGUF files are written for: its tokenizer (read from the file) must split the check
+prompts into the same ids as the model's own tokenizer, and its greedy continuation of those ids
+(temperature 0, no repeat penalty) is compared token by token with the reference model's.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import subprocess
 import tempfile
 import time
 from pathlib import Path
+
+# Run in BENCH_LLAMA_CPP_PYTHON: argv = the GGUF file, then a JSON list of [prompt text, its ids, count].
+_LLAMA_CPP_CHECK = """
+import json, sys
+from llama_cpp import Llama
+model = Llama(model_path=sys.argv[1], n_ctx=512, n_threads=2, verbose=False)
+out = []
+for text, ids, count in json.loads(sys.argv[2]):
+    tokens = model.tokenize(text.encode(), add_bos=False, special=False)
+    model.reset()
+    generated = []
+    for token in model.generate(ids, top_k=1, top_p=1.0, min_p=0.0, temp=0.0, repeat_penalty=1.0):
+        generated.append(token)
+        if len(generated) == count:
+            break
+    out.append({"tokenized": tokens, "generated": generated})
+print(json.dumps(out))
+"""
+
+
+def llama_cpp_check(python: str, path: Path, prompts: list[dict], tokenizer) -> dict:
+    """llama.cpp's reading of an exported file: its tokenization and greedy tokens against the reference's."""
+    asked = [[p["prompt"], tokenizer(p["prompt"], add_special_tokens=False)["input_ids"], len(p["reference"])]
+             for p in prompts]
+    done = subprocess.run([python, "-c", _LLAMA_CPP_CHECK, str(path), json.dumps(asked)], capture_output=True,
+                          text=True, timeout=300)
+    if done.returncode != 0:
+        return {"loaded": False, "error": done.stderr.strip()[-500:]}
+    answers = json.loads(done.stdout.strip().splitlines()[-1])
+    agreeing = compared = 0
+    for p, answer in zip(prompts, answers):
+        # Free-running tokens agree up to their first difference; after it they continue different texts.
+        for expected, got in zip(p["reference"], answer["generated"]):
+            if expected != got:
+                break
+            agreeing += 1
+        compared += len(p["reference"])
+    return {"loaded": True, "same_tokenization": all(a["tokenized"] == q[1] for a, q in zip(answers, asked)),
+            "identical": all(a["generated"] == p["reference"] for a, p in zip(answers, prompts)),
+            "prefix_agreement": round(agreeing / compared, 4) if compared else 1.0}
 
 
 def run() -> list[dict]:
@@ -41,6 +90,10 @@ def run() -> list[dict]:
             back = load_gguf_back(written.path)
             load_s = time.monotonic() - started
             check = compare_greedy(back, reference, tokenizer)
+            if os.environ.get("BENCH_LLAMA_CPP_PYTHON"):
+                check["llama_cpp"] = llama_cpp_check(os.environ["BENCH_LLAMA_CPP_PYTHON"], written.path,
+                                                     check["prompts"], tokenizer)
+                print(f"gguf-{quantization} in llama.cpp: {check['llama_cpp']}")
             rows.append((quantization, written.size_bytes, written.seconds, load_s, check))
             del back
     finally:
@@ -64,7 +117,8 @@ def run() -> list[dict]:
             passed=check["identical"] if quantization == "f16" else True,
             extra={"write_s": write_s, "baseline_write_s": baseline_write, "load_back_s": load_s,
                    "baseline_load_s": baseline_load, "agreement": check["agreement"],
-                   "identical": check["identical"], "check_s": check["seconds"]}))
+                   "identical": check["identical"], "check_s": check["seconds"],
+                   "llama_cpp": check.get("llama_cpp", "not checked (BENCH_LLAMA_CPP_PYTHON unset)")}))
     return publish(results)
 
 
