@@ -109,6 +109,12 @@ def test_the_classifier_learns_the_keyword_classes_and_saves_head_and_classes(mo
     assert any("classifier_head" in name and weights[name].shape == (3, 32) for name in weights)
     saved = json.loads((result.adapter_dir / "workbench_train_config.json").read_text())
     assert saved["config"]["class_labels"] == CLASSES and saved["config"]["method"] == "classify"
+    # The launch estimate's count (from the weights' headers) is what the run trained: LoRA and the head.
+    from workers.training import lora_trainable_parameters
+
+    trained = recorder.starts[0]["info"]["trainable_params"]
+    assert lora_trainable_parameters(model_dir, TrainConfig(**{**CLASSIFY, "max_steps": 120})) == trained
+    assert trained - lora_trainable_parameters(model_dir, TrainConfig(**{**CLASSIFY, "method": "sft"})) == 3 * 32
 
 
 @pytest.mark.slow

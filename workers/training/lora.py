@@ -97,7 +97,7 @@ def lora_trainable_parameters(model_dir: Path, config: TrainConfig, *,
     """The parameters a LoRA run of `config` trains on this safetensors directory, exactly as PEFT counts
     them, from the headers only (no torch, no weights): the same target resolution as add_lora, PEFT's
     rule for matching a target (the module path, or its end after a dot), and r x (in + out) per
-    adapted layer (A is r x in, B is out x r; bias="none")."""
+    adapted layer (A is r x in, B is out x r; bias="none"); a classifier adds its head (hidden x classes)."""
     info = inspect_model(Path(model_dir), roots=roots)
     if info.format != "hf_dir":
         raise ModelFormatError("Trainable parameters are counted on a safetensors directory; convert the GGUF first.")
@@ -111,7 +111,10 @@ def lora_trainable_parameters(model_dir: Path, config: TrainConfig, *,
     # A 2-D weight in a decoder block is a Linear layer's (embeddings and lm_head are outside the blocks).
     targets = _select_targets([m for m in shapes if _BLOCK.search(m + ".")], config.target_modules)
     adapted = [m for m in shapes if any(m == t or m.endswith("." + t) for t in targets)]
-    return sum(config.lora_r * (shapes[m][0] + shapes[m][1]) for m in adapted)
+    lora = sum(config.lora_r * (shapes[m][0] + shapes[m][1]) for m in adapted)
+    if config.method == "classify" and info.hidden_size:  # the new head, trained whole (modules_to_save, no bias)
+        lora += info.hidden_size * len(config.class_labels)
+    return lora
 
 
 def add_lora(model: Any, config: TrainConfig, *, modules_to_save: list[str] | None = None) -> Any:
