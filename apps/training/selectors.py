@@ -38,7 +38,8 @@ def job_points(job: TrainingJob, *, kind: str = "", after_step: int | None = Non
 COMPARE_METRICS = {  # metric -> (point kind, label)
     "loss": ("train", "train loss"), "eval_loss": ("eval", "eval loss"), "perplexity": ("eval", "perplexity"),
     "lr": ("train", "learning rate"), "grad_norm": ("train", "grad norm"), "tokens_per_s": ("train", "tokens/s"),
-    "memory_mb": ("train", "memory (MB)"),
+    "memory_mb": ("train", "memory (MB)"), "eval_accuracy": ("eval", "eval accuracy (classifiers)"),
+    "eval_macro_f1": ("eval", "eval macro-F1 (classifiers)"),
 }
 COMPARE_AXES = {"step": "step", "tokens": "tokens seen", "time": "training time (s)"}
 MAX_COMPARED_JOBS = 10
@@ -86,25 +87,39 @@ def sweep_state(sweep) -> str:
     return "running" if sweep.jobs.filter(state__in=TrainingJob.ACTIVE).exists() else "done"
 
 
-def _eval_loss(job: TrainingJob) -> float | None:
-    """The job's final eval loss once it succeeded, else its latest evaluation after step 0 (the base)."""
-    if job.state == TrainingJob.State.SUCCEEDED and job.metrics.get("eval_loss") is not None:
-        return job.metrics["eval_loss"]
+# What a sweep's jobs are ranked by: metric -> (label, higher is better).
+SWEEP_OBJECTIVES = {"eval_loss": ("eval loss", False), "eval_macro_f1": ("eval macro-F1", True)}
+
+
+def sweep_objective(sweep) -> str:
+    """A classifier sweep ranks by eval macro-F1 (what its early stopping watches: the loss rewards
+    the common classes), any other by eval loss."""
+    return "eval_macro_f1" if (sweep.base_config or {}).get("method") == "classify" else "eval_loss"
+
+
+def _eval_value(job: TrainingJob, metric: str) -> float | None:
+    """The job's final `metric` once it succeeded, else its latest evaluation's after step 0 (the base)."""
+    if job.state == TrainingJob.State.SUCCEEDED and job.metrics.get(metric) is not None:
+        return job.metrics[metric]
     point = job.points.filter(kind=MetricPoint.Kind.EVAL, step__gt=0).order_by("-step").first()
-    return point.values.get("eval_loss") if point else None
+    return point.values.get(metric) if point else None
 
 
 def sweep_trials(sweep) -> list[dict]:
-    """The sweep's jobs ranked by eval loss, lowest first (jobs with none yet last, in launch order):
-    each with its point (the swept options' values), state, step and adapter; `rank` from 1, None
-    for a job without an eval loss."""
+    """The sweep's jobs ranked by its objective (sweep_objective), best first (jobs with none yet last,
+    in launch order): each with its `score` on the objective, its eval loss, its point (the swept
+    options' values), state, step and adapter; `rank` from 1, None for a job without a score."""
+    metric = sweep_objective(sweep)
+    _, higher_is_better = SWEEP_OBJECTIVES[metric]
     trials = []
     for job in sweep.jobs.order_by("pk"):
-        loss = _eval_loss(job)
-        trials.append({"job": job.pk, "name": job.name, "state": job.state, "eval_loss": loss,
+        loss = _eval_value(job, "eval_loss")
+        score = loss if metric == "eval_loss" else _eval_value(job, metric)
+        trials.append({"job": job.pk, "name": job.name, "state": job.state, "score": score, "eval_loss": loss,
                        "point": {option: job.config.get(option) for option in sweep.space},
                        "current_step": job.current_step, "total_steps": job.total_steps, "adapter": job.adapter_id})
-    trials.sort(key=lambda t: (t["eval_loss"] is None, t["eval_loss"] if t["eval_loss"] is not None else 0, t["job"]))
+    trials.sort(key=lambda t: (t["score"] is None,
+                               0 if t["score"] is None else (-t["score"] if higher_is_better else t["score"]), t["job"]))
     for rank, trial in enumerate(trials, start=1):
-        trial["rank"] = rank if trial["eval_loss"] is not None else None
+        trial["rank"] = rank if trial["score"] is not None else None
     return trials

@@ -145,7 +145,8 @@ class SweepLaunchSerializer(JobLaunchSerializer):
 
 
 class SweepTrialSerializer(serializers.Serializer):
-    rank = serializers.IntegerField(allow_null=True, help_text="by eval loss, lowest first; null: none yet")
+    rank = serializers.IntegerField(allow_null=True, help_text="by the sweep's objective, best first; null: none yet")
+    score = serializers.FloatField(allow_null=True, help_text="the job's value of the sweep's objective")
     job = serializers.IntegerField()
     name = serializers.CharField()
     state = serializers.CharField()
@@ -166,15 +167,21 @@ class SweepSerializer(serializers.ModelSerializer):
     space = SpaceField(read_only=True)
     base_config = serializers.DictField(read_only=True, help_text="the config every job shares, before its point")
     trials = serializers.SerializerMethodField()
+    objective = serializers.SerializerMethodField(
+        help_text="what the trials are ranked by: eval_macro_f1 (highest first) for classifiers, else eval_loss "
+                  "(lowest first)")
 
     class Meta:
         model = Sweep
         fields = ["id", "project", "name", "strategy", "space", "seed", "max_jobs", "base_model", "dataset_version",
                   "train_split", "eval_split", "base_config", "priority", "state", "estimated_gpu_hours",
-                  "cancelled_at", "created_by", "created_at", "trials"]
+                  "cancelled_at", "created_by", "created_at", "objective", "trials"]
 
     def get_state(self, sweep) -> str:
         return selectors.sweep_state(sweep)
+
+    def get_objective(self, sweep) -> str:
+        return selectors.sweep_objective(sweep)
 
     @extend_schema_field(SweepTrialSerializer(many=True))
     def get_trials(self, sweep) -> list[dict]:

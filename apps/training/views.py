@@ -154,20 +154,24 @@ def sweep_list(request: HttpRequest, project_id: int) -> HttpResponse:
 
 @login_required
 def sweep_detail(request: HttpRequest, project_id: int, sweep_id: int) -> HttpResponse:
-    """The sweep's jobs ranked by eval loss: a parallel-coordinates chart of the swept values against
-    the loss, the table, and the best run one click from a comparison with its base."""
+    """The sweep's jobs ranked by its objective (eval loss, or a classifier's macro-F1): a
+    parallel-coordinates chart of the swept values against it, the table, and the best run one click
+    from a comparison with its base."""
     sweep = policy.get_object(request.user, Sweep, sweep_id, "job.view", project_id=project_id,
                               related=("base_model", "dataset_version__dataset"))
     request.nav_section = "jobs"
     trials = selectors.sweep_trials(sweep)
     ranked = [t for t in trials if t["rank"]]
     best = ranked[0] if ranked else None
+    metric = selectors.sweep_objective(sweep)
+    label, higher_is_better = selectors.SWEEP_OBJECTIVES[metric]
+    objective = {"metric": metric, "label": label, "higher_is_better": higher_is_better}
     return render(request, "training/sweep.html", {
         "project": sweep.project, "perms": policy.permissions_on(request.user, sweep), "tab": "jobs",
         "sweep": sweep, "state": selectors.sweep_state(sweep), "options": list(sweep.space), "trials": trials,
         "best": best, "best_job": TrainingJob.objects.filter(pk=best["job"]).first() if best else None,
         "top_jobs": [t["job"] for t in ranked[:selectors.MAX_COMPARED_JOBS]],
-        "chart": {"options": list(sweep.space), "trials": trials}})
+        "objective": objective, "chart": {"options": list(sweep.space), "trials": trials, "objective": objective}})
 
 
 @login_required

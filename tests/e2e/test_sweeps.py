@@ -67,3 +67,36 @@ def test_scientist_reads_a_sweeps_ranking_opens_the_best_and_cancels_the_rest(pa
     expect(page.get_by_role("button", name="Cancel the sweep")).to_have_count(0)
     assert TrainingJob.objects.get(pk=pending.pk).state == "cancelled"
     assert TrainingJob.objects.get(pk=best.pk).state == "succeeded"
+
+
+def test_a_classifier_sweep_is_ranked_and_charted_by_eval_macro_f1(page, scientist, project, tiny_model, qa_version):
+    sweep = Sweep.objects.create(project=project, name="Classifier sweep", strategy="grid",
+                                 space={"lora_r": [4, 8]}, max_jobs=2, base_model=tiny_model,
+                                 dataset_version=qa_version, train_split="train", eval_split="validation",
+                                 base_config={**FAST, "method": "classify", "class_labels": ["no", "yes"]},
+                                 created_by=scientist)
+    low_loss, high_f1 = [
+        TrainingJob.objects.create(project=project, name=f"Classifier sweep · lora_r={r}", sweep=sweep,
+                                   base_model=tiny_model, dataset_version=qa_version, train_split="train",
+                                   eval_split="validation", config={**FAST, "method": "classify", "lora_r": r},
+                                   created_by=scientist) for r in (4, 8)]
+    TrainingJob.objects.filter(pk=low_loss.pk).update(state="succeeded",
+                                                      metrics={"eval_loss": 0.25, "eval_macro_f1": 0.5})
+    TrainingJob.objects.filter(pk=high_f1.pk).update(state="succeeded",
+                                                     metrics={"eval_loss": 0.5, "eval_macro_f1": 0.875})
+
+    browser_login(page, scientist.username)
+    page.goto(f"/projects/{project.pk}/sweeps/{sweep.pk}/")
+    expect(page.get_by_role("heading", name="Ranked by eval macro-F1")).to_be_visible()
+    chart = page.locator("#chart-sweep")
+    expect(chart).to_have_attribute("data-chart", re.compile("parcoords|scatter"))
+    expect(chart).to_contain_text("eval macro-F1")
+    rows = page.get_by_test_id("sweep-trials").locator("tbody tr")
+    expect(rows.nth(0)).to_contain_text("lora_r=8")
+    expect(rows.nth(0).get_by_test_id("trial-score")).to_have_text("0.8750")
+    expect(rows.nth(0)).to_have_attribute("data-best", "true")
+    expect(rows.nth(1).get_by_test_id("trial-score")).to_have_text("0.5000")
+    link = page.get_by_test_id("best-actions").get_by_role("link", name="Compare the runs")
+    expect(link).to_have_attribute("href", re.compile("metric=eval_macro_f1"))
+    link.click()
+    expect(page.get_by_test_id("config-diff")).to_contain_text("lora_r")

@@ -223,8 +223,30 @@ def test_the_jobs_rank_by_eval_loss_lowest_first_those_without_one_last(client, 
     body = client.get(f"/api/sweeps/{sweep['id']}/").json()
     assert [(t["rank"], t["job"], t["eval_loss"]) for t in body["trials"]] == [
         (1, b.pk, 1.5), (2, c.pk, 2.0), (3, a.pk, 2.5), (None, d.pk, None)]
+    assert body["objective"] == "eval_loss" and [t["score"] for t in body["trials"]] == [1.5, 2.0, 2.5, None]
     listed = client.get(f"/api/projects/{project.pk}/sweeps/").json()["results"]
     assert [s["id"] for s in listed] == [sweep["id"]]
+
+
+def test_a_classifier_sweep_ranks_by_eval_macro_f1_highest_first_not_by_its_loss(client, scientist, project,
+                                                                                 tiny_model, qa_version):
+    # The rows a classifier sweep's launch writes (its jobs' metrics as classify runs report them).
+    sweep = Sweep.objects.create(project=project, name="Classifier", strategy="grid",
+                                 space={"learning_rate": [1e-3, 1e-2, 1e-1]}, max_jobs=3, base_model=tiny_model,
+                                 dataset_version=qa_version, train_split="train", eval_split="validation",
+                                 base_config={"method": "classify", "class_labels": ["a", "b"]}, created_by=scientist)
+    a, b, c = [TrainingJob.objects.create(project=project, name=f"job {i}", sweep=sweep, base_model=tiny_model,
+                                          dataset_version=qa_version, config={"method": "classify"},
+                                          created_by=scientist) for i in range(3)]
+    # b has the lowest loss yet the worst macro-F1 (it predicts the common class): a wins.
+    TrainingJob.objects.filter(pk=a.pk).update(state="succeeded", metrics={"eval_loss": 0.9, "eval_macro_f1": 0.8})
+    TrainingJob.objects.filter(pk=b.pk).update(state="succeeded", metrics={"eval_loss": 0.4, "eval_macro_f1": 0.45})
+    c.points.create(kind="eval", step=10, values={"eval_loss": 0.7, "eval_macro_f1": 0.6})  # running
+    client.force_login(scientist)
+    body = client.get(f"/api/sweeps/{sweep.pk}/").json()
+    assert body["objective"] == "eval_macro_f1"
+    assert [(t["rank"], t["job"], t["score"], t["eval_loss"]) for t in body["trials"]] == [
+        (1, a.pk, 0.8, 0.9), (2, c.pk, 0.6, 0.7), (3, b.pk, 0.45, 0.4)]
 
 
 @pytest.mark.slow
