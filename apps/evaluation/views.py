@@ -45,6 +45,10 @@ def eval_suites(request: HttpRequest, project_id: int) -> HttpResponse:
         "project": project, "perms": perms, "tab": "compare", "suites": selectors.project_suites(project),
         "runs": runs, "active": any(run.state in EvalRun.ACTIVE for run in runs),
         "metrics": [(name, metric) for name, metric in METRICS.items() if name not in JUDGED],
+        # A pointwise judge offers each criterion of its rubric, a pairwise one the win rate against the baseline.
+        "judges": [{"id": j.pk, "name": j.name, "kind": j.kind,
+                    "criteria": [c["name"] for c in j.rubric.get("criteria", [])]}
+                   for j in selectors.project_judges(project).order_by("name")],
         "models": policy.visible_in_project(request.user, RegisteredModel, project, "model.view").filter(
             status=RegisteredModel.Status.READY, deleted_at__isnull=True).order_by("name"),
         "versions": DatasetVersion.objects.filter(dataset__in=readable, status=DatasetVersion.Status.READY)

@@ -21,6 +21,15 @@
         var threshold = form.elements["threshold-" + box.value].value;
         return { metric: box.value, threshold: threshold === "" ? null : Number(threshold) };
       });
+    // One threshold input per judged checkbox, in the same order.
+    var thresholds = form.querySelectorAll("[name=threshold-judged]");
+    form.querySelectorAll("[name=judged]").forEach(function (box, i) {
+      if (!box.checked) return;
+      var threshold = thresholds[i].value;
+      var metric = { metric: box.value, judge: Number(box.dataset.judge), threshold: threshold === "" ? null : Number(threshold) };
+      if (box.dataset.criterion) metric.criterion = box.dataset.criterion;
+      metrics.push(metric);
+    });
     var body = { name: form.elements.name.value, dataset_version: Number(form.elements.dataset_version.value),
                  split: form.elements.split.value, metrics: metrics, gate_alias: form.elements.gate_alias.value,
                  max_new_tokens: Number(form.elements.max_new_tokens.value), auto_run: form.elements.auto_run.checked,

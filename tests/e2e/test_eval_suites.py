@@ -49,3 +49,38 @@ def test_scientist_creates_a_suite_runs_it_and_sees_the_result_appear(page, live
     expect(run.locator("[data-field=gate]")).to_have_text("passed" if stored.passed else "failed")
     for failure in stored.failures:  # the gate's reasons, as an alias move would give them
         expect(run.locator("[data-field=failure]")).to_contain_text(failure["reason"])
+
+
+@pytest.mark.timeout(120)
+def test_scientist_builds_a_suite_from_judges_criteria_and_a_pairwise_win_rate(page, scientist, owner, project,
+                                                                                tiny_model):
+    from apps.evaluation import services
+    from apps.evaluation.models import EvalSuite
+
+    make_version(project, owner)
+    point = services.judge_create(user=scientist, project=project, name="Grader", local_model=tiny_model.pk,
+                                  rubric={"kind": "pointwise", "criteria": [{"name": "helpfulness", "scale": "1-5"},
+                                                                            {"name": "safety", "scale": "pass_fail"}]})
+    pair = services.judge_create(user=scientist, project=project, name="Referee", local_model=tiny_model.pk,
+                                 rubric={"kind": "pairwise", "criteria": [{"name": "overall"}]})
+    browser_login(page, "sofia")
+    page.goto(f"/projects/{project.pk}/eval-suites/")
+    form = page.get_by_test_id("suite-form")
+    form.get_by_label("Name", exact=True).fill("Judged")
+    form.get_by_label("Split").fill("validation")
+    form.get_by_label("Grader: safety", exact=True).check()
+    form.get_by_label("threshold for Grader: safety").fill("0.75")
+    form.get_by_label("Win rate against the baseline (Referee)", exact=True).check()
+    form.get_by_role("button", name="Create suite").click()
+    # A win rate needs a baseline to play against: refused next to the form, nothing made.
+    expect(form.get_by_test_id("suite-error")).to_contain_text("baseline_model: A win rate is against the suite's baseline")
+    assert not EvalSuite.objects.exists()
+
+    form.get_by_label("Baseline model").select_option(label=tiny_model.name)
+    form.get_by_role("button", name="Create suite").click()
+    suite = page.get_by_test_id("eval-suite")
+    expect(suite).to_contain_text(f"judge:{point.pk}:safety (≥ 0.75), win_rate:{pair.pk}")
+    stored = EvalSuite.objects.get()
+    assert stored.metrics == [
+        {"metric": "judge", "threshold": 0.75, "judge": point.pk, "criterion": "safety", "key": f"judge:{point.pk}:safety"},
+        {"metric": "win_rate", "threshold": None, "judge": pair.pk, "key": f"win_rate:{pair.pk}"}]
