@@ -9,10 +9,9 @@ import json
 from datetime import timedelta
 
 import pytest
-from django.utils import timezone
 
 from apps.evaluation.canary_judging import judge_canaries, judge_canary_captures
-from apps.evaluation.models import CalibrationPolicy, Judge, JudgeRun, Verdict
+from apps.evaluation.models import Judge
 from apps.evaluation.services import judge_create
 from apps.monitoring.models import Alert
 from apps.monitoring.services import alerts_evaluate
@@ -23,8 +22,8 @@ from apps.serving.canary import canary_check, canary_health
 from apps.serving.captures import capture_generation
 from apps.serving.models import Capture, Generation
 from apps.serving.selectors import serving_metrics
-from tests.comparison.factories import make_comparison, placeholder_model
-from tests.evaluation.fixtures import judge_provider_fixture, scripted_judge_fixture, vote  # noqa: F401
+from tests.comparison.factories import placeholder_model
+from tests.evaluation.fixtures import calibrate, judge_provider_fixture, scripted_judge_fixture  # noqa: F401
 from tests.factories import UserFactory
 from tests.serving.fixtures import alias_family_fixture, ready  # noqa: F401
 
@@ -36,25 +35,6 @@ GOOD, BAD = "The capital of France is Paris.", "I do not know, sorry."
 
 def put_canary(client, model, body, alias="production"):
     return client.put(f"/api/models/{model.pk}/aliases/{alias}/canary/", body, content_type="application/json")
-
-
-def calibrate(judge: Judge, owner) -> None:
-    """A finished run of the judge on a comparison people voted on, agreeing with them on every
-    pair (kappa 1 over 4 items), and a project threshold of 4 items: the judge is calibrated."""
-    project = judge.project
-    comparison = make_comparison(project, owner, models=[placeholder_model(project, f"A {judge.pk}"),
-                                                         placeholder_model(project, f"B {judge.pk}")],
-                                 prompts=["q0", "q1", "q2", "q3"], name=f"Calibration {judge.pk}")
-    run = JudgeRun.objects.create(project=project, judge=judge, comparison=comparison, state="succeeded",
-                                  config={"rubric": judge.rubric, "max_tokens": 64}, finished_at=timezone.now())
-    first, second = comparison.contestants.order_by("position")
-    voter = UserFactory(username=f"voter-{judge.pk}")
-    for prompt in comparison.prompts.order_by("position"):
-        for contestant, score in ((first, "pass"), (second, "fail" if prompt.position < 3 else "pass")):
-            Verdict.objects.create(run=run, item=f"p{prompt.pk}:c{contestant.pk}", prompt=prompt, first=contestant,
-                                   answer={"correct": {"score": score, "reason": "set"}})
-        vote(comparison, voter, prompt.position, "first" if prompt.position < 3 else "tie")
-    CalibrationPolicy.objects.update_or_create(project=project, defaults={"min_kappa": 0.6, "min_items": 4})
 
 
 def local_judge(project, name="Points", rubric=POINTWISE) -> Judge:
