@@ -23,6 +23,7 @@ from apps.serving.captures import capture_generation
 from apps.serving.models import Capture, Generation
 from apps.serving.selectors import serving_metrics
 from tests.comparison.factories import placeholder_model
+from tests.conftest import wait_for
 from tests.evaluation.fixtures import calibrate, judge_provider_fixture, scripted_judge_fixture  # noqa: F401
 from tests.factories import UserFactory
 from tests.serving.fixtures import alias_family_fixture, ready  # noqa: F401
@@ -246,3 +247,31 @@ def test_a_quality_judge_needs_compare_run_and_a_provider_judge_provider_use(
     assert put_canary(client, base, {**body, "quality_judge": outside.pk}).status_code == 200
     alias.refresh_from_db()
     assert alias.quality_judge_id == outside.pk and alias.canary_started_by.username == "caller"
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_the_beat_task_runs_on_an_inference_worker_and_a_local_judge_answers_through_its_batcher(
+        client, family, project, owner, scientist, tiny_model, inference_worker):
+    from django.conf import settings
+
+    from workbench.celery import app
+
+    base, v1, alias = family
+    ModelAlias.objects.filter(pk=alias.pk).update(capture_enabled=True)
+    judge = Judge.objects.create(project=project, name="Local", rubric=POINTWISE, local_model=tiny_model, max_tokens=8)
+    calibrate(judge, owner)
+    client.force_login(scientist)
+    start(client, family, judge, min_requests=2)
+    answered(alias, base, 2, GOOD)
+    answered(alias, v1, 2, BAD)
+    entry = settings.CELERY_BEAT_SCHEDULE["evaluation-canary-judge"]
+    app.send_task(entry["task"], **entry["options"])  # what beat sends every CANARY_JUDGE_INTERVAL_S
+    wait_for(lambda: Capture.objects.filter(alias=alias, judged_by=judge).count() == 4, timeout=180, interval=0.5,
+             what="the inference worker to judge the four answers")
+    # The tiny random model writes no JSON: each verdict is kept unreadable, with why, and decides nothing.
+    assert all(c.judge_score is None and c.judge_error for c in Capture.objects.filter(alias=alias))
+    health = canary_health(alias)
+    assert (health["canary"]["judged"], health["canary"]["unreadable"], health["canary"]["quality"]) == (0, 2, None)
+    assert health["breach"] is None and canary_check(alias.pk) is None
