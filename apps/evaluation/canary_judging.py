@@ -92,6 +92,14 @@ def _judge(alias: ModelAlias, batch: int) -> int:
 
 
 def judge_canaries() -> int:
-    """Every running canary with a quality judge (the periodic task)."""
-    return sum(judge_canary_captures(alias_id) for alias_id in ModelAlias.objects.filter(
-        canary_version__isnull=False, quality_judge__isnull=False).values_list("pk", flat=True))
+    """Every running canary with a quality judge (the periodic task): one whose judge cannot
+    answer (a local model that fails to load) is logged and keeps no other from its scores."""
+    scored = 0
+    for alias_id in ModelAlias.objects.filter(canary_version__isnull=False, quality_judge__isnull=False
+                                              ).values_list("pk", flat=True):
+        try:
+            scored += judge_canary_captures(alias_id)
+        except Exception:
+            close_old_connections()
+            logger.exception("quality judging of alias %s failed", alias_id)
+    return scored

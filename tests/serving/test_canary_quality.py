@@ -69,7 +69,7 @@ def provider_judge_fixture(project, owner, scientist, judge_provider, scripted_j
 
 def start(client, family, judge, **thresholds):
     base, v1, alias = family
-    started = put_canary(client, base, {"version": v1.pk, "weight": 50, "quality_judge": judge.pk,
+    started = put_canary(client, base, alias=alias.name, body={"version": v1.pk, "weight": 50, "quality_judge": judge.pk,
                                         "max_quality_drop": 0.3, "min_requests": 3, **thresholds})
     assert started.status_code == 200, started.content
     alias.refresh_from_db()
@@ -266,12 +266,20 @@ def test_the_beat_task_runs_on_an_inference_worker_and_a_local_judge_answers_thr
     start(client, family, judge, min_requests=2)
     answered(alias, base, 2, GOOD)
     answered(alias, v1, 2, BAD)
+    # An alias judged first whose judge cannot load its model: logged, and production is judged all the same.
+    broken = Judge.objects.create(project=project, name="Broken", rubric=POINTWISE, max_tokens=8,
+                                  local_model=placeholder_model(project, "Gone"))
+    calibrate(broken, owner)
+    beta = ModelAlias.objects.create(project=project, model=base, version=base, name="beta", capture_enabled=True)
+    start(client, (base, v1, beta), broken, min_requests=2)
+    answered(beta, v1, 1, BAD)
     entry = settings.CELERY_BEAT_SCHEDULE["evaluation-canary-judge"]
     app.send_task(entry["task"], **entry["options"])  # what beat sends every CANARY_JUDGE_INTERVAL_S
     wait_for(lambda: Capture.objects.filter(alias=alias, judged_by=judge).count() == 4, timeout=180, interval=0.5,
              what="the inference worker to judge the four answers")
     # The tiny random model writes no JSON: each verdict is kept unreadable, with why, and decides nothing.
     assert all(c.judge_score is None and c.judge_error for c in Capture.objects.filter(alias=alias))
+    assert not Capture.objects.filter(alias=beta, judged_by__isnull=False).exists()
     health = canary_health(alias)
     assert (health["canary"]["judged"], health["canary"]["unreadable"], health["canary"]["quality"]) == (0, 2, None)
     assert health["breach"] is None and canary_check(alias.pk) is None
