@@ -14,7 +14,7 @@ from apps.evaluation.canary_judging import judge_canaries, judge_canary_captures
 from apps.evaluation.models import Judge
 from apps.evaluation.services import judge_create
 from apps.monitoring.models import Alert
-from apps.monitoring.services import alerts_evaluate
+from apps.monitoring.services import alerts_evaluate, alerts_notify
 from apps.projects.models import AuditEvent, Membership, Role
 from apps.providers.services import provider_policy_update
 from apps.registry.models import ModelAlias
@@ -26,6 +26,7 @@ from tests.comparison.factories import placeholder_model
 from tests.conftest import wait_for
 from tests.evaluation.fixtures import calibrate, judge_provider_fixture, scripted_judge_fixture  # noqa: F401
 from tests.factories import UserFactory
+from tests.monitoring.test_alerts import Receiver
 from tests.serving.fixtures import alias_family_fixture, ready  # noqa: F401
 
 POINTWISE = {"kind": "pointwise", "criteria": [{"name": "correct", "scale": "pass_fail"}]}
@@ -79,7 +80,7 @@ def start(client, family, judge, **thresholds):
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.timeout(180)
 def test_a_quality_drop_past_the_threshold_rolls_the_canary_back_audited_and_alerted(
-        client, family, project, scientist, provider_judge, scripted_judge):
+        client, family, project, scientist, provider_judge, scripted_judge, settings):
     base, v1, alias = family
     client.force_login(scientist)
     body = start(client, family, provider_judge)
@@ -109,6 +110,11 @@ def test_a_quality_drop_past_the_threshold_rolls_the_canary_back_audited_and_ale
     alerts_evaluate()
     alert = Alert.objects.get(rule=Alert.Rule.CANARY_ROLLED_BACK, resolved_at__isnull=True)
     assert alert.subject == f"model-alias:{alias.pk}" and "quality: the judge's mean score 0.000" in alert.message
+    with Receiver() as receiver:  # the operator's webhook is told
+        settings.ALERT_WEBHOOK_URL = receiver.url
+        assert alerts_notify() == 1
+    [post] = receiver.received
+    assert post["body"]["rule"] == "canary_rolled_back" and "quality: the judge's mean score" in post["body"]["message"]
 
     # The model's serving figures carry each version's judged quality beside its errors and latency.
     lines = {(line["version"], line["alias"]): line for line in serving_metrics(base)["lines"]}
