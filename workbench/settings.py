@@ -266,6 +266,8 @@ COMPARISON_PROVIDER_CONCURRENCY = env_int("COMPARISON_PROVIDER_CONCURRENCY", 8)
 # that many requests in flight (its rate limit still holds). A local model's runs fill the
 # batcher's row limit instead (INFERENCE_MAX_BATCH_SIZE: apps.evaluation.runner.items_in_flight).
 JUDGE_CONCURRENCY = env_int("JUDGE_CONCURRENCY", 8)
+# How many new captured answers of each version a canary's quality judge scores a tick.
+CANARY_JUDGE_BATCH = env_int("CANARY_JUDGE_BATCH", 16)
 # --- Serving (playground, OpenAI-compatible API) -----------------------------------------
 # Generations run in `inference` workers (`--pool threads`): one model cache per process.
 INFERENCE_MEMORY_BUDGET_BYTES = env_int("INFERENCE_MEMORY_BUDGET_BYTES", 8 * 2**30)
@@ -314,6 +316,10 @@ CELERY_BEAT_SCHEDULE = {
                                    "options": {"queue": "default", "expires": 60}},
     "serving-canary-check": {"task": "serving.canary_check", "schedule": env_float("CANARY_CHECK_INTERVAL_S", 10.0),
                              "options": {"queue": "default", "expires": 30}},
+    # A canary's quality judge scores new answers of both versions (a bounded batch a tick).
+    "evaluation-canary-judge": {"task": "evaluation.canary_judge",
+                                "schedule": env_float("CANARY_JUDGE_INTERVAL_S", 30.0),
+                                "options": {"queue": "inference", "expires": 30}},
     "serving-captures-expire": {"task": "serving.captures_expire", "schedule": 3600.0,
                                 "options": {"queue": "default", "expires": 3600}},
     "serving-generations-scrub": {"task": "serving.generations_scrub", "schedule": 600.0,

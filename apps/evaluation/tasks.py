@@ -1,5 +1,6 @@
 """Celery tasks of judges, eval suites and teachers: their runs on an `inference` worker
-(apps.core.tasks reaps those whose worker vanished)."""
+(apps.core.tasks reaps those whose worker vanished); the periodic scoring of canaries' answers by their
+alias's quality judge."""
 
 from celery import shared_task
 
@@ -23,3 +24,10 @@ def teacher_run_task(self, run_id: int) -> None:
     from apps.evaluation.teacher import run_teacher_job
 
     run_teacher_job(run_id, worker=self.request.hostname or "")
+
+
+@shared_task(name="evaluation.canary_judge")
+def canary_judge_task() -> int:
+    from apps.evaluation.canary_judging import judge_canaries
+
+    return judge_canaries()

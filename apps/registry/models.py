@@ -147,6 +147,15 @@ class ModelAlias(models.Model):
     max_error_rate = models.FloatField(null=True, blank=True)
     max_p99_latency_s = models.FloatField(null=True, blank=True)
     min_requests = models.PositiveIntegerField(default=20)
+    # Quality: a calibrated pointwise judge of the project scores a sample of both versions' captured
+    # answers (0..1, apps.evaluation.canary_judging); the canary's mean may fall at most
+    # `max_quality_drop` below the stable version's, judged once each side has `min_requests` scores.
+    # Its calls go out on behalf of `canary_started_by` (a provider judge's budget and `provider.use`).
+    quality_judge = models.ForeignKey("evaluation.Judge", null=True, blank=True, on_delete=models.SET_NULL,
+                                      related_name="canary_aliases")
+    max_quality_drop = models.FloatField(null=True, blank=True)
+    canary_started_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
+                                          on_delete=models.SET_NULL, related_name="+")
     # Request logging of the traffic through this alias (off by default): a `capture_sample_rate`
     # share of /v1 answers kept as captures (apps.serving.captures), personal data replaced at
     # capture when `capture_redact`, deleted after `capture_retention_days`.

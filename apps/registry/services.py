@@ -765,12 +765,14 @@ def _number(value, field: str, *, low: float, high: float, integer: bool = False
 
 
 def alias_canary_start(*, user, model: RegisteredModel, name: str, version, weight, steps=None, interval_s=0,
-                       max_error_rate=None, max_p99_latency_s=None, min_requests=20, token=None,
-                       ip_address: str | None = None) -> ModelAlias:
+                       max_error_rate=None, max_p99_latency_s=None, min_requests=20, quality_judge=None,
+                       max_quality_drop=None, token=None, ip_address: str | None = None) -> ModelAlias:
     """Send `weight` percent of the alias's callers to `version`, the rest staying on the alias's
     version; `steps` (rising weights, the last 100) are taken one per `interval_s` while the
-    canary stays within its thresholds, and 100 promotes it. One audited action; a protected
-    alias needs `model.promote`."""
+    canary stays within its thresholds, and 100 promotes it. With `quality_judge` (a calibrated
+    pointwise judge of the project, `compare.run`, and `provider.use` for a provider's) the canary's
+    mean judge score may fall at most `max_quality_drop` below the stable version's. One audited
+    action; a protected alias needs `model.promote`."""
     policy.require(user, "model.alias", model, token)
     weight = _number(weight, "weight", low=1, high=99, integer=True,
                      what="the canary's share of traffic, a whole percent from 1 to 99 (the alias's version "
@@ -794,6 +796,7 @@ def alias_canary_start(*, user, model: RegisteredModel, name: str, version, weig
                 what="a 99th-percentile request time in seconds, above 0")
     min_requests = _number(min_requests, "min_requests", low=1, high=1_000_000, integer=True,
                            what="how many canary requests are judged before a rollback, at least 1")
+    judge = _quality_judge(user, model, quality_judge, max_quality_drop, token)
     with transaction.atomic():
         alias = ModelAlias.objects.select_for_update().filter(model=model, name=str(name)).first()
         if alias is None:
@@ -809,6 +812,9 @@ def alias_canary_start(*, user, model: RegisteredModel, name: str, version, weig
         if target.pk == alias.version_id:
             raise Invalid(f"{model.name}@{alias.name} already serves “{target.name}”.", field="version")
         _require_gates(model, alias.name, target)
+        if judge is not None and not alias.capture_enabled:
+            raise Invalid(f"A quality judge scores the answers {model.name}@{alias.name} captures: turn its request "
+                          "logging on first.", field="quality_judge")
         before = _canary_state(alias)
         now = timezone.now()
         alias.canary_version, alias.canary_weight = target, weight
@@ -817,11 +823,43 @@ def alias_canary_start(*, user, model: RegisteredModel, name: str, version, weig
         alias.canary_stepped_at, alias.rollout_steps, alias.rollout_interval_s = now, steps, interval_s
         alias.max_error_rate, alias.max_p99_latency_s, alias.min_requests = max_error_rate, max_p99_latency_s, \
             min_requests
-        alias.updated_by = user if user.is_authenticated else None
+        alias.quality_judge, alias.max_quality_drop = judge, max_quality_drop if judge is not None else None
+        alias.updated_by = alias.canary_started_by = user if user.is_authenticated else None
         alias.save()
         audit_record(actor=user, action="model.alias_canary", project=model.project, target=alias,
                      ip_address=ip_address, before=before, after=_canary_state(alias))
     return alias
+
+
+def _quality_judge(user, model: RegisteredModel, judge_id, max_drop, token):
+    """The judge a canary's quality is scored by, checked: a calibrated pointwise judge of the
+    project that the starter may run, with a threshold on the 0..1 score scale."""
+    if judge_id is None:
+        if max_drop is not None:
+            raise Invalid("max_quality_drop needs a quality_judge to score the answers.", field="quality_judge")
+        return None
+    from apps.evaluation.models import Judge
+    from apps.evaluation.selectors import judge_calibration
+    from workers.judging import POINTWISE
+
+    _number(max_drop, "max_quality_drop", low=0, high=1,
+            what="how far the canary's mean judge score (0 to 1) may fall below the stable version's, from 0 to 1")
+    policy.require(user, "compare.run", model.project, token)
+    judge_pk = None if isinstance(judge_id, bool) else _int_or_none(judge_id)
+    judge = Judge.objects.filter(pk=judge_pk, project_id=model.project_id).select_related("project").first() \
+        if judge_pk else None
+    if judge is None:
+        raise Invalid("quality_judge is not a judge of this project.", field="quality_judge")
+    if judge.provider_model_id:
+        policy.require(user, "provider.use", model.project, token)  # its calls go out on the starter's behalf
+    if judge.kind != POINTWISE:
+        raise Invalid(f"“{judge.name}” compares two answers; a canary's quality needs a pointwise judge.",
+                      field="quality_judge")
+    calibration = judge_calibration(judge)
+    if not calibration["calibrated"]:
+        raise Invalid(f"The judge “{judge.name}” is not calibrated ({calibration['reason']}), so it cannot roll a "
+                      "canary back: calibrate it against people's votes first.", field="quality_judge")
+    return judge
 
 
 def alias_canary_stop(*, user, model: RegisteredModel, name: str, token=None,
@@ -875,7 +913,8 @@ def _canary_state(alias: ModelAlias) -> dict:
             "canary_version": alias.canary_version_id, "canary_weight": alias.canary_weight,
             "rollout_steps": list(alias.rollout_steps or []), "rollout_interval_s": alias.rollout_interval_s,
             "max_error_rate": alias.max_error_rate, "max_p99_latency_s": alias.max_p99_latency_s,
-            "min_requests": alias.min_requests}
+            "min_requests": alias.min_requests, "quality_judge": alias.quality_judge_id,
+            "max_quality_drop": alias.max_quality_drop}
 
 
 def _end_canary(alias: ModelAlias, *, action: str, actor, reason: str, promote: bool = False,

@@ -12,6 +12,7 @@ from apps.evaluation import selectors as eval_selectors
 from apps.projects import policy
 from apps.registry import precisions, selectors, services
 from apps.registry.models import CatalogueModel, ModelAlias, ModelExport, RegisteredModel, ServingPrecision
+from apps.serving import selectors as serving_selectors
 
 
 class RegisterForm(forms.Form):
@@ -140,8 +141,15 @@ def model_detail(request: HttpRequest, project_id: int, model_id: int) -> HttpRe
     # Aliases: this model's own (it is the name clients ask for), and those pointing at it as a version.
     head = model.base_model if model.kind == RegisteredModel.Kind.ADAPTER and model.base_model_id else model
     measurement = model.precision_measurements.first()  # the latest, whatever its state
+    aliases = list(model.aliases.select_related("version", "canary_version", "updated_by", "quality_judge")
+                   .order_by("name"))
+    for alias in aliases:
+        alias.health = serving_selectors.alias_canary_health(alias)
     return render(request, "registry/detail.html", {
-        "aliases": model.aliases.select_related("version", "canary_version", "updated_by").order_by("name"),
+        "aliases": aliases,
+        "quality_judges": [(judge, eval_selectors.judge_calibration(judge)) for judge in
+                           eval_selectors.project_judges(model.project).filter(rubric__kind="pointwise")]
+        if {"model.alias", "compare.run"} <= perms else [],
         "aliased_as": ModelAlias.objects.filter(version=model).select_related("model").order_by("name"),
         "shares": adapter_shares_for(request.user, model, perms), "share_targets": share_targets(request.user, model, perms),
         "alias_head": head, "head_aliases": head.aliases.order_by("name") if head != model else [],
@@ -277,7 +285,9 @@ def alias_canary(request: HttpRequest, project_id: int, model_id: int) -> HttpRe
             weight=_int(request.POST.get("weight")), steps=steps, interval_s=_int(request.POST.get("interval_s") or 0),
             max_error_rate=_percent(request.POST.get("max_error_percent")),
             max_p99_latency_s=_float(request.POST.get("max_p99_latency_s")),
-            min_requests=_int(request.POST.get("min_requests") or 20), ip_address=client_ip(request))
+            min_requests=_int(request.POST.get("min_requests") or 20),
+            quality_judge=request.POST.get("quality_judge") or None,
+            max_quality_drop=_float(request.POST.get("max_quality_drop")), ip_address=client_ip(request))
     except NotFound:
         raise
     except DomainError as exc:

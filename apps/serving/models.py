@@ -103,6 +103,12 @@ class Capture(models.Model):
     feedback_score = models.FloatField(null=True, blank=True)
     feedback_comment = models.TextField(blank=True)
     feedback_at = models.DateTimeField(null=True, blank=True)
+    # The alias's quality judge on this answer while a canary runs: its score on 0..1
+    # (workers.judging.stats.point_score), or null with `judge_error` when its answer was unreadable.
+    judged_by = models.ForeignKey("evaluation.Judge", null=True, blank=True, on_delete=models.SET_NULL,
+                                  related_name="+")
+    judge_score = models.FloatField(null=True, blank=True)
+    judge_error = models.CharField(max_length=300, blank=True)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
 
     class Meta:

@@ -9,12 +9,13 @@ from collections import defaultdict
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.db.models import Avg, Count
 from django.utils import timezone
 
 from apps.registry.models import RegisteredModel
 from apps.registry.services import alias_versions
-from apps.serving.canary import percentile
-from apps.serving.models import Generation
+from apps.serving.canary import canary_health, percentile
+from apps.serving.models import Capture, Generation
 
 # The newest generations read for one window: beyond it the figures are of a sample, and say so.
 MAX_ROWS = 50_000
@@ -41,6 +42,21 @@ def summarize(rows: list[dict]) -> dict:
             "cost": None if price is None else round((tokens_in + tokens_out) / 1000 * price, 6)}
 
 
+def alias_canary_health(alias) -> dict | None:
+    """How an alias's canary and stable versions are doing since the canary started (None without
+    one): requests, error rate, p99, and with a quality judge their mean judge scores."""
+    return canary_health(alias)
+
+
+def judged_quality(models, since: datetime) -> dict[tuple[int, str], dict]:
+    """(version, alias name) → the mean score (0..1) its alias's quality judge gave its captured
+    answers since `since`, and how many it scored (apps.evaluation.canary_judging)."""
+    rows = (Capture.objects.filter(version__in=models, created_at__gte=since, judge_score__isnull=False)
+            .values("version_id", "alias__name").annotate(quality=Avg("judge_score"), judged=Count("id")))
+    return {(r["version_id"], r["alias__name"]): {"quality": round(r["quality"], 4), "judged": r["judged"]}
+            for r in rows}
+
+
 def generation_rows(models, since: datetime) -> tuple[list[dict], bool]:
     """The ended generations of `models` since `since`, newest first, and whether they were cut at MAX_ROWS."""
     rows = list(Generation.objects.filter(model__in=models, created_at__gte=since, state__in=Generation.ENDED)
@@ -64,8 +80,10 @@ def serving_metrics(model: RegisteredModel, *, hours: int = 24, bucket_minutes: 
         by_line[(row["model_id"], row["alias__name"] or "")].append(row)
         bucket = since + step * int((row["created_at"] - since) / step)
         by_bucket[(row["model_id"], bucket)].append(row)
+    judged = judged_quality(list(versions), since)
     lines = [{"version": version, "version_name": versions.get(version, "?"), "alias": alias or None,
-              **summarize(line)} for (version, alias), line in by_line.items()]
+              **summarize(line), **judged.get((version, alias), {"quality": None, "judged": 0})}
+             for (version, alias), line in by_line.items()]
     lines.sort(key=lambda line: (line["version_name"].lower(), line["alias"] or ""))
     series: dict[int, list[dict]] = defaultdict(list)
     for (version, bucket), bucket_rows in sorted(by_bucket.items(), key=lambda item: item[0][1]):

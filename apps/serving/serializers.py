@@ -20,7 +20,14 @@ class CanarySetSerializer(serializers.Serializer):
     max_p99_latency_s = serializers.FloatField(required=False, allow_null=True, default=None,
                                                help_text="roll back above this p99 request time (seconds)")
     min_requests = serializers.IntegerField(required=False, default=20,
-                                            help_text="canary requests judged before any rollback")
+                                            help_text="canary requests judged before any rollback (and, with a "
+                                                      "quality judge, answers it scored on each side)")
+    quality_judge = serializers.IntegerField(required=False, allow_null=True, default=None,
+                                             help_text="a calibrated pointwise judge of the project that scores "
+                                                       "both versions' captured answers (request logging on)")
+    max_quality_drop = serializers.FloatField(required=False, allow_null=True, default=None,
+                                              help_text="roll back when the canary's mean judge score (0-1) is "
+                                                        "more than this below the stable version's")
 
 
 class VersionHealthSerializer(serializers.Serializer):
@@ -29,6 +36,9 @@ class VersionHealthSerializer(serializers.Serializer):
     errors = serializers.IntegerField()
     error_rate = serializers.FloatField(allow_null=True)
     p99_latency_s = serializers.FloatField(allow_null=True)
+    judged = serializers.IntegerField(required=False, help_text="answers the quality judge scored")
+    unreadable = serializers.IntegerField(required=False, help_text="answers whose judge verdict was unreadable")
+    quality = serializers.FloatField(required=False, allow_null=True, help_text="the mean judge score, 0-1")
 
 
 class CanaryHealthSerializer(serializers.Serializer):
@@ -48,7 +58,8 @@ class CanarySerializer(serializers.ModelSerializer):
         model = ModelAlias
         fields = ["name", "ref", "model", "version", "version_name", "protected", "canary_version",
                   "canary_version_name", "canary_weight", "canary_started_at", "rollout_steps", "rollout_interval_s",
-                  "max_error_rate", "max_p99_latency_s", "min_requests", "health"]
+                  "max_error_rate", "max_p99_latency_s", "min_requests", "quality_judge", "max_quality_drop",
+                  "health"]
 
     def get_ref(self, alias) -> str:
         return f"{alias.model.name}@{alias.name}"
@@ -84,6 +95,9 @@ class ServingLineSerializer(ServingFiguresSerializer):
     version = serializers.IntegerField()
     version_name = serializers.CharField()
     alias = serializers.CharField(allow_null=True)
+    quality = serializers.FloatField(allow_null=True, help_text="the mean score (0-1) the alias's quality judge "
+                                                                "gave this version's captured answers")
+    judged = serializers.IntegerField(help_text="answers the quality judge scored in the window")
 
 
 class ServingPointSerializer(serializers.Serializer):

@@ -23,7 +23,7 @@
     if (!data.lines.length) {
       var empty = document.createElement("tr");
       cell(empty, "Nothing served in this window.");
-      empty.firstChild.colSpan = 10;
+      empty.firstChild.colSpan = 11;
       body.appendChild(empty);
     }
     data.lines.forEach(function (line) {
@@ -36,6 +36,7 @@
       cell(row, line.errors + (line.requests ? " (" + num(100 * line.error_rate, 1) + "%)" : ""));
       cell(row, num(line.ttft_p50_s, 3) + " / " + num(line.ttft_p99_s, 3));
       cell(row, num(line.latency_p50_s, 3) + " / " + num(line.latency_p99_s, 3));
+      cell(row, line.judged ? num(line.quality, 2) + " (" + line.judged + " judged)" : "–");
       cell(row, line.tokens_in + " / " + line.tokens_out);
       cell(row, num(line.tokens_per_s, 1));
       cell(row, num(line.worker_seconds, 1));

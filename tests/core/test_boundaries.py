@@ -10,7 +10,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 TASK_NAMES = {"annotation.export", "annotation.quality", "annotation.suggest", "comparison.run", "core.reap_stale", "datasets.derive",
-              "datasets.export", "datasets.import", "datasets.index_search", "evaluation.eval_run", "evaluation.judge_run",
+              "datasets.export", "datasets.import", "datasets.index_search", "evaluation.canary_judge", "evaluation.eval_run", "evaluation.judge_run",
               "evaluation.teacher_run",
               "monitoring.evaluate_alerts", "registry.convert", "registry.export", "registry.inspect", "registry.measure_precisions",
               "registry.merge",

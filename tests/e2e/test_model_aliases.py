@@ -164,3 +164,64 @@ def test_an_admin_turns_request_logging_on_and_sees_the_captured_traffic(page, p
                            feedback_score=1)
     captured = page.get_by_test_id("capture-list").filter(has_text="Where is")
     expect(captured).to_contain_text("Where is <b>[EMAIL]</b>? → Here. (feedback 1)", timeout=25_000)  # as text
+
+
+def test_an_admin_starts_a_canary_judged_for_quality_and_sees_each_version_s_quality(
+        page, project, owner, admin, tiny_model, adapter_model):
+    from apps.evaluation.models import Judge
+    from apps.serving.models import Capture, Generation
+    from tests.comparison.factories import placeholder_model
+    from tests.evaluation.fixtures import calibrate
+
+    alias_set(user=owner, model=tiny_model, name="production", version=tiny_model.pk)
+    ModelAlias.objects.filter(name="production").update(capture_enabled=True)
+    alias = ModelAlias.objects.get(name="production")
+    rubric = {"kind": "pointwise", "criteria": [{"name": "correct", "scale": "pass_fail"}]}
+    judge = Judge.objects.create(project=project, name="Correctness", rubric=rubric,
+                                 local_model=placeholder_model(project, "Judge model"))
+    calibrate(judge, owner)
+    Judge.objects.create(project=project, name="Fresh", rubric=rubric, local_model=judge.local_model)
+
+    browser_login(page, "adam")
+    page.goto(f"/projects/{project.pk}/models/{tiny_model.pk}/")
+    form = page.get_by_test_id("canary-form")
+    form.get_by_label("Canary", exact=True).select_option(label=f"{adapter_model.name} (adapter)")
+    form.get_by_label("Quality judge").select_option(label="Fresh (not calibrated)")
+    form.get_by_label("roll back when its score falls more than (0-1)").fill("0.2")
+    form.get_by_role("button", name="Start canary").click()
+    expect(page.locator(".messages")).to_contain_text("quality_judge: The judge “Fresh” is not calibrated")
+    assert ModelAlias.objects.get(pk=alias.pk).canary_version_id is None
+
+    form = page.get_by_test_id("canary-form")
+    form.get_by_label("Canary", exact=True).select_option(label=f"{adapter_model.name} (adapter)")
+    form.get_by_label("Quality judge").select_option(label="Correctness")
+    form.get_by_label("roll back when its score falls more than (0-1)").fill("0.2")
+    form.get_by_label("judged from (requests)").fill("2")
+    form.get_by_role("button", name="Start canary").click()
+    expect(page.locator(".messages")).to_contain_text(f"sends 10% of callers to “{adapter_model.name}”")
+    health = page.get_by_test_id("canary-health")
+    expect(health).to_contain_text("Quality (Correctness)")
+    expect(health.locator("tr[data-side=canary]")).to_contain_text("– (0 judged)")
+    expect(page.get_by_test_id("aliases")).to_contain_text("falls more than 0.2 below the stable version's, once each "
+                                                           "side has 2 judged answers")
+
+    # What the inference worker's judging writes: each answer served and captured, with its judge score.
+    for version, texts in ((tiny_model, [("Paris.", 1.0), ("It is Paris.", 1.0)]),
+                           (adapter_model, [("Paris.", 1.0), ("Lyon.", 0.0)])):
+        for text, score in texts:
+            generation = Generation.objects.create(project=project, model=version, alias=alias, source="api",
+                                                   params={}, state="succeeded", output=text, total_s=0.5)
+            Capture.objects.create(project=project, alias=alias, version=version, generation=generation,
+                                   completion_id=f"chatcmpl-{generation.pk}", messages=[{"role": "user", "content": "?"}],
+                                   response=text, judged_by=judge, judge_score=score)
+    page.reload()
+    health = page.get_by_test_id("canary-health")
+    expect(health.locator("tr[data-side=canary]")).to_contain_text("0.50 (2 judged)")
+    expect(health.locator("tr[data-side=stable]")).to_contain_text("1.00 (2 judged)")
+    expect(health.locator("tr[data-side=stable]")).to_contain_text("0%")  # its error rate beside it
+    table = page.get_by_test_id("serving-table")
+    expect(table.locator("thead th").nth(6)).to_have_text("Quality")
+    expect(table.locator(f"tr[data-version='{adapter_model.pk}'][data-alias=production] td").nth(6)
+           ).to_have_text("0.50 (2 judged)", timeout=25_000)
+    expect(table.locator(f"tr[data-version='{tiny_model.pk}'][data-alias=production] td").nth(6)
+           ).to_have_text("1.00 (2 judged)")

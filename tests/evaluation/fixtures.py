@@ -7,10 +7,14 @@ from pathlib import Path
 
 import pytest
 from django.conf import settings
+from django.utils import timezone
 
 from apps.comparison.models import Pair, Vote
+from apps.evaluation.models import CalibrationPolicy, JudgeRun, Verdict
 from apps.providers import services as provider_services
+from tests.comparison.factories import make_comparison, placeholder_model
 from tests.conftest import die_with_the_test_run
+from tests.factories import UserFactory
 
 
 class ScriptedJudge:
@@ -65,3 +69,22 @@ def vote(comparison, voter, prompt_position, choice):
     winner_, loser = {"first": (first, second), "second": (second, first), "tie": (None, None)}[choice]
     Vote.objects.create(pair=pair, comparison=comparison, voter=voter, client_id=f"{voter.pk}-{prompt_position}",
                         choice={"first": "a", "second": "b", "tie": "tie"}[choice], winner=winner_, loser=loser)
+
+
+def calibrate(judge, owner) -> None:
+    """A finished run of the judge on a comparison people voted on, agreeing with them on every
+    pair (kappa 1 over 4 items), and a project threshold of 4 items: the judge is calibrated."""
+    project = judge.project
+    comparison = make_comparison(project, owner, models=[placeholder_model(project, f"A {judge.pk}"),
+                                                         placeholder_model(project, f"B {judge.pk}")],
+                                 prompts=["q0", "q1", "q2", "q3"], name=f"Calibration {judge.pk}")
+    run = JudgeRun.objects.create(project=project, judge=judge, comparison=comparison, state="succeeded",
+                                  config={"rubric": judge.rubric, "max_tokens": 64}, finished_at=timezone.now())
+    first, second = comparison.contestants.order_by("position")
+    voter = UserFactory(username=f"voter-{judge.pk}")
+    for prompt in comparison.prompts.order_by("position"):
+        for contestant, score in ((first, "pass"), (second, "fail" if prompt.position < 3 else "pass")):
+            Verdict.objects.create(run=run, item=f"p{prompt.pk}:c{contestant.pk}", prompt=prompt, first=contestant,
+                                   answer={"correct": {"score": score, "reason": "set"}})
+        vote(comparison, voter, prompt.position, "first" if prompt.position < 3 else "tie")
+    CalibrationPolicy.objects.update_or_create(project=project, defaults={"min_kappa": 0.6, "min_items": 4})
