@@ -265,6 +265,7 @@ COMPARISON_PROVIDER_CONCURRENCY = env_int("COMPARISON_PROVIDER_CONCURRENCY", 8)
 # Items a judge, eval or teacher run on a provider's model asks together (a pair is two calls):
 # that many requests in flight (its rate limit still holds). A local model's runs fill the
 # batcher's row limit instead (INFERENCE_MAX_BATCH_SIZE: apps.evaluation.runner.items_in_flight).
+# A canary's quality judge, local or not, keeps to this many: it runs beside live traffic.
 JUDGE_CONCURRENCY = env_int("JUDGE_CONCURRENCY", 8)
 # How many new captured answers of each version a canary's quality judge scores a tick.
 CANARY_JUDGE_BATCH = env_int("CANARY_JUDGE_BATCH", 16)

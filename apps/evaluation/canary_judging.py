@@ -4,7 +4,7 @@ as request logging captured them. Each capture keeps its score (0..1: the mean o
 criteria, workers.judging.stats.point_score); serving's periodic canary check compares the two
 means (apps.serving.canary) and rolls the canary back on a breach.
 
-The calls take the path a judge run's take (apps.evaluation.runner._judge_call): a local judge
+The calls take the path a judge run's take (apps.evaluation.runner.judge_call): a local judge
 through the inference worker's batcher, a provider's through provider_chat for the person who
 started the canary (their `provider.use`, the project's budget and policy). A beat task runs it
 on the `inference` queue; one tick judges at most `CANARY_JUDGE_BATCH` new answers of each side,
@@ -20,7 +20,7 @@ from django.core.cache import cache
 from django.db import close_old_connections
 
 from apps.core.errors import DomainError
-from apps.evaluation.runner import _judge_call
+from apps.evaluation.runner import judge_call
 from apps.registry.models import ModelAlias
 from apps.serving.models import Capture
 from workers.judging import PointItem, check_rubric, run_judge
@@ -83,8 +83,8 @@ def _judge(alias: ModelAlias, batch: int) -> int:
         return False
 
     try:
-        run_judge(rubric, items, call=_judge_call(judge.project, config, alias.canary_started_by), on_item=on_item,
-                  concurrency=settings.JUDGE_CONCURRENCY)
+        run_judge(rubric, items, call=judge_call(judge.project, config, alias.canary_started_by), on_item=on_item,
+                  concurrency=settings.JUDGE_CONCURRENCY)  # beside live traffic: not the batcher's every row
     except DomainError as exc:  # the provider's own message, a spent budget, a starter without provider.use
         close_old_connections()
         logger.warning("quality judging of %s@%s stopped: %s", alias.model.name, alias.name, exc.message)

@@ -58,7 +58,7 @@ def _judge(run: JobRun) -> None:
     calls_done = len(done) * per_item
     total = len(items) * per_item
     run.progress(calls_done, total)
-    call_and_close = _judge_call(job.project, job.config, job.created_by)
+    call_and_close = judge_call(job.project, job.config, job.created_by)
 
     def on_item(verdicts) -> bool:
         nonlocal calls_done
@@ -85,7 +85,7 @@ def items_in_flight(config: dict, calls_per_item: int = 1) -> int:
     return max(1, settings.INFERENCE_MAX_BATCH_SIZE // calls_per_item)
 
 
-def _judge_call(project, config: dict, launcher):
+def judge_call(project, config: dict, launcher):
     """The judge model's call for the engine (config: provider_model or local_model, max_tokens),
     safe from the engine's threads: each gives its database connection back after a call."""
     call = provider_call(project, config, launcher) if config.get("provider_model") else local_call(config)
@@ -293,5 +293,5 @@ def _judge_outputs(run: JobRun, job: EvalRun, generated: int) -> None:
             run.progress(done, total)  # raises JobCancelled once the run is asked to stop
             return run.stopping()  # its worker is stopping: handed back after this item
 
-        run_judge(rubric, todo, call=_judge_call(job.project, config, job.created_by), on_item=on_item,
+        run_judge(rubric, todo, call=judge_call(job.project, config, job.created_by), on_item=on_item,
                   concurrency=items_in_flight(config, len(orders(rubric))))
