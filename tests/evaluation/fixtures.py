@@ -9,6 +9,7 @@ import pytest
 from django.conf import settings
 
 from apps.comparison.models import Pair, Vote
+from apps.evaluation.models import JudgeRun, Verdict
 from apps.providers import services as provider_services
 from tests.conftest import die_with_the_test_run
 
@@ -65,3 +66,22 @@ def vote(comparison, voter, prompt_position, choice):
     winner_, loser = {"first": (first, second), "second": (second, first), "tie": (None, None)}[choice]
     Vote.objects.create(pair=pair, comparison=comparison, voter=voter, client_id=f"{voter.pk}-{prompt_position}",
                         choice={"first": "a", "second": "b", "tie": "tie"}[choice], winner=winner_, loser=loser)
+
+
+def point_answer(**scores) -> dict:
+    """A pointwise answer: criterion=score each, with an empty reason."""
+    return {name: {"score": score, "reason": ""} for name, score in scores.items()}
+
+
+def scored_run(judge, comparison, answers: dict) -> JudgeRun:
+    """A succeeded run of a pointwise judge over the comparison, its verdicts as given (the run
+    itself is tested with a worker in test_judge_runs.py): answers[(prompt position, column)] =
+    the judge's answer, or None for an unparseable one."""
+    run = JudgeRun.objects.create(project=judge.project, judge=judge, comparison=comparison, state="succeeded",
+                                  config={"rubric": judge.rubric, "model": judge.model_label})
+    columns = {c.position: c for c in comparison.contestants.all()}
+    prompts = {p.position: p for p in comparison.prompts.all()}
+    Verdict.objects.bulk_create([
+        Verdict(run=run, item=f"p{prompts[p].pk}:c{columns[c].pk}", prompt=prompts[p], first=columns[c], answer=answer,
+                parse_error="" if answer else "not JSON") for (p, c), answer in answers.items()])
+    return run

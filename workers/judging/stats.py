@@ -1,5 +1,6 @@
 """Figures made from a run's verdicts: pointwise scores per model, pairwise outcomes with their
-position consistency and verbosity, and Cohen's kappa for agreement. Plain Python.
+position consistency and verbosity, Cohen's kappa for agreement with votes, and people's
+pointwise ratings against the judge's scores (rank correlations from scipy). No Django.
 
 Pairwise terms: each pair of a prompt has a `first` and a `second` response (a fixed order,
 the comparison's columns). The judge saw them twice, first as A then swapped; its answer in each
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
+from itertools import combinations
 
 from .rubric import SCALE_1_5, Rubric
 
@@ -174,15 +176,103 @@ def implied_preference(first: float, second: float) -> str:
     return "first" if first > second else "second"
 
 
-def calibration(kappa: float | None, items: int, *, min_kappa: float, min_items: int) -> dict:
-    """Whether a judge's agreement with people is enough to rely on it: at least `min_items`
-    judge-vs-person items and a kappa of at least `min_kappa`; `reason` says what is short."""
-    if items < min_items:
-        reason = f"{items} items judged and voted on; the project asks for at least {min_items}"
-    elif kappa is None:
-        reason = "kappa is undefined on these items"
-    elif kappa < min_kappa:
-        reason = f"kappa {kappa} is below the project's threshold {min_kappa}"
-    else:
-        return {"calibrated": True, "reason": "", "min_kappa": min_kappa, "min_items": min_items}
-    return {"calibrated": False, "reason": reason, "min_kappa": min_kappa, "min_items": min_items}
+def calibration(figures: Sequence[dict], *, min_items: int) -> dict:
+    """Whether a judge's agreement with people is enough to rely on it. figures: each
+    {"label": "kappa", "items_label": "items judged and voted on", "value": float | None,
+    "items": n, "threshold": t}. Calibrated when at least one figure has `min_items` items and
+    every figure that has them reaches its threshold; `reason` says what is short."""
+    counted = [f for f in figures if f["items"] >= min_items]
+    if not counted:
+        return {"calibrated": False, "reason": "; ".join(f"{f['items']} {f['items_label']}" for f in figures)
+                + f"; the project asks for at least {min_items}"}
+    short = [f"{f['label']} is undefined on these items" if f["value"] is None else
+             f"{f['label']} {f['value']} is below the project's threshold {f['threshold']}"
+             for f in counted if f["value"] is None or f["value"] < f["threshold"]]
+    return {"calibrated": not short, "reason": "; ".join(short)}
+
+
+# --- people's pointwise ratings beside the judge's scores -----------------------------------------
+
+PASS = "pass"  # the positive label of a pass/fail criterion (TPR, TNR)
+
+
+def _numbers(items: Sequence[tuple]) -> tuple[list[float], list[float]] | None:
+    """The two sides of (x, y) items, or None when a correlation is undefined on them (fewer than
+    two items, or a side that never varies)."""
+    if len(items) < 2:
+        return None
+    xs, ys = [float(x) for x, _ in items], [float(y) for _, y in items]
+    return None if len(set(xs)) < 2 or len(set(ys)) < 2 else (xs, ys)
+
+
+def spearman(items: Sequence[tuple[float, float]]) -> float | None:
+    """Spearman's rho of (x, y) items (scipy.stats.spearmanr: tied values share their mean rank);
+    None where undefined (see _numbers)."""
+    from scipy.stats import spearmanr
+
+    sides = _numbers(items)
+    return None if sides is None else round(float(spearmanr(*sides).statistic), 4)
+
+
+def kendall(items: Sequence[tuple[float, float]]) -> float | None:
+    """Kendall's tau-b of (x, y) items (scipy.stats.kendalltau, corrected for ties: a 1-5 scale has
+    many); None where undefined (see _numbers)."""
+    from scipy.stats import kendalltau
+
+    sides = _numbers(items)
+    return None if sides is None else round(float(kendalltau(*sides).statistic), 4)
+
+
+def mean_absolute_error(items: Sequence[tuple[float, float]]) -> float | None:
+    """The mean of |x − y| over the items (scale points); None without items."""
+    return round(sum(abs(x - y) for x, y in items) / len(items), 4) if items else None
+
+
+def true_positive_rate(items: Sequence[tuple[str, str]]) -> float | None:
+    """Of the items the reference (the first of each) marks pass, the share the other marks pass
+    too; None when the reference never passes."""
+    passed = [other for reference, other in items if reference == PASS]
+    return round(sum(other == PASS for other in passed) / len(passed), 4) if passed else None
+
+
+def true_negative_rate(items: Sequence[tuple[str, str]]) -> float | None:
+    """Of the items the reference marks fail, the share the other marks fail too; None when the
+    reference never fails."""
+    failed = [other for reference, other in items if reference != PASS]
+    return round(sum(other != PASS for other in failed) / len(failed), 4) if failed else None
+
+
+SCALE_FIGURES = {"rho": spearman, "tau": kendall, "mae": mean_absolute_error}
+PASS_FAIL_FIGURES = {"kappa": cohen_kappa, "tpr": true_positive_rate, "tnr": true_negative_rate}
+
+
+def score_agreement(scale: str, items: Sequence[tuple]) -> dict:
+    """The figures of one criterion over (reference score, other score) items, each with its 95%
+    bootstrap interval (`<figure>_ci`) and the number of items: rho, tau and MAE on a 1-5 scale;
+    kappa, TPR and TNR (pass positive, the first of each item the reference) on pass/fail."""
+    figures = {"items": len(items)}
+    for name, statistic in (SCALE_FIGURES if scale == SCALE_1_5 else PASS_FAIL_FIGURES).items():
+        interval = bootstrap_interval(items, statistic)
+        figures[name], figures[f"{name}_ci"] = statistic(items), list(interval) if interval else None
+    return figures
+
+
+def rating_agreement(rubric: Rubric, judged: dict, rated: dict) -> list[dict]:
+    """Per criterion, the judge's scores against people's ratings of the same outputs, beside the
+    people against each other. judged: output → the judge's answer; rated: output → [(rater,
+    answer)], earliest first, one per rater. Each rating of a judged output is one judge-vs-people
+    item (the person's score, the judge's); each two ratings of an output are one
+    people-vs-people item (the earlier rater's, the later's)."""
+    def score(answer: dict, criterion) -> int | str:
+        value = answer[criterion.name]["score"]
+        return int(value) if criterion.scale == SCALE_1_5 else value
+
+    criteria = []
+    for c in rubric.criteria:
+        judge_items = [(score(answer, c), score(judged[output], c))
+                       for output, ratings in rated.items() if output in judged for _, answer in ratings]
+        people_items = [(score(a, c), score(b, c)) for ratings in rated.values()
+                        for (_, a), (_, b) in combinations(ratings, 2)]
+        criteria.append({"name": c.name, "scale": c.scale, "judge_vs_people": score_agreement(c.scale, judge_items),
+                         "people_vs_people": score_agreement(c.scale, people_items)})
+    return criteria
