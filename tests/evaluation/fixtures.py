@@ -10,6 +10,7 @@ from django.conf import settings
 
 from apps.comparison.models import Pair, Vote
 from apps.evaluation.models import JudgeRun, Verdict
+from apps.evaluation.selectors import summarize
 from apps.providers import services as provider_services
 from tests.conftest import die_with_the_test_run
 
@@ -84,4 +85,6 @@ def scored_run(judge, comparison, answers: dict) -> JudgeRun:
     Verdict.objects.bulk_create([
         Verdict(run=run, item=f"p{prompts[p].pk}:c{columns[c].pk}", prompt=prompts[p], first=columns[c], answer=answer,
                 parse_error="" if answer else "not JSON") for (p, c), answer in answers.items()])
+    run.summary = summarize(run)  # as the worker writes it when a run succeeds
+    run.save(update_fields=["summary"])
     return run
