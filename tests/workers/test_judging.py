@@ -270,6 +270,39 @@ def test_pass_fail_agreement_is_kappa_and_the_true_positive_and_negative_rates()
                                                 "mae": 1.0, "mae_ci": None}
 
 
+def test_the_intervals_figures_at_once_are_scipys_and_the_plain_ones_row_by_row():
+    import math
+    import random
+
+    from workers.judging.stats import (
+        cohen_kappa,
+        kendall,
+        mean_absolute_error,
+        pass_fail_statistics,
+        scale_statistics,
+        spearman,
+        true_negative_rate,
+        true_positive_rate,
+    )
+
+    rng = random.Random(3)
+    rows = [[(rng.randint(1, 5), rng.randint(1, 5)) for _ in range(rng.randint(2, 12))] for _ in range(300)]
+    rows += [[(1, 1), (2, 1), (3, 1)], [(4, 4), (4, 4)], [(1, 5), (5, 1), (3, 3)]]  # constant sides, reversed
+
+    def same(vectorized, plain):
+        return plain is None and math.isnan(vectorized) or plain is not None and round(float(vectorized), 4) == plain
+
+    for items in rows:
+        xs, ys = [[x for x, _ in items]], [[y for _, y in items]]
+        rho, tau, mae = (values[0] for values in scale_statistics(xs, ys))
+        assert same(rho, spearman(items)) and same(tau, kendall(items)) and same(mae, mean_absolute_error(items))
+        labels = [("pass" if x > 2 else "fail", "pass" if y > 3 else "fail") for x, y in items]
+        kappa, tpr, tnr = (values[0] for values in pass_fail_statistics([[a == "pass" for a, _ in labels]],
+                                                                        [[b == "pass" for _, b in labels]]))
+        assert same(kappa, cohen_kappa(labels)), labels
+        assert same(tpr, true_positive_rate(labels)) and same(tnr, true_negative_rate(labels))
+
+
 def test_ratings_agreement_pairs_each_rating_with_the_judge_and_each_two_raters():
     from workers.judging.stats import rating_agreement
 

@@ -137,12 +137,17 @@ def bootstrap_interval(items: Sequence, statistic: Callable[[Sequence], float | 
     rng = random.Random(seed)
     values = sorted(v for v in (statistic([items[rng.randrange(len(items))] for _ in items])
                                 for _ in range(resamples)) if v is not None)
-    if not values:
+    return _percentile_interval(values, level)
+
+
+def _percentile_interval(values: Sequence[float], level: float) -> tuple[float, float] | None:
+    """The percentile interval of sorted resample values (None without any)."""
+    if not len(values):
         return None
     tail = (1 - level) / 2
     low = values[int(tail * (len(values) - 1))]
     high = values[int(round((1 - tail) * (len(values) - 1)))]
-    return round(low, 4), round(high, 4)
+    return round(float(low), 4), round(float(high), 4)
 
 
 def kappa_interval(pairs: Sequence[tuple[str, str]], *, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0,
@@ -242,6 +247,82 @@ def true_negative_rate(items: Sequence[tuple[str, str]]) -> float | None:
     return round(sum(other != PASS for other in failed) / len(failed), 4) if failed else None
 
 
+def scale_statistics(xs, ys) -> tuple:
+    """Spearman's rho, Kendall's tau-b and the MAE of each row of two (samples × items) arrays of
+    1-5 scores at once (NaN where a row's side is constant): rho is scipy's Pearson of the average
+    ranks, row by row (what spearmanr computes); tau-b is counted from each row's 5×5 table of
+    (x, y) scores. Bootstrap intervals need 200 resamples per figure, and a scipy call per resample
+    costs about a millisecond, which made one judge's table take seconds (scipy's own functions
+    give the point values; tests hold the two to the same numbers)."""
+    import warnings
+
+    import numpy as np
+    from scipy.stats import pearsonr, rankdata
+
+    xs, ys = np.asarray(xs, dtype=np.int64), np.asarray(ys, dtype=np.int64)
+    rows, n = xs.shape
+    with warnings.catch_warnings(), np.errstate(invalid="ignore", divide="ignore"):
+        warnings.simplefilter("ignore")  # a constant row: its rho is NaN, left out like an undefined one
+        rho = pearsonr(rankdata(xs, axis=1), rankdata(ys, axis=1), axis=1).statistic
+        cells = (xs - 1) * SCALE_POINTS + (ys - 1) + SCALE_POINTS * SCALE_POINTS * np.arange(rows)[:, None]
+        table = np.bincount(cells.ravel(), minlength=rows * SCALE_POINTS ** 2).reshape(
+            rows, SCALE_POINTS, SCALE_POINTS).astype(float)
+        # Pairs above and to the right of a cell (both higher: concordant), above and to the left (discordant).
+        from_here = table[:, ::-1, ::-1].cumsum(1).cumsum(2)[:, ::-1, ::-1]
+        higher = np.zeros_like(table)
+        higher[:, :-1, :-1] = from_here[:, 1:, 1:]
+        left = table[:, ::-1, :].cumsum(1)[:, ::-1, :].cumsum(2)
+        crossed = np.zeros_like(table)
+        crossed[:, :-1, 1:] = left[:, 1:, :-1]
+        concordant, discordant = (table * higher).sum((1, 2)), (table * crossed).sum((1, 2))
+        pairs = n * (n - 1) / 2
+        x_ties = (table.sum(2) * (table.sum(2) - 1) / 2).sum(1)
+        y_ties = (table.sum(1) * (table.sum(1) - 1) / 2).sum(1)
+        tau = (concordant - discordant) / np.sqrt((pairs - x_ties) * (pairs - y_ties))
+    mae = np.abs(xs - ys).mean(1)
+    return rho, np.where(np.isfinite(tau), tau, np.nan), mae
+
+
+def pass_fail_statistics(xs, ys) -> tuple:
+    """Cohen's kappa, TPR and TNR (the first side the reference) of each row of two (samples ×
+    items) boolean arrays (True: pass) at once, from each row's 2×2 table; NaN where undefined."""
+    import numpy as np
+
+    xs, ys = np.asarray(xs, dtype=bool), np.asarray(ys, dtype=bool)
+    n = xs.shape[1]
+    both, x_only = (xs & ys).sum(1), (xs & ~ys).sum(1)
+    y_only, neither = (~xs & ys).sum(1), (~xs & ~ys).sum(1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        observed = (both + neither) / n
+        expected = ((both + x_only) * (both + y_only) + (y_only + neither) * (x_only + neither)) / (n * n)
+        kappa = np.where(expected < 1, (observed - expected) / (1 - expected), np.nan)
+        tpr = np.where(both + x_only > 0, both / (both + x_only), np.nan)
+        tnr = np.where(y_only + neither > 0, neither / (y_only + neither), np.nan)
+    return kappa, tpr, tnr
+
+
+def _intervals(scale: str, items: Sequence[tuple], *, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0,
+               level: float = 0.95) -> dict:
+    """Percentile bootstrap intervals of a criterion's figures over the items (as
+    bootstrap_interval: resamples with replacement, a fixed seed, undefined ones left out), every
+    figure over the same resamples, drawn and computed at once."""
+    import numpy as np
+
+    scaled = scale == SCALE_1_5
+    names = SCALE_FIGURES if scaled else PASS_FAIL_FIGURES
+    if len(items) < 2:
+        return dict.fromkeys(names)
+    values = np.asarray(items, dtype=np.int64) if scaled else np.asarray(items) == PASS
+    draw = np.random.default_rng(seed).integers(0, len(items), size=(resamples, len(items)))
+    figures = (scale_statistics if scaled else pass_fail_statistics)(values[:, 0][draw], values[:, 1][draw])
+    intervals = {}
+    for name, resampled in zip(names, figures, strict=True):
+        interval = _percentile_interval(np.sort(resampled[~np.isnan(resampled)]), level)
+        intervals[name] = list(interval) if interval else None
+    return intervals
+
+
+SCALE_POINTS = 5  # a 1-5 criterion's scores
 SCALE_FIGURES = {"rho": spearman, "tau": kendall, "mae": mean_absolute_error}
 PASS_FAIL_FIGURES = {"kappa": cohen_kappa, "tpr": true_positive_rate, "tnr": true_negative_rate}
 
@@ -251,9 +332,9 @@ def score_agreement(scale: str, items: Sequence[tuple]) -> dict:
     bootstrap interval (`<figure>_ci`) and the number of items: rho, tau and MAE on a 1-5 scale;
     kappa, TPR and TNR (pass positive, the first of each item the reference) on pass/fail."""
     figures = {"items": len(items)}
+    intervals = _intervals(scale, items)
     for name, statistic in (SCALE_FIGURES if scale == SCALE_1_5 else PASS_FAIL_FIGURES).items():
-        interval = bootstrap_interval(items, statistic)
-        figures[name], figures[f"{name}_ci"] = statistic(items), list(interval) if interval else None
+        figures[name], figures[f"{name}_ci"] = statistic(items), intervals[name]
     return figures
 
 
