@@ -3,6 +3,7 @@ when it succeeds), and the judge's agreement with the people who voted on the sa
 
 from __future__ import annotations
 
+import random
 from collections import defaultdict
 from itertools import combinations
 
@@ -225,13 +226,15 @@ def _rating_agreement(run: JudgeRun, rubric: Rubric, ratings) -> dict:
 
 def outputs_to_rate(judge: Judge, comparison: Comparison, rater) -> tuple[list[Output], int]:
     """The comparison's successful outputs `rater` has not rated for the judge, the least-rated
-    first (so that ratings spread, as votes do), and how many the rater has rated."""
+    first (so that ratings spread, as votes do) and in a random order among equals (so that the
+    order never tells which column an output is), and how many the rater has rated."""
     counts = dict(Rating.objects.filter(judge=judge, output__comparison=comparison).values("output_id")
                   .annotate(n=Count("id")).values_list("output_id", "n"))
     mine = set(Rating.objects.filter(judge=judge, output__comparison=comparison, rater=rater)
                .values_list("output_id", flat=True))
     left = [o for o in Output.objects.filter(comparison=comparison, error="").select_related("prompt")
-            .order_by("prompt__position", "contestant__position") if o.pk not in mine]
+            if o.pk not in mine]
+    random.SystemRandom().shuffle(left)
     return sorted(left, key=lambda o: counts.get(o.pk, 0)), len(mine)
 
 

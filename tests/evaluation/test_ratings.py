@@ -60,8 +60,6 @@ def rate_all(client, judge, comparison, scores: dict) -> int:
         # Blind: the prompt and the text, never the model.
         assert set(output) == {"id", "prompt", "text", "prompt_html", "text_html"}
         assert [c["name"] for c in body["criteria"]] == ["correct", "clarity"]
-        if output["text"] not in scores:
-            return rated
         correct, clarity = scores[output["text"]]
         made = post(client, rate_url, {"output": output["id"], "answer": point_answer(correct=correct, clarity=clarity)})
         assert made.status_code == 201, made.content
@@ -85,13 +83,22 @@ def test_people_rate_blind_and_the_judge_is_measured_against_them(client, owner,
     client.force_login(annotator)  # an annotator votes blind; the same permission rates
     assert rate_all(client, judge, comparison, ANNA) == 6
     client.force_login(ben)
-    # Ben is served the outputs nobody rated twice yet: all six, rated once each; he rates two.
-    assert rate_all(client, judge, comparison, BEN) == 2
+    next_url, rate_url = urls(project, judge, comparison)
+    for text, (correct, clarity) in BEN.items():  # Ben rates two, then is served the four others
+        made = post(client, rate_url, {"output": Output.objects.get(text=text).pk,
+                                       "answer": point_answer(correct=correct, clarity=clarity)})
+        assert made.status_code == 201, made.content
+    served = client.get(next_url).json()
+    assert (served["rated"], served["remaining"]) == (2, 4) and served["output"]["text"] not in BEN
     assert Rating.objects.count() == 8
+    cleo = UserFactory(username="cleo")
+    MembershipFactory(project=project, user=cleo, role="annotator")
+    client.force_login(cleo)  # the least-rated first: the four rated once, never the two rated twice
+    assert {client.get(next_url).json()["output"]["text"] for _ in range(12)} <= set(ANNA) - set(BEN)
+    client.force_login(ben)
 
     # Rating again replaces: still one rating of Ben's on that output, with the new answer.
     output = Output.objects.get(text="Alpha says 0")
-    _, rate_url = urls(project, judge, comparison)
     again = post(client, rate_url, {"output": output.pk, "answer": point_answer(correct="fail", clarity=2)})
     assert again.status_code == 200 and again.json()["answer"]["clarity"]["score"] == 2
     assert Rating.objects.filter(rater=ben).count() == 2
