@@ -242,3 +242,29 @@ def test_only_a_pointwise_judge_on_a_finished_comparison_is_rated(client, owner,
         refused = post(client, rate_url, {"output": scope[2].outputs.first().pk, "answer": GOOD})
         assert refused.status_code == 409, refused.content
     assert not Rating.objects.exists()
+
+
+def test_a_judge_calibrated_by_ratings_may_gate_and_one_they_show_short_may_not(client, owner, annotator, project,
+                                                                               comparison, judge):
+    from tests.evaluation.test_eval_suites import suite_body
+    from tests.training.fixtures import make_version
+
+    scored_run(judge, comparison, {key: point_answer(correct=c, clarity=s) for key, (c, s) in JUDGE.items()})
+    client.force_login(annotator)
+    rate_all(client, judge, comparison, ANNA)  # 6 items a criterion: correct kappa 0.6667, clarity rho 0.8971
+    client.force_login(owner)
+    settings_url = f"/api/projects/{project.pk}/judge-calibration/"
+    suites_url = f"/api/projects/{project.pk}/eval-suites/"
+    metrics = [{"metric": "rouge_l", "threshold": 0.1},
+               {"metric": "judge", "judge": judge.pk, "criterion": "clarity", "threshold": 0.5}]
+    version = make_version(project, owner)
+
+    client.patch(settings_url, {"min_items": 6, "min_correlation": 0.9}, content_type="application/json")
+    refused = post(client, suites_url, suite_body(version, name="Gated", metrics=metrics, gate_alias="production"))
+    assert refused.status_code == 400 and refused.json()["field"] == "metrics[1].threshold"
+    assert "not calibrated (clarity Spearman rho 0.8971 is below the project's threshold 0.9)" in \
+        refused.json()["detail"]
+
+    client.patch(settings_url, {"min_correlation": 0.6}, content_type="application/json")
+    made = post(client, suites_url, suite_body(version, name="Gated", metrics=metrics, gate_alias="production"))
+    assert made.status_code == 201, made.content
