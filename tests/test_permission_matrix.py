@@ -384,7 +384,7 @@ def _arrange_provider(world: World) -> dict:
     return {}
 
 
-def _arrange_judge(run_state: str | None = None):
+def _arrange_judge(run_state: str | None = None, kind: str = "pairwise"):
     """A finished comparison of world.project (placeholder models) and a judge on one of them;
     with `run_state`, a run of it in that state (no worker: nothing runs it)."""
     def arrange(world: World) -> dict:
@@ -394,14 +394,21 @@ def _arrange_judge(run_state: str | None = None):
         comparison = make_comparison(world.project, world.owner)
         judge = Judge.objects.create(project=world.project, name="Judge", created_by=world.owner,
                                      local_model=comparison.contestants.first().model,
-                                     rubric={"kind": "pairwise", "instructions": "",
+                                     rubric={"kind": kind, "instructions": "",
                                              "criteria": [{"name": "helpfulness", "description": "", "scale": "1-5"}]})
-        kwargs = {"judge_id": judge.pk}
+        kwargs = {"judge_id": judge.pk, "comparison_id": comparison.pk}
         if run_state:
             kwargs["run_id"] = JudgeRun.objects.create(project=world.project, judge=judge, comparison=comparison,
                                                        state=run_state, created_by=world.owner).pk
         return kwargs
     return arrange
+
+
+def _rating_body(world: World) -> dict:
+    from apps.comparison.models import Output
+
+    return {"output": Output.objects.filter(comparison__project=world.project).first().pk,
+            "answer": {"helpfulness": {"score": 4, "reason": "matrix"}}}
 
 
 def _judge_body(world: World) -> dict:
@@ -812,6 +819,11 @@ ENDPOINTS = [
              200, arrange=_arrange_judge(), audit_writes=0),
     Endpoint("judge-launch", "POST", f"{P}/judges/<int:judge_id>/runs/", "compare.run", _comparison_body, 201,
              checks=("compare.view", "compare.run"), arrange=_arrange_judge()),
+    # people rate a pointwise judge's outputs blind, with the voters' permission
+    Endpoint("judge-rating-next", "GET", f"{P}/judges/<int:judge_id>/comparisons/<int:comparison_id>/ratings/next/",
+             "compare.vote", _no_body, 200, arrange=_arrange_judge(kind="pointwise")),
+    Endpoint("judge-rating-submit", "POST", f"{P}/judges/<int:judge_id>/comparisons/<int:comparison_id>/ratings/",
+             "compare.vote", _rating_body, 201, arrange=_arrange_judge(kind="pointwise")),
     Endpoint("judge-runs-list", "GET", f"{P}/judge-runs/", "compare.view", _no_body, 200),
     Endpoint("judge-run-get", "GET", f"{P}/judge-runs/<int:run_id>/", "compare.view", _no_body, 200,
              arrange=_arrange_judge("succeeded")),

@@ -8,6 +8,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from apps.comparison.models import Comparison
 from apps.core.errors import Invalid
 from apps.core.http import client_ip
 from apps.evaluation import selectors, services
@@ -25,9 +26,13 @@ from apps.evaluation.serializers import (
     JudgeRunSerializer,
     JudgeSerializer,
     ModelChoiceSerializer,
+    NextOutputSerializer,
+    RatingSerializer,
+    RatingSubmitSerializer,
     TeacherEstimateSerializer,
     TeacherRunRequestSerializer,
     TeacherRunSerializer,
+    blind_output,
 )
 from apps.projects import policy
 
@@ -136,6 +141,42 @@ class CalibrationPolicyApi(APIView):
         rules = services.calibration_policy_update(user=request.user, project=project, token=request.auth,
                                                    ip_address=client_ip(request), **request.data)
         return Response(CalibrationPolicySerializer(rules).data)
+
+
+# --- people's ratings of outputs for a pointwise judge --------------------------------------------
+
+def _rating_scope(request: Request, project_id: int, judge_id: int, comparison_id: int) -> tuple[Judge, Comparison]:
+    """The judge and the comparison, for someone who may vote on it: raters work blind, as voters."""
+    judge = policy.get_object(request.user, Judge, judge_id, "compare.vote", request.auth, project_id=project_id)
+    comparison = policy.get_object(request.user, Comparison, comparison_id, "compare.vote", request.auth,
+                                   project_id=project_id)
+    return judge, comparison
+
+
+class RatingNextApi(APIView):
+    """The next output of the comparison for you to rate on the judge's rubric, blind: the prompt
+    and the output, no model. The least-rated outputs come first."""
+
+    @extend_schema(responses=NextOutputSerializer)
+    def get(self, request: Request, project_id: int, judge_id: int, comparison_id: int) -> Response:
+        judge, comparison = _rating_scope(request, project_id, judge_id, comparison_id)
+        found = services.rating_next(user=request.user, judge=judge, comparison=comparison, token=request.auth)
+        return Response({**found, "output": blind_output(found["output"]),
+                         "criteria": judge.rubric["criteria"]})
+
+
+class RatingApi(APIView):
+    """Rate one output on the judge's rubric: a score (1-5, or pass/fail) and a reason for every
+    criterion. Rating the same output again replaces your rating (200)."""
+
+    @extend_schema(request=RatingSubmitSerializer, responses={201: RatingSerializer, 200: RatingSerializer})
+    def post(self, request: Request, project_id: int, judge_id: int, comparison_id: int) -> Response:
+        judge, comparison = _rating_scope(request, project_id, judge_id, comparison_id)
+        data = RatingSubmitSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        rating, created = services.rating_submit(user=request.user, judge=judge, comparison=comparison,
+                                                 token=request.auth, **data.validated_data)
+        return Response(RatingSerializer(rating).data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
 
 # --- eval suites ----------------------------------------------------------------------------------

@@ -95,17 +95,39 @@ class Verdict(models.Model):
         constraints = [models.UniqueConstraint(fields=["run", "item", "swapped"], name="verdict_unique_item_order")]
 
 
-class CalibrationPolicy(models.Model):
-    """How well a judge must agree with the project's people before it counts as calibrated: at
-    least `min_items` judge-vs-person items and a Cohen's kappa of at least `min_kappa` over them.
-    A judge short of it is shown 'not calibrated' and may gate nothing. Without a row: the
-    defaults (kappa 0.6, the lower edge of 'substantial' agreement on Landis and Koch's scale;
-    20 items)."""
+class Rating(models.Model):
+    """A person's rating of one output of a comparison on a pointwise judge's rubric: `answer` has
+    the shape of the judge's answer ({criterion: {score, reason}}, valid against the rubric's
+    schema), so the two can be set side by side. One per person, output and judge: rating again
+    replaces it. Raters see the output blind, as voters do."""
 
-    DEFAULT_MIN_KAPPA, DEFAULT_MIN_ITEMS = 0.6, 20
+    judge = models.ForeignKey(Judge, on_delete=models.CASCADE, related_name="ratings")
+    output = models.ForeignKey("comparison.Output", on_delete=models.CASCADE, related_name="+")
+    rater = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    answer = models.JSONField()
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["judge", "id"]
+        default_permissions = ()
+        constraints = [models.UniqueConstraint(fields=["judge", "output", "rater"], name="rating_unique_rater")]
+
+
+class CalibrationPolicy(models.Model):
+    """How well a judge must agree with the project's people before it counts as calibrated. Each
+    figure with at least `min_items` judge-vs-person items must reach its threshold, and at least
+    one figure must have that many: Cohen's kappa with the blind votes and, for a pointwise judge
+    that people rated, per criterion Spearman's rho with the ratings (1-5, `min_correlation`) or
+    kappa (pass/fail, `min_kappa`). A judge short of it is shown 'not calibrated' and may gate
+    nothing. Without a row: the defaults (kappa 0.6, the lower edge of 'substantial' agreement on
+    Landis and Koch's scale; rho 0.6, a strong correlation; 20 items)."""
+
+    DEFAULT_MIN_KAPPA, DEFAULT_MIN_CORRELATION, DEFAULT_MIN_ITEMS = 0.6, 0.6, 20
 
     project = models.OneToOneField("projects.Project", on_delete=models.CASCADE, related_name="calibration_policy")
     min_kappa = models.FloatField(default=DEFAULT_MIN_KAPPA)
+    min_correlation = models.FloatField(default=DEFAULT_MIN_CORRELATION)
     min_items = models.PositiveIntegerField(default=DEFAULT_MIN_ITEMS)
     updated_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
     updated_at = models.DateTimeField(auto_now=True)

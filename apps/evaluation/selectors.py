@@ -3,6 +3,7 @@ when it succeeds), and the judge's agreement with the people who voted on the sa
 
 from __future__ import annotations
 
+import random
 from collections import defaultdict
 from itertools import combinations
 
@@ -11,8 +12,18 @@ from django.db.models import Count, Max
 from apps.comparison.models import Comparison, Output, Vote
 from apps.comparison.selectors import contestants, entrant, leaderboard_of
 from apps.core.memo import memoized
-from apps.evaluation.models import CalibrationPolicy, EvalRun, EvalSuite, Judge, JudgeRun, TeacherRun, Verdict
+from apps.evaluation.models import (
+    CalibrationPolicy,
+    EvalRun,
+    EvalSuite,
+    Judge,
+    JudgeRun,
+    Rating,
+    TeacherRun,
+    Verdict,
+)
 from workers.judging import PAIRWISE, PairItem, PointItem, Rubric, check_rubric, cohen_kappa
+from workers.judging.rubric import SCALE_1_5
 from workers.judging.stats import (
     calibration,
     confusion,
@@ -23,6 +34,7 @@ from workers.judging.stats import (
     point_score,
     pointwise_summary,
 )
+from workers.judging.stats import rating_agreement as workers_rating_agreement
 from workers.teaching import MESSAGES, PROMPT, TeacherItem, prompt_messages
 
 
@@ -116,10 +128,28 @@ def agreement(run: JudgeRun, rules: CalibrationPolicy | None = None) -> dict | N
     votes = Vote.objects.filter(comparison=run.comparison_id)
     stamp = votes.aggregate(n=Count("id"), last=Max("id"))
     figures = memoized("judge-agreement", [run.pk, stamp["n"], stamp["last"], 2], lambda: _agreement(run))
+    ratings = rating_agreement(run)
     rules = rules or calibration_policy(run.project)
-    judge = figures["judge_vs_people"]
-    return {**figures, "calibration": calibration(judge["kappa"], judge["items"], min_kappa=rules.min_kappa,
-                                                  min_items=rules.min_items)}
+    checked = calibration(_calibration_figures(figures["judge_vs_people"], ratings, rules), min_items=rules.min_items)
+    return {**figures, "ratings": ratings, "calibration": {**checked, **_thresholds(rules)}}
+
+
+def _calibration_figures(votes: dict, ratings: dict | None, rules: CalibrationPolicy) -> list[dict]:
+    """What calibration weighs: kappa with the votes and, once people rated the judge's outputs,
+    each criterion's rho (1-5) or kappa (pass/fail) with the ratings, each with its threshold."""
+    figures = [{"label": "kappa", "items_label": "items judged and voted on", "value": votes["kappa"],
+                "items": votes["items"], "threshold": rules.min_kappa}]
+    for criterion in ratings["criteria"] if ratings and ratings["ratings"] else []:
+        side, scaled = criterion["judge_vs_people"], criterion["scale"] == SCALE_1_5
+        figures.append({"label": f"{criterion['name']} {'Spearman rho' if scaled else 'kappa'}",
+                        "items_label": f"items judged and rated on {criterion['name']}",
+                        "value": side["rho" if scaled else "kappa"], "items": side["items"],
+                        "threshold": rules.min_correlation if scaled else rules.min_kappa})
+    return figures
+
+
+def _thresholds(rules: CalibrationPolicy) -> dict:
+    return {"min_kappa": rules.min_kappa, "min_correlation": rules.min_correlation, "min_items": rules.min_items}
 
 
 def judged_pairs(run: JudgeRun) -> dict[tuple[int, int, int], str]:
@@ -165,6 +195,47 @@ def _agreement(run: JudgeRun) -> dict:
     return {"labels": list(LABELS), "judge_vs_people": figures(judge_items),
             "people_vs_people": figures(human_items), "pairs_with_votes": len(people),
             "pairs_judged_and_voted": sum(key in judged for key in people)}
+
+
+# --- agreement with people (judges vs people's pointwise ratings) ---------------------------------
+
+def rating_agreement(run: JudgeRun) -> dict | None:
+    """A pointwise run's scores against people's ratings (Rating) of the same outputs on the
+    judge's rubric, per criterion (workers.judging.stats.rating_agreement: rho, tau and MAE, or
+    kappa, TPR and TNR, with intervals and item counts), judge vs people beside people vs people.
+    None for a pairwise run. Outputs the judge could not score are left out of judge-vs-people."""
+    rubric = check_rubric(run.config["rubric"])
+    if rubric.kind == PAIRWISE:
+        return None
+    ratings = Rating.objects.filter(judge=run.judge_id, output__comparison=run.comparison_id)
+    stamp = ratings.aggregate(n=Count("id"), last=Max("id"), changed=Max("updated_at"))
+    return memoized("judge-rating-agreement", [run.pk, stamp["n"], stamp["last"], str(stamp["changed"])],
+                    lambda: _rating_agreement(run, rubric, ratings))
+
+
+def _rating_agreement(run: JudgeRun, rubric: Rubric, ratings) -> dict:
+    judged = {(v["prompt_id"], v["first_id"]): v["answer"] for v in
+              Verdict.objects.filter(run=run, answer__isnull=False).values("prompt_id", "first_id", "answer")}
+    rated: dict[tuple[int, int], list] = defaultdict(list)
+    for r in ratings.order_by("id").values("output__prompt_id", "output__contestant_id", "rater_id", "answer"):
+        rated[(r["output__prompt_id"], r["output__contestant_id"])].append((r["rater_id"], r["answer"]))
+    return {"ratings": sum(len(people) for people in rated.values()), "outputs_rated": len(rated),
+            "raters": len({rater for people in rated.values() for rater, _ in people}),
+            "criteria": workers_rating_agreement(rubric, judged, dict(rated))}
+
+
+def outputs_to_rate(judge: Judge, comparison: Comparison, rater) -> tuple[list[Output], int]:
+    """The comparison's successful outputs `rater` has not rated for the judge, the least-rated
+    first (so that ratings spread, as votes do) and in a random order among equals (so that the
+    order never tells which column an output is), and how many the rater has rated."""
+    counts = dict(Rating.objects.filter(judge=judge, output__comparison=comparison).values("output_id")
+                  .annotate(n=Count("id")).values_list("output_id", "n"))
+    mine = set(Rating.objects.filter(judge=judge, output__comparison=comparison, rater=rater)
+               .values_list("output_id", flat=True))
+    left = [o for o in Output.objects.filter(comparison=comparison, error="").select_related("prompt")
+            if o.pk not in mine]
+    random.SystemRandom().shuffle(left)
+    return sorted(left, key=lambda o: counts.get(o.pk, 0)), len(mine)
 
 
 # --- judges on the leaderboard -----------------------------------------------------------------
@@ -255,15 +326,16 @@ def gate_refusal(project_id: int, alias: str, version_id: int) -> str | None:
 
 def judge_calibration(judge: Judge) -> dict:
     """Whether the judge counts as calibrated: its newest succeeded run's agreement with the blind
-    votes against the project's threshold (`calibrated`, and `reason` when not)."""
+    votes (and people's ratings, pointwise) against the project's thresholds (`calibrated`, and
+    `reason` when not)."""
     rules = calibration_policy(judge.project)
     for run in JudgeRun.objects.filter(judge=judge, state=JudgeRun.State.SUCCEEDED).select_related(
             "project", "comparison").order_by("-finished_at", "-id"):
         figures = agreement(run, rules)
         if figures is not None:
             return figures["calibration"]
-    return {"calibrated": False, "reason": "no finished run of it has been compared with people's votes",
-            "min_kappa": rules.min_kappa, "min_items": rules.min_items}
+    return {"calibrated": False, "reason": "no finished run of it has been compared with people's votes or ratings",
+            **_thresholds(rules)}
 
 
 def job_eval_results(job_id: int) -> list[EvalRun]:

@@ -1,6 +1,7 @@
 from rest_framework import serializers
 
-from apps.evaluation.models import EvalItem, EvalRun, EvalSuite, Judge, JudgeRun, TeacherRun
+from apps.core.rendering import render_markdown
+from apps.evaluation.models import EvalItem, EvalRun, EvalSuite, Judge, JudgeRun, Rating, TeacherRun
 
 
 class JudgeSerializer(serializers.ModelSerializer):
@@ -50,8 +51,10 @@ class JudgeRunSerializer(serializers.ModelSerializer):
 
 class JudgeRunDetailSerializer(JudgeRunSerializer):
     agreement = serializers.SerializerMethodField(help_text="kappa, agreement and confusion with the blind votes, "
-                                                            "beside the voters' own, and `calibration` against the "
-                                                            "project's threshold (null until it succeeds)")
+                                                            "beside the voters' own; `ratings` (pointwise): per "
+                                                            "criterion the judge against people's ratings and the "
+                                                            "raters against each other; and `calibration` against "
+                                                            "the project's thresholds (null until it succeeds)")
 
     class Meta(JudgeRunSerializer.Meta):
         fields = [*JudgeRunSerializer.Meta.fields, "agreement"]
@@ -63,7 +66,9 @@ class JudgeRunDetailSerializer(JudgeRunSerializer):
 
 
 class CalibrationPolicySerializer(serializers.Serializer):
-    min_kappa = serializers.FloatField(help_text="the least Cohen's kappa with the blind votes, -1 to 1")
+    min_kappa = serializers.FloatField(help_text="the least Cohen's kappa with the blind votes (and with people's "
+                                                 "pass/fail ratings), -1 to 1")
+    min_correlation = serializers.FloatField(help_text="the least Spearman's rho with people's 1-5 ratings, -1 to 1")
     min_items = serializers.IntegerField(help_text="the fewest judge-vs-person items to judge by")
 
 
@@ -154,3 +159,34 @@ class TeacherRunSerializer(serializers.ModelSerializer):
         fields = ["id", "dataset", "source_version", "source_version_number", "config", "estimate", "state",
                   "rows_done", "rows_total", "prompt_tokens", "completion_tokens", "cost", "import_job", "version",
                   "version_number", "error", "cancel_requested", "created_at", "started_at", "finished_at"]
+
+
+class RatingSubmitSerializer(serializers.Serializer):
+    """Types only: the service checks the answer against the judge's rubric, naming the place."""
+
+    output = serializers.IntegerField(min_value=1, help_text="an output served by ratings/next/")
+    answer = serializers.JSONField(help_text="{criterion: {score: 1-5 | pass | fail, reason: text}} for every "
+                                             "criterion of the judge's rubric, as the judge answers")
+
+
+class RatingSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Rating
+        fields = ["id", "judge", "output", "answer", "created_at", "updated_at"]
+
+
+class NextOutputSerializer(serializers.Serializer):
+    output = serializers.DictField(allow_null=True, help_text="id, prompt, text and their Markdown as HTML (raw "
+                                                              "HTML shown as text); no model: rating is blind")
+    criteria = serializers.ListField(child=serializers.DictField(), help_text="the rubric's {name, description, "
+                                                                              "scale}")
+    rated = serializers.IntegerField(help_text="outputs you rated for this judge on this comparison")
+    remaining = serializers.IntegerField()
+
+
+def blind_output(output) -> dict | None:
+    """An output to rate without its model: the prompt and the text, as text and as HTML."""
+    if output is None:
+        return None
+    return {"id": output.pk, "prompt": output.prompt.text, "text": output.text,
+            "prompt_html": render_markdown(output.prompt.text), "text_html": render_markdown(output.text)}

@@ -14,12 +14,12 @@ import re
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from apps.comparison.models import Comparison
+from apps.comparison.models import Comparison, Output
 from apps.core.errors import Conflict, Invalid, NotFound
 from apps.core.jobs import ask_to_cancel, enqueue
 from apps.datasets.models import DatasetVersion
 from apps.evaluation import selectors
-from apps.evaluation.models import CalibrationPolicy, EvalRun, EvalSuite, Judge, JudgeRun, TeacherRun
+from apps.evaluation.models import CalibrationPolicy, EvalRun, EvalSuite, Judge, JudgeRun, Rating, TeacherRun
 from apps.evaluation.tasks import eval_run_task, judge_run_task, teacher_run_task
 from apps.projects import policy
 from apps.projects.audit import audit_record
@@ -28,7 +28,7 @@ from apps.providers import selectors as provider_selectors
 from apps.providers import services as provider_services
 from apps.registry.models import RegisteredModel
 from workers.evaluation import JUDGED, MetricError, check_metrics
-from workers.judging import PAIRWISE, POINTWISE, RubricError, check_rubric, estimate_cost
+from workers.judging import PAIRWISE, POINTWISE, Rubric, RubricError, check_answer, check_rubric, estimate_cost
 from workers.teaching import estimate_cost as estimate_teaching
 
 MAX_NAME = 120
@@ -160,12 +160,12 @@ def calibration_policy_update(*, user, project: Project, token=None, ip_address:
     and `min_items` (1 to 100000); project.edit, as the project's other rules."""
     policy.require(user, "project.edit", project, token)
     rules = selectors.calibration_policy(project)
-    before = {"min_kappa": rules.min_kappa, "min_items": rules.min_items}
+    before = {"min_kappa": rules.min_kappa, "min_correlation": rules.min_correlation, "min_items": rules.min_items}
     for field, value in values.items():
-        if field == "min_kappa":
+        if field in ("min_kappa", "min_correlation"):
             if isinstance(value, bool) or not isinstance(value, int | float) or not -1 <= value <= 1:
-                raise Invalid("min_kappa is a number from -1 to 1.", field=field)
-            rules.min_kappa = float(value)
+                raise Invalid(f"{field} is a number from -1 to 1.", field=field)
+            setattr(rules, field, float(value))
         elif field == "min_items":
             if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 100_000:
                 raise Invalid("min_items is a whole number from 1 to 100000.", field=field)
@@ -177,8 +177,57 @@ def calibration_policy_update(*, user, project: Project, token=None, ip_address:
         rules.save()
         audit_record(actor=user, action="judge.calibration_update", target=project, project=project,
                      ip_address=ip_address, before=before,
-                     after={"min_kappa": rules.min_kappa, "min_items": rules.min_items})
+                     after={"min_kappa": rules.min_kappa, "min_correlation": rules.min_correlation,
+                            "min_items": rules.min_items})
     return rules
+
+
+# --- people's ratings of outputs, beside a pointwise judge's ------------------------------------
+
+MAX_REASON = 2000  # characters of a rater's reason for one criterion
+
+
+def _ratable(judge: Judge, comparison: Comparison) -> Rubric:
+    rubric = check_rubric(judge.rubric)
+    if rubric.kind != POINTWISE:
+        raise Conflict(f"“{judge.name}” compares two answers; people rate outputs for a pointwise judge.")
+    if comparison.state != Comparison.State.SUCCEEDED:
+        raise Conflict(f"The comparison {comparison.state}; its outputs are rated once it has finished.")
+    return rubric
+
+
+def rating_next(*, user, judge: Judge, comparison: Comparison, token=None) -> dict:
+    """The next output of the comparison for this person to rate on the judge's rubric, blind (the
+    prompt and the output, no model), the least-rated first; None when none is left. With how many
+    they rated and how many are left."""
+    policy.require(user, "compare.vote", comparison, token)
+    _ratable(judge, comparison)
+    left, rated = selectors.outputs_to_rate(judge, comparison, user)
+    return {"output": left[0] if left else None, "rated": rated, "remaining": len(left)}
+
+
+def rating_submit(*, user, judge: Judge, comparison: Comparison, output, answer, token=None) -> tuple[Rating, bool]:
+    """Record this person's rating of one output of the comparison on the judge's rubric, checked
+    against the rubric's answer schema (each refusal naming its place: `answer.<criterion>.score`);
+    a second rating of the same output replaces the first. Returns (rating, created)."""
+    policy.require(user, "compare.vote", comparison, token)
+    rubric = _ratable(judge, comparison)
+    try:
+        target = Output.objects.get(pk=int(output), comparison=comparison, error="")
+    except (Output.DoesNotExist, ValueError, TypeError, OverflowError):
+        raise NotFound("No such output in this comparison.") from None
+    where, why = check_answer(answer, rubric)
+    if why:
+        raise Invalid(why, field="answer" if where == "answer" else "answer." + where.replace("/", "."))
+    for criterion in rubric.criteria:
+        if len(answer[criterion.name]["reason"]) > MAX_REASON:
+            raise Invalid(f"A reason is at most {MAX_REASON} characters.", field=f"answer.{criterion.name}.reason")
+    with transaction.atomic():
+        rating, created = Rating.objects.update_or_create(judge=judge, output=target, rater=user,
+                                                          defaults={"answer": answer})
+        audit_record(actor=user, action="judge.rate", project=judge.project, target=judge, publish=False,
+                     after={"output": target.pk, "replaced": not created})
+    return rating, created
 
 
 # --- eval suites ----------------------------------------------------------------------------------

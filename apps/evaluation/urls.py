@@ -5,5 +5,6 @@ from apps.evaluation import views
 app_name = "evaluation"
 urlpatterns = [
     path("projects/<int:project_id>/comparisons/<int:comparison_id>/judges/", views.comparison_judges, name="judges"),
+    path("projects/<int:project_id>/comparisons/<int:comparison_id>/rate/", views.rate_outputs, name="rate"),
     path("projects/<int:project_id>/eval-suites/", views.eval_suites, name="suites"),
 ]

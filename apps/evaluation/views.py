@@ -4,12 +4,12 @@ from django.shortcuts import render
 
 from apps.comparison.models import Comparison
 from apps.evaluation import selectors
-from apps.evaluation.models import EvalRun
+from apps.evaluation.models import EvalRun, Judge
 from apps.projects import policy
 from apps.providers import selectors as provider_selectors
 from apps.registry.models import RegisteredModel
 from workers.evaluation import JUDGED, METRICS
-from workers.judging.rubric import KINDS, SCALES
+from workers.judging.rubric import KINDS, POINTWISE, SCALES
 
 
 @login_required
@@ -28,6 +28,20 @@ def comparison_judges(request: HttpRequest, project_id: int, comparison_id: int)
         "judges": selectors.project_judges(project), "kinds": KINDS, "scales": SCALES,
         "runs": selectors.project_runs(project).filter(comparison=comparison),
         "local_models": local_models, "provider_models": provider_models})
+
+
+@login_required
+def rate_outputs(request: HttpRequest, project_id: int, comparison_id: int) -> HttpResponse:
+    """Rate the comparison's outputs blind on a pointwise judge's rubric (`?judge=`), one after the
+    other: the prompt, one output and the criteria; the page's script talks to the ratings API.
+    Raters need what voters need."""
+    comparison = policy.get_object(request.user, Comparison, comparison_id, "compare.vote", project_id=project_id)
+    request.nav_section = "compare"
+    judges = [j for j in Judge.objects.filter(project=comparison.project).order_by("name") if j.kind == POINTWISE]
+    chosen = next((j for j in judges if str(j.pk) == request.GET.get("judge")), judges[0] if judges else None)
+    return render(request, "evaluation/rate.html", {
+        "project": comparison.project, "comparison": comparison, "tab": "compare", "judges": judges,
+        "judge": chosen, "perms": policy.permissions_on(request.user, comparison)})
 
 
 @login_required

@@ -127,8 +127,10 @@
                         " items · people with each other: κ " + k(a.people_vs_people) + ", " +
                         pct(a.people_vs_people.agreement) + " over " + a.people_vs_people.items + " items",
                         "agreement"));
+    renderRatings(el, a.ratings);
     var c = a.calibration;
-    var verdict = line(c.calibrated ? "Calibrated (κ ≥ " + c.min_kappa + " over at least " + c.min_items + " items)"
+    var verdict = line(c.calibrated ? "Calibrated (κ ≥ " + c.min_kappa + ", ρ ≥ " + c.min_correlation +
+                                      " over at least " + c.min_items + " items)"
                                     : "Not calibrated: " + c.reason + ". It cannot gate anything.", "calibration");
     verdict.className = c.calibrated ? "badge ok" : "badge warn";
     verdict.dataset.calibrated = String(c.calibrated);
@@ -137,6 +139,30 @@
     el.appendChild(table(["People \\ judge"].concat(a.labels), a.labels.map(function (label) {
       return [label].concat(a.labels.map(function (other) { return confusion[label][other]; }));
     }), "confusion"));
+  }
+
+  // A pointwise judge's scores against people's ratings of the same outputs, per criterion,
+  // beside the raters against each other: ρ, τ and MAE (1-5) or κ, TPR and TNR (pass/fail).
+  var FIGURES = ["rho", "tau", "mae", "kappa", "tpr", "tnr"];
+  function figure(f, name) {
+    if (!(name in f)) return "";
+    if (f[name] === null) return "—";
+    return f[name].toFixed(3) + (f[name + "_ci"] ? " [" + f[name + "_ci"][0].toFixed(2) + ", " +
+                                 f[name + "_ci"][1].toFixed(2) + "]" : "");
+  }
+  function renderRatings(el, r) {
+    if (!r) return;
+    el.appendChild(line("People's ratings: " + r.ratings + " ratings of " + r.outputs_rated + " outputs by " +
+                        r.raters + " raters", "ratings-totals"));
+    if (!r.ratings) return;
+    var rows = [];
+    r.criteria.forEach(function (c) {
+      [["judge vs people", c.judge_vs_people], ["people vs people", c.people_vs_people]].forEach(function (side) {
+        rows.push([c.name, side[0], side[1].items].concat(FIGURES.map(function (name) { return figure(side[1], name); })));
+      });
+    });
+    el.appendChild(table(["Criterion", "Between", "n", "Spearman ρ", "Kendall τ", "MAE", "κ", "TPR", "TNR"], rows,
+                         "ratings-agreement"));
   }
 
   document.querySelectorAll("[data-testid=judge-run]").forEach(function (article) {

@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from apps.comparison.models import Pair, Vote
 from apps.evaluation.models import CalibrationPolicy, JudgeRun, Verdict
+from apps.evaluation.selectors import summarize
 from apps.providers import services as provider_services
 from tests.comparison.factories import make_comparison, placeholder_model
 from tests.conftest import die_with_the_test_run
@@ -88,3 +89,24 @@ def calibrate(judge, owner) -> None:
                                    answer={"correct": {"score": score, "reason": "set"}})
         vote(comparison, voter, prompt.position, "first" if prompt.position < 3 else "tie")
     CalibrationPolicy.objects.update_or_create(project=project, defaults={"min_kappa": 0.6, "min_items": 4})
+
+
+def point_answer(**scores) -> dict:
+    """A pointwise answer: criterion=score each, with an empty reason."""
+    return {name: {"score": score, "reason": ""} for name, score in scores.items()}
+
+
+def scored_run(judge, comparison, answers: dict) -> JudgeRun:
+    """A succeeded run of a pointwise judge over the comparison, its verdicts as given (the run
+    itself is tested with a worker in test_judge_runs.py): answers[(prompt position, column)] =
+    the judge's answer, or None for an unparseable one."""
+    run = JudgeRun.objects.create(project=judge.project, judge=judge, comparison=comparison, state="succeeded",
+                                  config={"rubric": judge.rubric, "model": judge.model_label})
+    columns = {c.position: c for c in comparison.contestants.all()}
+    prompts = {p.position: p for p in comparison.prompts.all()}
+    Verdict.objects.bulk_create([
+        Verdict(run=run, item=f"p{prompts[p].pk}:c{columns[c].pk}", prompt=prompts[p], first=columns[c], answer=answer,
+                parse_error="" if answer else "not JSON") for (p, c), answer in answers.items()])
+    run.summary = summarize(run)  # as the worker writes it when a run succeeds
+    run.save(update_fields=["summary"])
+    return run

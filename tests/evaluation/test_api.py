@@ -110,6 +110,8 @@ def test_a_queued_run_is_cancelled_at_once_and_its_judge_cannot_be_deleted_while
     ({"min_kappa": 1.5}, "min_kappa"),
     ({"min_kappa": "high"}, "min_kappa"),
     ({"min_kappa": True}, "min_kappa"),
+    ({"min_correlation": -1.5}, "min_correlation"),
+    ({"min_correlation": "0.6"}, "min_correlation"),
     ({"min_items": 0}, "min_items"),
     ({"min_items": 2.5}, "min_items"),
     ({"min_agreement": 0.5}, "min_agreement"),
@@ -119,10 +121,11 @@ def test_a_bad_calibration_threshold_is_refused_naming_the_field_and_nothing_cha
                                                                                        field):
     client.force_login(owner)
     url = f"/api/projects/{project.pk}/judge-calibration/"
-    assert client.get(url).json() == {"min_kappa": 0.6, "min_items": 20}  # the defaults
+    defaults = {"min_kappa": 0.6, "min_correlation": 0.6, "min_items": 20}
+    assert client.get(url).json() == defaults
     refused = client.patch(url, json.dumps(body), content_type="application/json")
     assert refused.status_code == 400 and refused.json()["field"] == field, refused.content
-    assert client.get(url).json() == {"min_kappa": 0.6, "min_items": 20}
+    assert client.get(url).json() == defaults
 
 
 def test_another_projects_calibration_threshold_answers_404(client, owner, other_project):

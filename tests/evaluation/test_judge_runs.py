@@ -122,8 +122,9 @@ def test_a_pairwise_judge_records_position_consistency_verbosity_and_agreement_w
         "tie": {"first": 1, "second": 0, "tie": 0}}}
     assert agreement["pairs_with_votes"] == 4 and agreement["pairs_judged_and_voted"] == 3
     # The project's default threshold asks for 20 items: 6 are too few, so not calibrated.
-    assert agreement["calibration"] == {"calibrated": False, "min_kappa": 0.6, "min_items": 20,
+    assert agreement["calibration"] == {"calibrated": False, "min_kappa": 0.6, "min_correlation": 0.6, "min_items": 20,
                                         "reason": "6 items judged and voted on; the project asks for at least 20"}
+    assert agreement["ratings"] is None  # people rate outputs for pointwise judges only
 
     # On the comparison's leaderboard the judge is one more voter, apart from the people: its
     # verdicts second (Beta), tie (inconsistent), tie; the unreadable pair is no vote.
@@ -143,9 +144,10 @@ def test_a_pairwise_judge_records_position_consistency_verbosity_and_agreement_w
     assert client.patch(url, {"min_kappa": 0.5}, content_type="application/json").status_code == 403  # a scientist
     client.force_login(owner)
     changed = client.patch(url, {"min_kappa": 0.5, "min_items": 6}, content_type="application/json")
-    assert changed.status_code == 200 and changed.json() == {"min_kappa": 0.5, "min_items": 6}
+    assert changed.status_code == 200 and changed.json() == {"min_kappa": 0.5, "min_correlation": 0.6, "min_items": 6}
     agreement = client.get(f"/api/projects/{project.pk}/judge-runs/{run['id']}/").json()["agreement"]
-    assert agreement["calibration"] == {"calibrated": True, "reason": "", "min_kappa": 0.5, "min_items": 6}
+    assert agreement["calibration"] == {"calibrated": True, "reason": "", "min_kappa": 0.5, "min_correlation": 0.6,
+                                        "min_items": 6}
 
 
 def test_a_pointwise_judge_scores_each_output_and_counts_unparseable_answers(

@@ -205,17 +205,131 @@ def test_a_pointwise_answer_is_one_score_on_zero_to_one_and_the_higher_is_prefer
     assert implied_preference(0.5, 0.5) == "tie"
 
 
+def _votes_kappa(value, items):
+    return {"label": "kappa", "items_label": "items judged and voted on", "value": value, "items": items,
+            "threshold": 0.6}
+
+
 def test_a_judge_is_calibrated_only_with_enough_items_and_a_kappa_at_the_threshold():
     from workers.judging.stats import calibration
 
-    assert calibration(0.7, 30, min_kappa=0.6, min_items=20)["calibrated"] is True
-    assert calibration(0.6, 20, min_kappa=0.6, min_items=20)["calibrated"] is True  # at the threshold
-    short = calibration(0.9, 19, min_kappa=0.6, min_items=20)
-    assert short == {"calibrated": False, "min_kappa": 0.6, "min_items": 20,
-                     "reason": "19 items judged and voted on; the project asks for at least 20"}
-    assert calibration(0.59, 50, min_kappa=0.6, min_items=20)["reason"] == \
+    assert calibration([_votes_kappa(0.7, 30)], min_items=20)["calibrated"] is True
+    assert calibration([_votes_kappa(0.6, 20)], min_items=20)["calibrated"] is True  # at the threshold
+    assert calibration([_votes_kappa(0.9, 19)], min_items=20) == {
+        "calibrated": False, "reason": "19 items judged and voted on; the project asks for at least 20"}
+    assert calibration([_votes_kappa(0.59, 50)], min_items=20)["reason"] == \
         "kappa 0.59 is below the project's threshold 0.6"
-    assert calibration(None, 50, min_kappa=0.6, min_items=20)["reason"] == "kappa is undefined on these items"
+    assert calibration([_votes_kappa(None, 50)], min_items=20)["reason"] == "kappa is undefined on these items"
+
+
+def test_with_ratings_every_figure_with_enough_items_must_reach_its_threshold():
+    from workers.judging.stats import calibration
+
+    rho = {"label": "clarity Spearman rho", "items_label": "items judged and rated on clarity", "threshold": 0.6}
+    # Few votes are not counted, enough ratings are: the ratings decide.
+    assert calibration([_votes_kappa(0.1, 3), {**rho, "value": 0.7, "items": 25}], min_items=20) == {
+        "calibrated": True, "reason": ""}
+    # Every counted figure must pass: good ratings do not make up for a poor kappa with the votes.
+    assert calibration([_votes_kappa(0.2, 40), {**rho, "value": 0.9, "items": 25}], min_items=20) == {
+        "calibrated": False, "reason": "kappa 0.2 is below the project's threshold 0.6"}
+    assert calibration([_votes_kappa(0.9, 40), {**rho, "value": 0.5, "items": 25}], min_items=20)["reason"] == \
+        "clarity Spearman rho 0.5 is below the project's threshold 0.6"
+    assert calibration([_votes_kappa(0.9, 4), {**rho, "value": 0.9, "items": 5}], min_items=20)["reason"] == (
+        "4 items judged and voted on; 5 items judged and rated on clarity; the project asks for at least 20")
+
+
+def test_rank_correlations_and_mae_match_values_worked_out_by_hand():
+    from workers.judging.stats import kendall, mean_absolute_error, spearman
+
+    # No ties: rank differences d = 0, -1, 1, 0, 0, so rho = 1 - 6·Σd²/(n(n²-1)) = 1 - 12/120 = 0.9;
+    # of the 10 pairs only (2,3)-(3,2) is discordant: tau = (9 - 1)/10 = 0.8; MAE = (0+1+1+0+0)/5.
+    items = [(1, 1), (2, 3), (3, 2), (4, 4), (5, 5)]
+    assert (spearman(items), kendall(items), mean_absolute_error(items)) == (0.9, 0.8, 0.4)
+    # Ties: y ranks 1.5, 1.5, 3 against x ranks 1, 2, 3: Pearson of the ranks = 1.5/sqrt(2·1.5) = 0.8660;
+    # tau-b = (concordant 2 - discordant 0)/sqrt((3 - 0 x-ties)(3 - 1 y-tie)) = 2/sqrt(6) = 0.8165.
+    tied = [(1, 1), (2, 1), (3, 2)]
+    assert (spearman(tied), kendall(tied)) == (0.866, 0.8165)
+    # Undefined: one item, or a side that never varies.
+    assert spearman([(3, 3)]) is None and kendall([(1, 4), (2, 4)]) is None and spearman([]) is None
+    assert mean_absolute_error([]) is None
+
+
+def test_pass_fail_agreement_is_kappa_and_the_true_positive_and_negative_rates():
+    from workers.judging.stats import score_agreement, true_negative_rate, true_positive_rate
+
+    # (person, judge): observed 4/6; person pass 4 fail 2, judge pass 4 fail 2, expected (16 + 4)/36;
+    # kappa = (4/6 - 20/36)/(1 - 20/36) = 0.25; TPR = 3 of the person's 4 passes; TNR = 1 of 2 fails.
+    items = [("pass", "pass")] * 3 + [("pass", "fail"), ("fail", "fail"), ("fail", "pass")]
+    figures = score_agreement("pass_fail", items)
+    assert (figures["items"], figures["kappa"], figures["tpr"], figures["tnr"]) == (6, 0.25, 0.75, 0.5)
+    for name in ("kappa", "tpr", "tnr"):
+        low, high = figures[f"{name}_ci"]
+        assert low <= figures[name] <= high
+    assert true_positive_rate([("fail", "pass")]) is None and true_negative_rate([("pass", "pass")]) is None
+    assert score_agreement("1-5", [(3, 4)]) == {"items": 1, "rho": None, "rho_ci": None, "tau": None, "tau_ci": None,
+                                                "mae": 1.0, "mae_ci": None}
+
+
+def test_the_intervals_figures_at_once_are_scipys_and_the_plain_ones_row_by_row():
+    import math
+    import random
+
+    from workers.judging.stats import (
+        cohen_kappa,
+        kendall,
+        mean_absolute_error,
+        pass_fail_statistics,
+        scale_statistics,
+        spearman,
+        true_negative_rate,
+        true_positive_rate,
+    )
+
+    rng = random.Random(3)
+    rows = [[(rng.randint(1, 5), rng.randint(1, 5)) for _ in range(rng.randint(2, 12))] for _ in range(300)]
+    rows += [[(1, 1), (2, 1), (3, 1)], [(4, 4), (4, 4)], [(1, 5), (5, 1), (3, 3)]]  # constant sides, reversed
+
+    def same(vectorized, plain):
+        return plain is None and math.isnan(vectorized) or plain is not None and round(float(vectorized), 4) == plain
+
+    for items in rows:
+        xs, ys = [[x for x, _ in items]], [[y for _, y in items]]
+        rho, tau, mae = (values[0] for values in scale_statistics(xs, ys))
+        assert same(rho, spearman(items)) and same(tau, kendall(items)) and same(mae, mean_absolute_error(items))
+        labels = [("pass" if x > 2 else "fail", "pass" if y > 3 else "fail") for x, y in items]
+        kappa, tpr, tnr = (values[0] for values in pass_fail_statistics([[a == "pass" for a, _ in labels]],
+                                                                        [[b == "pass" for _, b in labels]]))
+        assert same(kappa, cohen_kappa(labels)), labels
+        assert same(tpr, true_positive_rate(labels)) and same(tnr, true_negative_rate(labels))
+
+
+def test_ratings_agreement_pairs_each_rating_with_the_judge_and_each_two_raters():
+    from workers.judging.stats import rating_agreement
+
+    rubric = check_rubric(POINT)  # correct: pass/fail, clarity: 1-5
+
+    def answer(correct, clarity):
+        return {"correct": {"score": correct, "reason": ""}, "clarity": {"score": clarity, "reason": ""}}
+
+    judged = {"o1": answer("pass", 4), "o2": answer("fail", 2), "o3": answer("pass", 5)}
+    rated = {"o1": [(1, answer("pass", 5)), (2, answer("pass", 4))], "o2": [(1, answer("fail", 1))],
+             "o4": [(1, answer("fail", 3)), (2, answer("pass", 3))]}  # o4: rated, not judged
+    correct, clarity = rating_agreement(rubric, judged, rated)
+    # clarity, judge vs people: (5,4), (4,4), (1,2); ranks 3,2,1 against 2.5,2.5,1 -> rho 0.866;
+    # tau-b = 2/sqrt(3·2) = 0.8165 (one tie on the judge's side); MAE = (1 + 0 + 1)/3.
+    assert clarity["name"] == "clarity" and clarity["judge_vs_people"]["items"] == 3
+    assert (clarity["judge_vs_people"]["rho"], clarity["judge_vs_people"]["tau"],
+            clarity["judge_vs_people"]["mae"]) == (0.866, 0.8165, 0.6667)
+    # people with each other: o1 (5, 4) and o4 (3, 3), both sides in the same order -> rho 1; MAE (1 + 0)/2.
+    assert (clarity["people_vs_people"]["items"], clarity["people_vs_people"]["rho"],
+            clarity["people_vs_people"]["mae"]) == (2, 1.0, 0.5)
+    # correct, judge vs people: pass-pass, pass-pass, fail-fail: kappa 1, TPR 1, TNR 1.
+    assert {k: correct["judge_vs_people"][k] for k in ("items", "kappa", "tpr", "tnr")} == {
+        "items": 3, "kappa": 1.0, "tpr": 1.0, "tnr": 1.0}
+    # people: o1 pass-pass, o4 fail-pass: observed 1/2, expected (1·2 + 1·0)/4 = 1/2 -> kappa 0;
+    # TPR 1 (the earlier rater's one pass), TNR 0 (their one fail, the later rater passed it).
+    assert {k: correct["people_vs_people"][k] for k in ("items", "kappa", "tpr", "tnr")} == {
+        "items": 2, "kappa": 0.0, "tpr": 1.0, "tnr": 0.0}
 
 
 def test_the_bootstrap_interval_of_a_statistic_is_seeded_and_brackets_it():

@@ -10,6 +10,7 @@ from .rubric import (
     Rubric,
     RubricError,
     answer_schema,
+    check_answer,
     check_rubric,
     judge_messages,
     parse_answer,
@@ -28,6 +29,6 @@ from .stats import cohen_kappa, pairwise_summary, pointwise_summary
 
 __all__ = [
     "PAIRWISE", "POINTWISE", "Call", "Criterion", "JudgeCancelled", "PairItem", "PointItem", "Reply", "Rubric",
-    "RubricError", "Verdict", "answer_schema", "check_rubric", "cohen_kappa", "estimate_cost", "judge_messages",
-    "pairwise_summary", "parse_answer", "pointwise_summary", "run_judge",
+    "RubricError", "Verdict", "answer_schema", "check_answer", "check_rubric", "cohen_kappa", "estimate_cost",
+    "judge_messages", "pairwise_summary", "parse_answer", "pointwise_summary", "run_judge",
 ]

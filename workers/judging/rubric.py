@@ -136,14 +136,22 @@ def judge_messages(rubric: Rubric, prompt: str, *, response: str | None = None, 
 def parse_answer(text: str, rubric: Rubric) -> tuple[dict | None, str]:
     """(the answer, "") when `text` is exactly one JSON object valid against the rubric's schema
     (whitespace around it allowed); (None, why) otherwise."""
-    from jsonschema import Draft202012Validator
-
     try:
         value = json.loads(text)
     except (json.JSONDecodeError, TypeError) as exc:
         return None, f"not JSON: {exc.msg if isinstance(exc, json.JSONDecodeError) else exc}"[:300]
-    errors = sorted(Draft202012Validator(answer_schema(rubric)).iter_errors(value), key=lambda e: list(e.path))
-    if errors:
-        where = "/".join(str(p) for p in errors[0].absolute_path) or "answer"
-        return None, f"{where}: {errors[0].message}"[:300]
+    where, why = check_answer(value, rubric)
+    if why:
+        return None, f"{where}: {why}"[:300]
     return value, ""
+
+
+def check_answer(value, rubric: Rubric) -> tuple[str, str]:
+    """("", "") when `value` is valid against the rubric's answer schema; else (where, why): the
+    path of the first error ("helpfulness/score", or "answer" for the whole) and its message."""
+    from jsonschema import Draft202012Validator
+
+    errors = sorted(Draft202012Validator(answer_schema(rubric)).iter_errors(value), key=lambda e: list(e.path))
+    if not errors:
+        return "", ""
+    return "/".join(str(p) for p in errors[0].absolute_path) or "answer", errors[0].message

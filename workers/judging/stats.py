@@ -1,5 +1,6 @@
 """Figures made from a run's verdicts: pointwise scores per model, pairwise outcomes with their
-position consistency and verbosity, and Cohen's kappa for agreement. Plain Python.
+position consistency and verbosity, Cohen's kappa for agreement with votes, and people's
+pointwise ratings against the judge's scores (rank correlations from scipy). No Django.
 
 Pairwise terms: each pair of a prompt has a `first` and a `second` response (a fixed order,
 the comparison's columns). The judge saw them twice, first as A then swapped; its answer in each
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
+from itertools import combinations
 
 from .rubric import SCALE_1_5, Rubric
 
@@ -135,12 +137,17 @@ def bootstrap_interval(items: Sequence, statistic: Callable[[Sequence], float | 
     rng = random.Random(seed)
     values = sorted(v for v in (statistic([items[rng.randrange(len(items))] for _ in items])
                                 for _ in range(resamples)) if v is not None)
-    if not values:
+    return _percentile_interval(values, level)
+
+
+def _percentile_interval(values: Sequence[float], level: float) -> tuple[float, float] | None:
+    """The percentile interval of sorted resample values (None without any)."""
+    if not len(values):
         return None
     tail = (1 - level) / 2
     low = values[int(tail * (len(values) - 1))]
     high = values[int(round((1 - tail) * (len(values) - 1)))]
-    return round(low, 4), round(high, 4)
+    return round(float(low), 4), round(float(high), 4)
 
 
 def kappa_interval(pairs: Sequence[tuple[str, str]], *, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0,
@@ -174,15 +181,179 @@ def implied_preference(first: float, second: float) -> str:
     return "first" if first > second else "second"
 
 
-def calibration(kappa: float | None, items: int, *, min_kappa: float, min_items: int) -> dict:
-    """Whether a judge's agreement with people is enough to rely on it: at least `min_items`
-    judge-vs-person items and a kappa of at least `min_kappa`; `reason` says what is short."""
-    if items < min_items:
-        reason = f"{items} items judged and voted on; the project asks for at least {min_items}"
-    elif kappa is None:
-        reason = "kappa is undefined on these items"
-    elif kappa < min_kappa:
-        reason = f"kappa {kappa} is below the project's threshold {min_kappa}"
-    else:
-        return {"calibrated": True, "reason": "", "min_kappa": min_kappa, "min_items": min_items}
-    return {"calibrated": False, "reason": reason, "min_kappa": min_kappa, "min_items": min_items}
+def calibration(figures: Sequence[dict], *, min_items: int) -> dict:
+    """Whether a judge's agreement with people is enough to rely on it. figures: each
+    {"label": "kappa", "items_label": "items judged and voted on", "value": float | None,
+    "items": n, "threshold": t}. Calibrated when at least one figure has `min_items` items and
+    every figure that has them reaches its threshold; `reason` says what is short."""
+    counted = [f for f in figures if f["items"] >= min_items]
+    if not counted:
+        return {"calibrated": False, "reason": "; ".join(f"{f['items']} {f['items_label']}" for f in figures)
+                + f"; the project asks for at least {min_items}"}
+    short = [f"{f['label']} is undefined on these items" if f["value"] is None else
+             f"{f['label']} {f['value']} is below the project's threshold {f['threshold']}"
+             for f in counted if f["value"] is None or f["value"] < f["threshold"]]
+    return {"calibrated": not short, "reason": "; ".join(short)}
+
+
+# --- people's pointwise ratings beside the judge's scores -----------------------------------------
+
+PASS = "pass"  # the positive label of a pass/fail criterion (TPR, TNR)
+
+
+def _numbers(items: Sequence[tuple]) -> tuple[list[float], list[float]] | None:
+    """The two sides of (x, y) items, or None when a correlation is undefined on them (fewer than
+    two items, or a side that never varies)."""
+    if len(items) < 2:
+        return None
+    xs, ys = [float(x) for x, _ in items], [float(y) for _, y in items]
+    return None if len(set(xs)) < 2 or len(set(ys)) < 2 else (xs, ys)
+
+
+def spearman(items: Sequence[tuple[float, float]]) -> float | None:
+    """Spearman's rho of (x, y) items (scipy.stats.spearmanr: tied values share their mean rank);
+    None where undefined (see _numbers)."""
+    from scipy.stats import spearmanr
+
+    sides = _numbers(items)
+    return None if sides is None else round(float(spearmanr(*sides).statistic), 4)
+
+
+def kendall(items: Sequence[tuple[float, float]]) -> float | None:
+    """Kendall's tau-b of (x, y) items (scipy.stats.kendalltau, corrected for ties: a 1-5 scale has
+    many); None where undefined (see _numbers)."""
+    from scipy.stats import kendalltau
+
+    sides = _numbers(items)
+    return None if sides is None else round(float(kendalltau(*sides).statistic), 4)
+
+
+def mean_absolute_error(items: Sequence[tuple[float, float]]) -> float | None:
+    """The mean of |x − y| over the items (scale points); None without items."""
+    return round(sum(abs(x - y) for x, y in items) / len(items), 4) if items else None
+
+
+def true_positive_rate(items: Sequence[tuple[str, str]]) -> float | None:
+    """Of the items the reference (the first of each) marks pass, the share the other marks pass
+    too; None when the reference never passes."""
+    passed = [other for reference, other in items if reference == PASS]
+    return round(sum(other == PASS for other in passed) / len(passed), 4) if passed else None
+
+
+def true_negative_rate(items: Sequence[tuple[str, str]]) -> float | None:
+    """Of the items the reference marks fail, the share the other marks fail too; None when the
+    reference never fails."""
+    failed = [other for reference, other in items if reference != PASS]
+    return round(sum(other != PASS for other in failed) / len(failed), 4) if failed else None
+
+
+def scale_statistics(xs, ys) -> tuple:
+    """Spearman's rho, Kendall's tau-b and the MAE of each row of two (samples × items) arrays of
+    1-5 scores at once (NaN where a row's side is constant): rho is scipy's Pearson of the average
+    ranks, row by row (what spearmanr computes); tau-b is counted from each row's 5×5 table of
+    (x, y) scores. Bootstrap intervals need 200 resamples per figure, and a scipy call per resample
+    costs about a millisecond, which made one judge's table take seconds (scipy's own functions
+    give the point values; tests hold the two to the same numbers)."""
+    import warnings
+
+    import numpy as np
+    from scipy.stats import pearsonr, rankdata
+
+    xs, ys = np.asarray(xs, dtype=np.int64), np.asarray(ys, dtype=np.int64)
+    rows, n = xs.shape
+    with warnings.catch_warnings(), np.errstate(invalid="ignore", divide="ignore"):
+        warnings.simplefilter("ignore")  # a constant row: its rho is NaN, left out like an undefined one
+        rho = pearsonr(rankdata(xs, axis=1), rankdata(ys, axis=1), axis=1).statistic
+        cells = (xs - 1) * SCALE_POINTS + (ys - 1) + SCALE_POINTS * SCALE_POINTS * np.arange(rows)[:, None]
+        table = np.bincount(cells.ravel(), minlength=rows * SCALE_POINTS ** 2).reshape(
+            rows, SCALE_POINTS, SCALE_POINTS).astype(float)
+        # Pairs above and to the right of a cell (both higher: concordant), above and to the left (discordant).
+        from_here = table[:, ::-1, ::-1].cumsum(1).cumsum(2)[:, ::-1, ::-1]
+        higher = np.zeros_like(table)
+        higher[:, :-1, :-1] = from_here[:, 1:, 1:]
+        left = table[:, ::-1, :].cumsum(1)[:, ::-1, :].cumsum(2)
+        crossed = np.zeros_like(table)
+        crossed[:, :-1, 1:] = left[:, 1:, :-1]
+        concordant, discordant = (table * higher).sum((1, 2)), (table * crossed).sum((1, 2))
+        pairs = n * (n - 1) / 2
+        x_ties = (table.sum(2) * (table.sum(2) - 1) / 2).sum(1)
+        y_ties = (table.sum(1) * (table.sum(1) - 1) / 2).sum(1)
+        tau = (concordant - discordant) / np.sqrt((pairs - x_ties) * (pairs - y_ties))
+    mae = np.abs(xs - ys).mean(1)
+    return rho, np.where(np.isfinite(tau), tau, np.nan), mae
+
+
+def pass_fail_statistics(xs, ys) -> tuple:
+    """Cohen's kappa, TPR and TNR (the first side the reference) of each row of two (samples ×
+    items) boolean arrays (True: pass) at once, from each row's 2×2 table; NaN where undefined."""
+    import numpy as np
+
+    xs, ys = np.asarray(xs, dtype=bool), np.asarray(ys, dtype=bool)
+    n = xs.shape[1]
+    both, x_only = (xs & ys).sum(1), (xs & ~ys).sum(1)
+    y_only, neither = (~xs & ys).sum(1), (~xs & ~ys).sum(1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        observed = (both + neither) / n
+        expected = ((both + x_only) * (both + y_only) + (y_only + neither) * (x_only + neither)) / (n * n)
+        kappa = np.where(expected < 1, (observed - expected) / (1 - expected), np.nan)
+        tpr = np.where(both + x_only > 0, both / (both + x_only), np.nan)
+        tnr = np.where(y_only + neither > 0, neither / (y_only + neither), np.nan)
+    return kappa, tpr, tnr
+
+
+def _intervals(scale: str, items: Sequence[tuple], *, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0,
+               level: float = 0.95) -> dict:
+    """Percentile bootstrap intervals of a criterion's figures over the items (as
+    bootstrap_interval: resamples with replacement, a fixed seed, undefined ones left out), every
+    figure over the same resamples, drawn and computed at once."""
+    import numpy as np
+
+    scaled = scale == SCALE_1_5
+    names = SCALE_FIGURES if scaled else PASS_FAIL_FIGURES
+    if len(items) < 2:
+        return dict.fromkeys(names)
+    values = np.asarray(items, dtype=np.int64) if scaled else np.asarray(items) == PASS
+    draw = np.random.default_rng(seed).integers(0, len(items), size=(resamples, len(items)))
+    figures = (scale_statistics if scaled else pass_fail_statistics)(values[:, 0][draw], values[:, 1][draw])
+    intervals = {}
+    for name, resampled in zip(names, figures, strict=True):
+        interval = _percentile_interval(np.sort(resampled[~np.isnan(resampled)]), level)
+        intervals[name] = list(interval) if interval else None
+    return intervals
+
+
+SCALE_POINTS = 5  # a 1-5 criterion's scores
+SCALE_FIGURES = {"rho": spearman, "tau": kendall, "mae": mean_absolute_error}
+PASS_FAIL_FIGURES = {"kappa": cohen_kappa, "tpr": true_positive_rate, "tnr": true_negative_rate}
+
+
+def score_agreement(scale: str, items: Sequence[tuple]) -> dict:
+    """The figures of one criterion over (reference score, other score) items, each with its 95%
+    bootstrap interval (`<figure>_ci`) and the number of items: rho, tau and MAE on a 1-5 scale;
+    kappa, TPR and TNR (pass positive, the first of each item the reference) on pass/fail."""
+    figures = {"items": len(items)}
+    intervals = _intervals(scale, items)
+    for name, statistic in (SCALE_FIGURES if scale == SCALE_1_5 else PASS_FAIL_FIGURES).items():
+        figures[name], figures[f"{name}_ci"] = statistic(items), intervals[name]
+    return figures
+
+
+def rating_agreement(rubric: Rubric, judged: dict, rated: dict) -> list[dict]:
+    """Per criterion, the judge's scores against people's ratings of the same outputs, beside the
+    people against each other. judged: output → the judge's answer; rated: output → [(rater,
+    answer)], earliest first, one per rater. Each rating of a judged output is one judge-vs-people
+    item (the person's score, the judge's); each two ratings of an output are one
+    people-vs-people item (the earlier rater's, the later's)."""
+    def score(answer: dict, criterion) -> int | str:
+        value = answer[criterion.name]["score"]
+        return int(value) if criterion.scale == SCALE_1_5 else value
+
+    criteria = []
+    for c in rubric.criteria:
+        judge_items = [(score(answer, c), score(judged[output], c))
+                       for output, ratings in rated.items() if output in judged for _, answer in ratings]
+        people_items = [(score(a, c), score(b, c)) for ratings in rated.values()
+                        for (_, a), (_, b) in combinations(ratings, 2)]
+        criteria.append({"name": c.name, "scale": c.scale, "judge_vs_people": score_agreement(c.scale, judge_items),
+                         "people_vs_people": score_agreement(c.scale, people_items)})
+    return criteria

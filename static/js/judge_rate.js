@@ -1,0 +1,67 @@
+// Rating outputs blind on a pointwise judge's rubric: ask the API for the next output (the prompt
+// and the output, no model), score each criterion, save, and go on to the next without a reload.
+(function () {
+  "use strict";
+  var box = document.querySelector("[data-testid=rate]");
+  if (!box || !box.dataset.judge) return;
+  var judgeSelect = box.querySelector("[data-testid=rate-judge]");
+  judgeSelect.addEventListener("change", function () { judgeSelect.form.submit(); });
+  var api = "/api/projects/" + box.dataset.project + "/judges/" + box.dataset.judge + "/comparisons/" +
+            box.dataset.comparison + "/ratings/";
+  var field = function (name) { return box.querySelector("[data-field=" + name + "]"); };
+  var form = box.querySelector("[data-testid=rate-form]");
+  var output = null, busy = false;
+
+  function answered(response) {
+    return response.json().catch(function () { return {}; }).then(function (data) {
+      if (!response.ok) {
+        throw new Error((data.field ? data.field + ": " : "") + (data.detail || ("The server answered " + response.status + ".")));
+      }
+      return data;
+    });
+  }
+
+  function show(data) {
+    field("progress").textContent = data.rated + " rated · " + data.remaining + " left";
+    output = data.output;
+    form.reset();
+    field("item").hidden = !output;
+    field("done").hidden = Boolean(output);
+    if (!output) return;
+    // Markdown as the server rendered it (raw HTML in a prompt or an output is shown as text there).
+    field("prompt").innerHTML = output.prompt_html;
+    field("output").innerHTML = output.text_html;
+  }
+
+  function next() {
+    return Workbench.apiFetch("GET", api + "next/").then(answered).then(show).catch(function (error) {
+      field("error").textContent = error.message;
+    });
+  }
+
+  form.addEventListener("submit", function (event) {
+    event.preventDefault();
+    if (!output || busy) return;
+    busy = true;
+    field("error").textContent = "";
+    var answer = {};
+    form.querySelectorAll("fieldset[data-criterion]").forEach(function (set) {
+      var name = set.dataset.criterion;
+      var score = form.elements[name].value;
+      answer[name] = { score: set.dataset.scale === "1-5" ? Number(score) : score,
+                       reason: form.elements[name + "-reason"].value };
+    });
+    Workbench.apiFetch("POST", api, { output: output.id, answer: answer }).then(answered).then(function (rating) {
+      // What was saved, as text (a reason is never read as HTML).
+      field("saved").textContent = "Saved: " + Object.keys(rating.answer).map(function (name) {
+        var given = rating.answer[name];
+        return name + " " + given.score + (given.reason ? " (" + given.reason + ")" : "");
+      }).join(", ");
+      return next();
+    }).catch(function (error) {
+      field("error").textContent = error.message;
+    }).then(function () { busy = false; });
+  });
+
+  next();
+})();

@@ -1,0 +1,90 @@
+"""An annotator rates a comparison's outputs blind on a pointwise judge's rubric, one after the
+other (a reason with HTML in it shown back as text), until none is left; a scientist then reads,
+on the judges page, the judge's scores against the people's per criterion (ρ, τ, MAE; κ, TPR,
+TNR, with intervals and counts) beside the raters' agreement with each other, and why the judge
+is not calibrated yet. The judge's run is stored as a worker stores it (its run is tested with
+a worker in tests/e2e/test_judges.py); the other rater's two ratings go through the service."""
+
+import re
+
+import pytest
+from playwright.sync_api import expect
+
+from apps.comparison.models import Output
+from apps.evaluation import services
+from apps.evaluation.models import Judge, Rating
+from tests.comparison.factories import make_comparison, placeholder_model
+from tests.conftest import browser_login
+from tests.evaluation.fixtures import point_answer, scored_run
+from tests.evaluation.test_ratings import ANNA, BEN, JUDGE, RUBRIC
+from tests.factories import MembershipFactory, UserFactory
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(180)]
+
+
+def interval(value: str) -> re.Pattern:
+    return re.compile(rf"^{re.escape(value)} \[-?\d\.\d\d, -?\d\.\d\d\]$")
+
+
+def test_an_annotator_rates_outputs_blind_and_the_scientist_reads_the_judge_against_them(
+        page, live_asgi, owner, scientist, annotator, project):
+    comparison = make_comparison(project, owner, models=[placeholder_model(project, "Alpha"),
+                                                         placeholder_model(project, "Beta")])
+    judge = Judge.objects.create(project=project, name="Points", rubric=RUBRIC,
+                                 local_model=comparison.contestants.first().model)
+    scored_run(judge, comparison, {key: point_answer(correct=c, clarity=s) for key, (c, s) in JUDGE.items()})
+    ben = UserFactory(username="ben")
+    MembershipFactory(project=project, user=ben, role="annotator")
+    for text, (correct, clarity) in BEN.items():
+        services.rating_submit(user=ben, judge=judge, comparison=comparison, output=Output.objects.get(text=text).pk,
+                               answer=point_answer(correct=correct, clarity=clarity))
+
+    browser_login(page, "anna")
+    page.goto(f"/projects/{project.pk}/comparisons/")  # an annotator reaches it as the blind votes
+    page.get_by_test_id("rate-link").click()
+    rate = page.get_by_test_id("rate")
+    expect(rate.get_by_test_id("rate-judge")).to_have_value(str(judge.pk))
+    for done in range(6):
+        expect(rate.get_by_test_id("rate-progress")).to_have_text(f"{done} rated · {6 - done} left")
+        text = rate.get_by_test_id("rate-output").inner_text().strip()
+        expect(rate.get_by_test_id("rate-prompt")).to_contain_text("?")
+        around = rate.inner_text().replace(text, "")  # blind: no model named but in its own output's text
+        assert "Alpha" not in around and "Beta" not in around
+        correct, clarity = ANNA[text]
+        rate.locator("fieldset[data-criterion=correct]").get_by_label(correct, exact=True).check()
+        rate.locator("fieldset[data-criterion=clarity]").get_by_label(str(clarity), exact=True).check()
+        if done == 0:
+            rate.locator("fieldset[data-criterion=clarity]").get_by_label("Reason").fill("<b>so</b> clear")
+        rate.get_by_role("button", name="Save and next").click()
+        if done == 0:  # what was saved is shown back as text, never as markup
+            expect(rate.get_by_test_id("rate-saved")).to_have_text(
+                f"Saved: correct {correct}, clarity {clarity} (<b>so</b> clear)")
+            expect(rate.get_by_test_id("rate-saved").locator("b")).to_have_count(0)
+    expect(rate.get_by_test_id("rate-done")).to_be_visible()
+    expect(rate.get_by_test_id("rate-progress")).to_have_text("6 rated · 0 left")
+    assert Rating.objects.filter(rater__username="anna").count() == 6
+
+    # The data scientist, on the judges page.
+    page.context.clear_cookies()
+    browser_login(page, "sofia")
+    page.goto(f"/projects/{project.pk}/comparisons/{comparison.pk}/judges/")
+    run = page.get_by_test_id("judge-run")
+    expect(run).to_have_attribute("data-state", "succeeded")
+    expect(run.get_by_test_id("ratings-totals")).to_have_text("People's ratings: 8 ratings of 6 outputs by 2 raters")
+    rows = run.get_by_test_id("ratings-agreement").locator("tr")
+    expect(rows).to_have_count(5)
+    # correct: the judge against the people, κ 0.75 (7 of 8 agree, chance 1/2), TPR 4/4, TNR 3/4;
+    # the two raters agree on both outputs they share (worked out in tests/evaluation/test_ratings.py).
+    expected = [
+        ["correct", "judge vs people", "8", "", "", "", "0.750", "1.000", "0.750"],
+        ["correct", "people vs people", "2", "", "", "", "1.000", "1.000", "1.000"],
+        ["clarity", "judge vs people", "8", "0.901", "0.800", "0.500", "", "", ""],
+        ["clarity", "people vs people", "2", "1.000", "1.000", "1.000", "", "", ""],
+    ]
+    for i, cells in enumerate(expected, start=1):
+        row = rows.nth(i).locator("td")
+        for j, value in enumerate(cells):
+            expect(row.nth(j)).to_have_text(interval(value) if j >= 3 and value else value)
+    expect(run.get_by_test_id("calibration")).to_have_text(
+        "Not calibrated: 0 items judged and voted on; 8 items judged and rated on correct; 8 items judged and rated "
+        "on clarity; the project asks for at least 20. It cannot gate anything.")
