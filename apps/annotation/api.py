@@ -86,7 +86,8 @@ class ProjectCampaignsApi(ListAPIView):
             assignees=data["assignees"], due_at=data["due_at"], lease_seconds=data["lease_seconds"],
             split=data["split"], label=data["label"], sample=data["sample"], seed=data["seed"],
             meta_key=data["meta_key"], meta_value=data["meta_value"],
-            suggestion_model_id=data["suggestion_model"], token=request.auth, ip_address=client_ip(request))
+            suggestion_model_id=data["suggestion_model"], order=data["order"], token=request.auth,
+            ip_address=client_ip(request))
         return Response(CampaignSerializer(campaign).data, status=status.HTTP_201_CREATED)
 
 

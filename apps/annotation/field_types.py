@@ -144,6 +144,15 @@ class FieldType:
         """The suggested answer in the model's reply to `suggestion_question` (None: none)."""
         return None
 
+    def classifier_labels(self, field: dict) -> list[str] | None:
+        """The labels a classifier's classes must be to suggest this field's answer (None: a
+        classifier does not fill fields of this type)."""
+        return None
+
+    def suggestion_from_classes(self, field: dict, probabilities: dict[str, float]) -> Any:
+        """The answer a classifier's class probabilities suggest (when `classifier_labels`)."""
+        return None
+
 
 def plain_words(value: Any) -> str:
     return ", ".join(str(entry) for entry in value) if isinstance(value, list) else str(value)
@@ -252,6 +261,12 @@ class SingleLabel(FieldType):
         text = reply.strip().lower()
         found = [(text.find(label.lower()), label) for label in label_values(field) if label.lower() in text]
         return min(found)[1] if found else None
+
+    def classifier_labels(self, field):
+        return label_values(field)
+
+    def suggestion_from_classes(self, field, probabilities):
+        return max(probabilities, key=probabilities.__getitem__)
 
 
 @register

@@ -5,7 +5,9 @@ import json
 
 from django import forms
 
+from apps.annotation.models import Campaign
 from apps.annotation.selectors import version_labels
+from apps.serving.services import classifier_labels
 
 # Ready-made forms for the common jobs; "custom" takes the fields as JSON. Classify's labels are
 # filled in from the form (the label editor), by default the dataset version's labels.
@@ -22,6 +24,12 @@ PRESETS = {
     "correct": ("Correct the model's response (choose the model below)", [
         {"name": "ideal", "type": "text", "prefill": "suggestion", "required": True}]),
 }
+
+
+def _model_choice(model) -> str:
+    """A model as the form lists it: a classifier with its classes (what a field's labels must be)."""
+    classes = classifier_labels(model)
+    return f"{model.name} (classifier: {', '.join(classes)})" if classes else model.name
 
 
 class CampaignForm(forms.Form):
@@ -52,7 +60,13 @@ class CampaignForm(forms.Form):
     seed = forms.IntegerField(initial=0, help_text="The sample's seed: the same seed picks the same rows.")
     suggestion_model = forms.TypedChoiceField(coerce=int, required=False, empty_value=None,
                                               label="Model suggestions",
-                                              help_text="Pre-fill answers from this model; annotators correct them.")
+                                              help_text="Pre-fill answers from this model; annotators correct them. "
+                                                        "A classifier suggests the label of the single-label field "
+                                                        "whose labels are its classes, with its confidence.")
+    order = forms.TypedChoiceField(choices=Campaign.Order.choices, required=False, empty_value=Campaign.Order.DEFAULT,
+                                   initial=Campaign.Order.DEFAULT, label="Item order",
+                                   help_text="Least confident first (active learning): with a classifier's "
+                                             "suggestions, the items it is least sure of are annotated first.")
 
     def __init__(self, *args, versions, schemas, annotators, models, **kwargs):
         super().__init__(*args, **kwargs)
@@ -63,7 +77,7 @@ class CampaignForm(forms.Form):
             [(f"saved:{s.pk}", f"{s.name} (v{s.version})") for s in schemas]
             + [(f"preset:{key}", label) for key, (label, _) in PRESETS.items()] + [("custom", "Custom (JSON below)")])
         self.fields["assignees"].choices = [(u.username, u.username) for u in annotators]
-        self.fields["suggestion_model"].choices = [("", "none")] + [(m.pk, m.name) for m in models]
+        self.fields["suggestion_model"].choices = [("", "none")] + [(m.pk, _model_choice(m)) for m in models]
 
     def schema_choice(self) -> tuple[str, object]:
         """("saved", id) or ("fields", the fields of a preset or of the JSON)."""

@@ -33,6 +33,10 @@ class Campaign(models.Model):
         ALL = "all", "All project annotators"
         NAMED = "named", "Named annotators"
 
+    class Order(models.TextChoices):
+        DEFAULT = "default", "In order"
+        UNCERTAIN_FIRST = "uncertain_first", "Least confident suggestions first"
+
     project = models.ForeignKey("projects.Project", on_delete=models.CASCADE, related_name="campaigns")
     name = models.CharField(max_length=120)
     # RESTRICT (here and below): not deletable under a campaign, except with the whole project.
@@ -47,6 +51,9 @@ class Campaign(models.Model):
     lease_seconds = models.PositiveIntegerField(default=600)
     suggestion_model = models.ForeignKey("registry.RegisteredModel", null=True, blank=True, on_delete=models.SET_NULL,
                                          related_name="+")
+    # Which item "next" hands out among those with the fewest answers: the earliest, or (active
+    # learning) the one whose classifier suggestion is least confident, unsuggested ones after them.
+    order = models.CharField(max_length=16, choices=Order.choices, default=Order.DEFAULT)
     state = models.CharField(max_length=8, choices=State.choices, default=State.ACTIVE)
     item_count = models.PositiveIntegerField(default=0)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
@@ -91,6 +98,9 @@ class Item(models.Model):
     is_gold = models.BooleanField(default=False)
     gold_values = models.JSONField(null=True, blank=True)
     suggestion = models.JSONField(null=True, blank=True)  # {"model": id, "values": {...}} pre-fill
+    # A classifier suggestion's top class probability (also in `suggestion`), a column so that the
+    # queue can order by it: least confident first.
+    confidence = models.FloatField(null=True, blank=True)
     adjudicated_values = models.JSONField(null=True, blank=True)
     adjudicated_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
                                        related_name="+")
@@ -100,7 +110,8 @@ class Item(models.Model):
         default_permissions = ()
         ordering = ["position"]
         constraints = [models.UniqueConstraint(fields=["campaign", "position"], name="unique_item_position")]
-        indexes = [models.Index(fields=["campaign", "completed", "position"])]
+        indexes = [models.Index(fields=["campaign", "completed", "position"]),
+                   models.Index(fields=["campaign", "completed", "confidence", "position"])]
 
     @property
     def project(self):

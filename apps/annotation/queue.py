@@ -85,17 +85,22 @@ def held_item(campaign_id: int, user_id: int, now: datetime) -> Item | None:
                  [campaign_id, user_id, _when(now), user_id], "ORDER BY i.position LIMIT 1")
 
 
-def candidate(campaign_id: int, overlap: int, user_id: int, now: datetime, passed: list[int]) -> Item | None:
+def candidate(campaign_id: int, overlap: int, user_id: int, now: datetime, passed: list[int], *,
+              uncertain_first: bool = False) -> Item | None:
     """The item with the fewest completed annotations (then the earliest) that this annotator has
     not done and that is not leased to enough others, locked (skipping items locked by others):
-    an index scan of (campaign, completed, position) that stops at the first that qualifies."""
+    an index scan of (campaign, completed, position) that stops at the first that qualifies.
+    `uncertain_first`: the least confident suggestion first among those with as few answers, items
+    without one after them in order (the index of (campaign, completed, confidence, position);
+    PostgreSQL keeps NULLs last in an ascending index, and SQLite sorts them as told)."""
     skip = f" AND i.id NOT IN ({', '.join(['%s'] * len(passed))})" if passed else ""
     leased_to_others = (f"SELECT COUNT(*) FROM {LEASE} l WHERE l.item_id = i.id AND l.expires_at > %s"
                         " AND l.annotator_id <> %s")
     return _item("", f"i.campaign_id = %s AND i.completed < %s AND {NOT_DONE_BY}"
                      f" AND i.completed + ({leased_to_others}) < %s{skip}",
                  [campaign_id, overlap, user_id, _when(now), user_id, overlap, *passed],
-                 "ORDER BY i.completed, i.position LIMIT 1" + _locking("FOR UPDATE OF i SKIP LOCKED"))
+                 f"ORDER BY i.completed, {'i.confidence NULLS LAST, ' if uncertain_first else ''}i.position LIMIT 1"
+                 + _locking("FOR UPDATE OF i SKIP LOCKED"))
 
 
 def leased_to_others(item_id: int, user_id: int, now: datetime) -> int:

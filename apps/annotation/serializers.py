@@ -31,7 +31,7 @@ class CampaignSerializer(serializers.ModelSerializer):
         model = Campaign
         fields = ["id", "project", "name", "state", "dataset_version", "schema", "selection", "guidelines", "overlap",
                   "assignment", "assignees", "due_at", "lease_seconds", "suggestion_model", "suggestion_state",
-                  "suggestion_progress", "item_count", "created_by", "created_at"]
+                  "suggestion_progress", "order", "item_count", "created_by", "created_at"]
 
 
 class CampaignCreateSerializer(serializers.Serializer):
@@ -51,7 +51,12 @@ class CampaignCreateSerializer(serializers.Serializer):
     meta_value = serializers.CharField(max_length=1000, required=False, allow_blank=True, default="")
     sample = serializers.IntegerField(required=False, allow_null=True, default=None)
     seed = serializers.IntegerField(required=False, default=0)
-    suggestion_model = serializers.IntegerField(required=False, allow_null=True, default=None)
+    suggestion_model = serializers.IntegerField(
+        required=False, allow_null=True, default=None,
+        help_text="a model that pre-fills answers: a generative one, or a classifier adapter whose classes are the "
+                  "labels of a single-label field")
+    order = serializers.ChoiceField(choices=Campaign.Order.choices, default=Campaign.Order.DEFAULT,
+                                    help_text="uncertain_first: the classifier's least confident suggestions first")
 
 
 class SubmitSerializer(serializers.Serializer):

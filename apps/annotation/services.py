@@ -26,6 +26,7 @@ from apps.datasets.selectors import readable_version, with_metadata
 from apps.projects import policy
 from apps.projects.audit import audit_record
 from apps.projects.models import Membership, Project
+from apps.serving.services import classifier_labels, is_classifier
 
 MAX_OVERLAP = 10
 MAX_ITEMS = 1_000_000
@@ -97,8 +98,8 @@ def _name(name) -> str:
 def campaign_create(*, user, project: Project, name: str, dataset_version_id, schema_id, guidelines: str = "",
                     overlap: int = 1, assignees: list[str] | None = None, due_at=None, lease_seconds: int = 600,
                     split: str = "", label: str = "", sample: int | None = None, seed: int = 0,
-                    meta_key: str = "", meta_value: str = "", suggestion_model_id=None, token=None,
-                    ip_address=None) -> Campaign:
+                    meta_key: str = "", meta_value: str = "", suggestion_model_id=None,
+                    order: str = Campaign.Order.DEFAULT, token=None, ip_address=None) -> Campaign:
     policy.require(user, "campaign.manage", project, token)
     name = _name(name)
     version = readable_version(user, project, dataset_version_id, token)
@@ -119,13 +120,20 @@ def campaign_create(*, user, project: Project, name: str, dataset_version_id, sc
     if suggestion_model_id not in (None, ""):
         from apps.registry.models import RegisteredModel
 
-        suggestion_model = RegisteredModel.objects.filter(pk=_id(suggestion_model_id, "suggestion_model"),
-                                                          project=project).first()
+        suggestion_model = policy.visible_in_project(user, RegisteredModel, project, "model.view", token).filter(
+            pk=_id(suggestion_model_id, "suggestion_model")).first()
         if suggestion_model is None:
             raise Invalid("no such model in this project", field="suggestion_model")
+        if is_classifier(suggestion_model):
+            classifier_fields(suggestion_model, schema.fields)  # refused here rather than in the worker
     elif any(field_type(field).fills_from_model_response(field) for field in schema.fields):
         raise Invalid("this form starts its text from the model's suggestions: choose the model",
                       field="suggestion_model")
+    if order not in Campaign.Order.values:
+        raise Invalid(f"order is one of {', '.join(Campaign.Order.values)}", field="order")
+    if order == Campaign.Order.UNCERTAIN_FIRST and not (suggestion_model and is_classifier(suggestion_model)):
+        raise Invalid("least confident first orders items by a classifier's confidence: choose a classifier as "
+                      "the suggestion model", field="order")
     rows = DatasetRow.objects.filter(version=version)
     if split:
         rows = rows.filter(split=split)
@@ -139,7 +147,8 @@ def campaign_create(*, user, project: Project, name: str, dataset_version_id, sc
         campaign = Campaign.objects.create(
             project=project, name=name, dataset_version=version, schema=schema, guidelines=guidelines,
             overlap=overlap, assignment=Campaign.Assignment.NAMED if people else Campaign.Assignment.ALL,
-            due_at=due_at, lease_seconds=lease_seconds, suggestion_model=suggestion_model, created_by=user,
+            due_at=due_at, lease_seconds=lease_seconds, suggestion_model=suggestion_model, order=order,
+            created_by=user,
             selection={"split": split, "label": label, "meta_key": meta_key, "meta_value": meta_value,
                        "sample": sample, "seed": seed})
         if people:
@@ -156,6 +165,36 @@ def campaign_create(*, user, project: Project, name: str, dataset_version_id, sc
     if suggestion_model is not None:
         transaction.on_commit(lambda: _enqueue_suggestions(campaign.pk))
     return campaign
+
+
+def classifier_fields(model, fields: list[dict]) -> list[str]:
+    """The names of the form's fields that the classifier adapter `model` suggests answers for: those
+    whose labels are its classes (in any order). Invalid, naming the labels that differ, when none is
+    or when the form starts a text from the model's response (a classifier writes none)."""
+    classes = classifier_labels(model)
+    writes = [f["name"] for f in fields if field_type(f).fills_from_model_response(f)]
+    if writes:
+        raise Invalid(f"the classifier “{model.name}” writes no text, and this form starts '{writes[0]}' from the "
+                      "model's response: choose a generative model", field="suggestion_model")
+    labelled = [(f["name"], labels) for f in fields if (labels := field_type(f).classifier_labels(f)) is not None]
+    if not labelled:
+        raise Invalid(f"the classifier “{model.name}” suggests labels, and this form has no single-label field",
+                      field="suggestion_model")
+    matching = [name for name, labels in labelled if set(labels) == set(classes)]
+    if matching:
+        return matching
+
+    def listed(values) -> str:
+        return ", ".join(f"'{value}'" for value in values)
+
+    differences = []
+    for name, labels in labelled:
+        extra, missing = [c for c in classes if c not in labels], [label for label in labels if label not in classes]
+        parts = ([f"the classifier has {listed(extra)}, which '{name}' lacks"] if extra else []) + (
+            [f"'{name}' has {listed(missing)}, which the classifier lacks"] if missing else [])
+        differences.append("; ".join(parts))
+    raise Invalid(f"the classifier “{model.name}”'s labels ({listed(classes)}) do not match the form's: "
+                  f"{' / '.join(differences)}", field="suggestion_model")
 
 
 def _id(value, field: str) -> int:
@@ -289,8 +328,8 @@ def is_assigned(user, campaign: Campaign) -> bool:
 
 def next_item(*, user, campaign: Campaign) -> Item | None:
     """The item this annotator should do next: one they hold a live lease on, else the one with
-    the fewest completed annotations (then the earliest) that they have not done and that is not
-    leased to enough others; leased to them for the campaign's lease time (`item.lease_expires_at`).
+    the fewest completed annotations (then the least confident suggestion, for a campaign ordered
+    so, then the earliest) that they have not done and that is not leased to enough others; leased to them for the campaign's lease time (`item.lease_expires_at`).
     None when nothing is left for them."""
     if campaign.state != Campaign.State.ACTIVE:
         raise Conflict("This campaign is closed.")
@@ -304,7 +343,8 @@ def next_item(*, user, campaign: Campaign) -> Item | None:
             return held
         passed: list[int] = []
         for _ in range(LEASE_TRIES):
-            item = queue.candidate(campaign.pk, campaign.overlap, user.pk, now, passed)
+            item = queue.candidate(campaign.pk, campaign.overlap, user.pk, now, passed,
+                                   uncertain_first=campaign.order == Campaign.Order.UNCERTAIN_FIRST)
             if item is None:
                 return None
             # The candidate query saw leases as of its statement's start: one that another annotator

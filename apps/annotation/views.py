@@ -96,7 +96,8 @@ def campaign_create(request: HttpRequest, project_id: int) -> HttpResponse:
                     overlap=data["overlap"], assignees=data["assignees"], due_at=data["due_at"],
                     lease_seconds=data["lease_seconds"], split=data["split"], label=data["label"],
                     sample=data["sample"], seed=data["seed"] or 0, meta_key=data["meta_key"],
-                    meta_value=data["meta_value"], suggestion_model_id=data["suggestion_model"], ip_address=ip)
+                    meta_value=data["meta_value"], suggestion_model_id=data["suggestion_model"],
+                    order=data["order"], ip_address=ip)
             messages.success(request, f"Campaign “{campaign.name}” created with {campaign.item_count} examples.")
             return redirect("annotation:detail", project_id=project.pk, campaign_id=campaign.pk)
         except django_forms.ValidationError as exc:

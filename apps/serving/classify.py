@@ -35,18 +35,24 @@ def _classifier(base, adapter):
         return loaded
 
 
-def run_classification(classification_id: int, *, worker: str = "") -> None:
+def classify_with(model, texts: list[str]) -> list[dict]:
+    """For each text, the classifier adapter `model`'s {"label", "probabilities"}: classification jobs
+    and a campaign's suggestions from a classifier run here."""
     from workers.inference.classify import classify_texts
 
+    classifier, in_use = _classifier(*model_paths(model))
+    with in_use:
+        return classify_texts(classifier, texts)
+
+
+def run_classification(classification_id: int, *, worker: str = "") -> None:
     run = JobRun.claim(Classification, classification_id, worker=worker, what="classification")
     if run is None:
         return  # ended, gone, or run by a live worker (a redelivered message)
     job = Classification.objects.select_related("model__base_model").get(pk=classification_id)
     with run:
         try:
-            classifier, in_use = _classifier(*model_paths(job.model))
-            with in_use:
-                results = classify_texts(classifier, job.texts)
+            results = classify_with(job.model, job.texts)
         except Exception as exc:  # a model that cannot load: the caller sees why
             logger.exception("classification %s failed", classification_id)
             run.fail(f"{type(exc).__name__}: {exc}"[:2000])

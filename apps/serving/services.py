@@ -145,6 +145,11 @@ def is_classifier(model: RegisteredModel) -> bool:
     return model.kind == RegisteredModel.Kind.ADAPTER and config.get("method") == "classify"
 
 
+def classifier_labels(model: RegisteredModel) -> list[str]:
+    """The classes a classifier adapter chooses among (empty for any other model)."""
+    return list(model.lineage["config"].get("class_labels") or []) if is_classifier(model) else []
+
+
 def classification_start(*, user, model: RegisteredModel, texts: list[str], token=None) -> Classification:
     """Queue `texts` (already checked: 1..MAX_CLASSIFY_TEXTS non-empty strings of at most MAX_CLASSIFY_CHARS)
     for the classifier `model` on an `inference` worker. Invalid (field "model") when it is not a ready

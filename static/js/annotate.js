@@ -171,8 +171,9 @@
 
   // --- the form ------------------------------------------------------------------------------
   // `prefilled`: the model's answers that fill the fields (none once a draft or an answer exists);
-  // `suggested`: all of them, which a field may use itself (a text's diff is shown against it).
-  function renderFields(values, prefilled, suggested, example) {
+  // `suggested`: all of them, which a field may use itself (a text's diff is shown against it);
+  // `confidence`: a classifier's probability for its suggestion (null: none given), said under it.
+  function renderFields(values, prefilled, suggested, confidence, example) {
     fieldBox.replaceChildren();
     fields.forEach(function (field) {
       var renderer = renderers[field.type];
@@ -183,6 +184,10 @@
       if (value === undefined && renderer.prefillsFromSuggestion !== false) value = prefilled[field.name];
       renderer.render(set, field, value, { example: example, suggestion: suggested[field.name],
                                            keys: keysOf[field.name] || [], saveDraftSoon: saveDraftSoon, say: say });
+      if (confidence !== null && typeof suggested[field.name] === "string") {
+        set.append(el("p", { "class": "help", "data-testid": "suggestion-" + field.name },
+          "Model suggests “" + suggested[field.name] + "” (" + Math.round(confidence * 100) + "% confident)"));
+      }
       fieldBox.append(set);
     });
   }
@@ -225,8 +230,9 @@
     // going back, its text is still what the diff compares with.
     var suggested = (item.suggestion && item.suggestion.values) || {};
     var prefilled = !editing && !item.draft ? suggested : {};
+    var confidence = item.suggestion && typeof item.suggestion.confidence === "number" ? item.suggestion.confidence : null;
     renderExample(item.example);
-    renderFields(source.values || {}, prefilled, suggested, item.example);
+    renderFields(source.values || {}, prefilled, suggested, confidence, item.example);
     comment.value = source.comment || "";
     $("item-title").textContent = "Example " + (item.position + 1) +
       (editing && editing.correcting ? " — correcting " + editing.annotator + "'s answer" :

@@ -12,7 +12,7 @@ import pytest
 import requests
 
 from apps.accounts import services as account_services
-from apps.annotation.models import Annotation, Item
+from apps.annotation.models import Annotation, Campaign, Item
 from apps.datasets.models import Dataset
 from apps.datasets.writer import write_version
 from tests.annotation.fixtures import make_campaign, review_records
@@ -23,14 +23,18 @@ pytestmark = [pytest.mark.slow]
 ANNOTATORS = 50
 
 
-@pytest.mark.parametrize("overlap", [1, 2])
+@pytest.mark.parametrize("overlap, order", [(1, "default"), (2, "default"), (1, "uncertain_first")])
 def test_fifty_annotators_at_once_lose_nothing_and_never_exceed_the_overlap(live_asgi, client, project, scientist,
-                                                                            overlap):
+                                                                            overlap, order):
     dataset = Dataset.objects.create(project=project, name="Many", created_by=scientist)
     version = write_version(dataset=dataset, records=review_records(120), author=scientist,
                             roles={"id": "id", "prompt": "prompt", "response": "response", "label": "label"})
     client.force_login(scientist)
     campaign = make_campaign(client, project, version, overlap=overlap)
+    if order == "uncertain_first":  # as a classifier's suggestions leave it: every other item, confidences mixed
+        Campaign.objects.filter(pk=campaign["id"]).update(order=order)
+        for item in Item.objects.filter(campaign_id=campaign["id"], position__lt=100)[::2]:
+            Item.objects.filter(pk=item.pk).update(confidence=0.5 + (item.position * 37 % 100) / 200)
     tokens = []
     for n in range(ANNOTATORS):
         user = UserFactory(username=f"annotator{n}")

@@ -112,3 +112,47 @@ def test_model_suggestions_prefill_items_and_are_kept_beside_the_answer(
     submit(client, campaign, item["id"], {"sentiment": "positive", "ideal": "A human answer"})
     annotation = Annotation.objects.get()
     assert annotation.values["ideal"] == "A human answer" and annotation.suggestion == suggestion
+
+
+def test_a_trained_classifier_suggests_labels_with_probabilities_and_the_least_confident_come_first(
+        client, scientist, owner, annotator, project, tiny_model, inference_worker, tmp_path):
+    from tests.annotation.classifier import CLASSES, trained_classifier
+    from tests.training.test_classify_jobs import labelled_version
+
+    classifier = trained_classifier(project, owner, tiny_model, tmp_path / "classifier")
+    texts = ["paris", "france", "what is the capital of paris ?", "of the capital france is what",
+             "paris france", "the of is", "france paris"]
+    version = labelled_version(project, owner, [(text, "city") for text in texts])
+    DatasetRow.objects.filter(version=version, position=5).update(prompt="")  # no text: nothing to suggest
+    client.force_login(scientist)
+    schema = make_schema(client, project, [{"name": "topic", "type": "single_label", "labels": ["country", "city"]},
+                                           {"name": "note", "type": "text", "required": False}])
+    campaign = make_campaign(client, project, version, schema=schema, suggestion_model=classifier.pk,
+                             order="uncertain_first")
+    state = wait_for(lambda: (c := client.get(f"/api/campaigns/{campaign['id']}/").json())["suggestion_state"]
+                     in ("succeeded", "failed") and c, timeout=120, what="suggestions")
+    assert state["suggestion_state"] == "succeeded", state["suggestion_progress"]
+    assert state["suggestion_progress"] == {"done": 7, "total": 7}
+
+    items = {item.row.prompt: item for item in Item.objects.filter(campaign_id=campaign["id"]).select_related("row")}
+    for text, item in items.items():
+        if not text:
+            assert item.suggestion == {"model": classifier.pk, "values": {}} and item.confidence is None
+            continue
+        suggestion = item.suggestion
+        assert suggestion["model"] == classifier.pk and set(suggestion["probabilities"]) == set(CLASSES)
+        assert sum(suggestion["probabilities"].values()) == pytest.approx(1.0, abs=1e-4)
+        top = max(suggestion["probabilities"], key=suggestion["probabilities"].get)
+        assert suggestion["values"] == {"topic": top}  # the text field gets nothing from a classifier
+        assert suggestion["confidence"] == item.confidence == suggestion["probabilities"][top] > 0.5
+    assert items["paris"].suggestion["values"]["topic"] == "city"
+    assert items["france"].suggestion["values"]["topic"] == "country"
+
+    client.force_login(annotator)
+    handed = []
+    while (response := next_item(client, campaign)).status_code == 200:
+        item = response.json()
+        handed.append(item["example"]["prompt"])
+        assert submit(client, campaign, item["id"], {"topic": "city"}).status_code == 201
+    suggested = sorted((i for i in items.values() if i.confidence is not None), key=lambda i: (i.confidence, i.position))
+    assert handed == [i.row.prompt for i in suggested] + [""]  # the one without a suggestion last

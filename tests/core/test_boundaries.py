@@ -61,6 +61,8 @@ SHARED_MODULES = {
     "apps.datasets.writer",
     # The inference worker's model cache and batcher: comparisons and suggestions share it.
     "apps.serving.runner",
+    # Its classifiers (kept loaded per inference worker): a campaign's suggestions from a classifier.
+    "apps.serving.classify",
     # The inference engine's figures: the runner hands its batcher this observer, which publishes
     # them the way monitoring carries every worker's figures to the web (Redis, with a TTL).
     "apps.monitoring.engine_metrics",

@@ -569,3 +569,55 @@ def test_closing_a_campaign_asks_first_and_declining_leaves_it_open(page, client
     page.get_by_role("button", name="Close campaign").click()
     expect(page.get_by_role("button", name="Close campaign")).to_have_count(0)
     assert Campaign.objects.get(pk=campaign["id"]).state == "closed"
+
+
+def test_a_manager_picks_a_classifier_and_annotators_get_its_least_confident_suggestions_first(
+        page, scientist, owner, annotator, project, tiny_model, inference_worker, tmp_path):
+    from tests.annotation.classifier import trained_classifier
+    from tests.training.test_classify_jobs import labelled_version
+
+    classifier = trained_classifier(project, owner, tiny_model, tmp_path / "classifier")
+    texts = ["paris", "france", "what is the capital of paris ?", "paris france", "of the capital france is what"]
+    labelled_version(project, owner, [(text, "city") for text in texts])
+    browser_login(page, "sofia")
+    page.goto(f"/projects/{project.pk}/campaigns/new/")
+    page.get_by_label("Name").fill("Topics, unsure first")
+    page.get_by_label("Annotation form").select_option(label="Classify")
+    editor = page.get_by_test_id("label-editor")
+    for label in ("city", "planet"):
+        editor.get_by_role("textbox", name="New label").fill(label)
+        editor.get_by_role("button", name="Add label").click()
+    page.get_by_label("Model suggestions").select_option(label=f"{classifier.name} (classifier: city, country)")
+    page.get_by_label("Item order").select_option(label="Least confident suggestions first")
+    page.get_by_role("button", name="Create campaign").click()
+    # On the model's field, naming the labels that differ; nothing is left behind.
+    expect(page.locator(".field-error")).to_contain_text("the classifier has 'country', which 'label' lacks")
+    expect(page.locator(".field-error")).to_contain_text("'label' has 'planet', which the classifier lacks")
+    assert not Campaign.objects.exists() and not LabelSchema.objects.exists()
+    editor.get_by_role("button", name="Remove planet").click()
+    editor.get_by_role("textbox", name="New label").fill("country")
+    editor.get_by_role("button", name="Add label").click()
+    page.get_by_role("button", name="Create campaign").click()
+    expect(page.get_by_test_id("campaign-name")).to_have_text("Topics, unsure first")
+    expect(page.get_by_test_id("order")).to_have_text("least confident suggestions first")
+    expect(page.get_by_test_id("suggestions")).to_have_text("suggestions: succeeded (5/5)", timeout=120_000)
+    campaign = Campaign.objects.get()
+    assert campaign.order == "uncertain_first" and campaign.suggestion_model_id == classifier.pk
+    least_confident_first = list(Item.objects.filter(campaign=campaign).order_by("confidence", "position"))
+    assert [item.position for item in least_confident_first] != list(range(5))  # not the default order
+
+    page.get_by_role("button", name="Log out").click()
+    browser_login(page, "anna")
+    page.goto(f"/projects/{project.pk}/campaigns/{campaign.pk}/annotate/")
+    for item in least_confident_first:
+        label, confidence = item.suggestion["values"]["label"], item.suggestion["confidence"]
+        expect(page.get_by_test_id("item-title")).to_have_text(
+            f"Example {item.position + 1} — pre-filled by the model: check it")
+        expect(page.locator(f"input[name=label][value={label}]")).to_be_checked()
+        expect(page.get_by_test_id("suggestion-label")).to_have_text(
+            f"Model suggests “{label}” ({int(confidence * 100 + 0.5)}% confident)")
+        page.keyboard.press("Control+Enter")  # the suggestion, accepted as it is
+    expect(page.get_by_test_id("done")).to_be_visible()
+    answers = Annotation.objects.filter(annotator=annotator).order_by("created_at", "id")
+    assert [a.item_id for a in answers] == [item.pk for item in least_confident_first]
+    assert [a.values["label"] for a in answers] == [item.suggestion["values"]["label"] for item in least_confident_first]
