@@ -18,7 +18,8 @@ from apps.annotation import events
 from apps.annotation.field_types import field_type
 from apps.annotation.models import Campaign, Item, SuggestionRun
 from apps.core.jobs import JobCancelled, JobRun
-from apps.serving.runner import batcher, engine_key, model_paths
+from apps.registry.weights import model_paths
+from apps.serving.runner import batcher, engine_key
 
 logger = logging.getLogger(__name__)
 CHUNK = 32
@@ -49,8 +50,6 @@ def _suggest(run: JobRun, campaign_id: int) -> None:
     fields = campaign.schema.fields
     wants_text = [f["name"] for f in fields if field_type(f).fills_from_model_response(f)]
     asked = {f["name"]: (f, question) for f in fields if (question := field_type(f).suggestion_question(f))}
-    base, adapter = model_paths(campaign.suggestion_model)
-    key = engine_key(campaign.suggestion_model)
     params = SamplingParams(max_new_tokens=MAX_NEW_TOKENS)
     question_params = SamplingParams(max_new_tokens=16)  # a label's name, not an essay
     items = Item.objects.filter(campaign=campaign, suggestion__isnull=True).select_related("row").order_by("position")
@@ -58,6 +57,8 @@ def _suggest(run: JobRun, campaign_id: int) -> None:
     done = Item.objects.filter(campaign=campaign, suggestion__isnull=False).count()
     total = done + items.count()
     try:
+        base, adapter = model_paths(campaign.suggestion_model)  # from the artifact bucket on another machine
+        key = engine_key(campaign.suggestion_model, adapter)
         # Before each chunk: stopped by a manager or by closing the campaign (SuggestionRun.cancel_asked)?
         run.progress(done, total)
         while chunk := list(items[:CHUNK]):

@@ -61,6 +61,8 @@ SHARED_MODULES = {
     "apps.datasets.writer",
     # The inference worker's model cache and batcher: comparisons and suggestions share it.
     "apps.serving.runner",
+    # Where a model's weights are on this machine (fetched from the artifact bucket): every loader asks it.
+    "apps.registry.weights",
     # The inference engine's figures: the runner hands its batcher this observer, which publishes
     # them the way monitoring carries every worker's figures to the web (Redis, with a TTL).
     "apps.monitoring.engine_metrics",
