@@ -8,6 +8,7 @@ from pathlib import Path
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from apps.core import storage
@@ -517,6 +518,39 @@ def catalogue_update(*, user, entry: CatalogueModel, default_enabled: bool, toke
     return entry
 
 
+@transaction.atomic
+def catalogue_delete(*, user, entry: CatalogueModel, token=None, ip_address: str | None = None) -> None:
+    """A site admin removes a base model from the catalogue, its uploaded files with it (once this commits).
+    Refused (Conflict) while a worker prepares it, or while any project uses it: enabled there, an alias
+    on it, or an adapter built on it (an adapter outlives the project's disabling of its base). The rows
+    of projects that disabled it stay (lineage points at them), no longer tied to the catalogue."""
+    require_site_staff(user, token)
+    entry = CatalogueModel.objects.select_for_update().get(pk=entry.pk)  # no project enables it meanwhile
+    if entry.status in (RegisteredModel.Status.CHECKING, RegisteredModel.Status.CONVERTING):
+        raise Conflict(f"“{entry.name}” is being prepared by a worker ({entry.status}); delete it once that ends.",
+                       field="status")
+    rows = RegisteredModel.all_objects.filter(catalogue=entry)
+    # The most specific use first: it says what to undo before the project can disable it.
+    uses = (("aliased in", ModelAlias.objects.filter(Q(version__in=rows) | Q(canary_version__in=rows))
+             .values_list("project__name", flat=True)),
+            ("the base of adapters in", RegisteredModel.objects.filter(base_model__in=rows)
+             .values_list("project__name", flat=True)),
+            ("enabled in", rows.filter(deleted_at__isnull=True).values_list("project__name", flat=True)))
+    for how, projects in uses:
+        names = sorted(set(projects))
+        if names:
+            shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+            raise Conflict(f"“{entry.name}” is {how} {len(names)} project{'s' if len(names) > 1 else ''} ({shown}): "
+                           "it can be deleted once no project uses it.", field="catalogue_model")
+    audit_record(actor=user, action="catalogue.delete", target=entry, ip_address=ip_address,
+                 before={"name": entry.name, "format": entry.format, "path": entry.source_path})
+    rows.update(catalogue=None)
+    source = entry.source_path
+    entry.delete()
+    if uploads.is_uploaded(source):
+        transaction.on_commit(lambda: uploads.discard(source))
+
+
 def _enqueue_catalogue_preparation(entry_id: int) -> None:
     def fail(reason: str) -> None:
         CatalogueModel.objects.filter(pk=entry_id).update(status=RegisteredModel.Status.FAILED, error=reason)
@@ -597,7 +631,8 @@ def catalogue_disable(*, user, project: Project, entry_id, token=None, ip_addres
 
 def _catalogue_entry(entry_id) -> CatalogueModel:
     try:
-        return CatalogueModel.objects.get(pk=int(entry_id))
+        # Locked: a catalogue_delete waits for this enabling (or disabling) to commit, and then sees it.
+        return CatalogueModel.objects.select_for_update().get(pk=int(entry_id))
     except (CatalogueModel.DoesNotExist, ValueError, TypeError, OverflowError):
         raise Invalid("No such catalogue model.", field="catalogue_model") from None
 
