@@ -4,7 +4,7 @@
 A fine-tune's adapter, and a model merged from one, are written on the machine that made them and
 uploaded to the artifact bucket when one is configured (`RegisteredModel.bucket_prefix`). A worker on
 another machine (another ARTIFACT_ROOT) has none of their files: it fetches the bucket's copy once
-into ARTIFACT_ROOT/bucket-models/<prefix>, every file checked against the folder's manifest
+into ARTIFACT_ROOT/weights-cache/<prefix>, every file checked against the folder's manifest
 (apps.core.storage.get_folder). The copy is downloaded into a temporary folder beside it and renamed
 into place whole, so concurrent loads on one machine never see half a folder: a folder there is
 complete, and the loser of a race drops its own copy for the winner's.
@@ -58,7 +58,7 @@ def _cached_folder(model: RegisteredModel, prefix: str) -> Path:
     if not prefix.endswith("/") or not parts or any(part in ("", ".", "..") for part in parts):
         raise WeightsUnavailable(f"The bucket location of “{model.name}”'s weights is not a folder: {prefix!r}.",
                                  field="model")
-    target = Path(settings.ARTIFACT_ROOT, "bucket-models", *parts)
+    target = Path(settings.ARTIFACT_ROOT, "weights-cache", *parts)
     if target.is_dir():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)

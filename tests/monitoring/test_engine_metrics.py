@@ -185,7 +185,7 @@ def test_every_caller_of_the_batcher_names_its_model_and_adapter(family):
     base, v1, _ = family
     observer = engine_metrics.observer()
     # The adapter's directory on this machine (apps.registry.weights.model_paths: a bucket copy's may differ).
-    for model, adapter in ((base, None), (v1, Path("/cache/bucket-models/support-v1"))):
+    for model, adapter in ((base, None), (v1, Path("/cache/weights-cache/support-v1"))):
         observer.finished(engine_key(model, adapter), str(adapter) if adapter else None, tokens=2, reason="stop")
     lines = {(line["model"], line["adapter"]): line["requests"]
              for line in engine_metrics.lines(engine_metrics.families({"here": observer.exposition()}))}

@@ -59,7 +59,7 @@ def test_an_adapter_missing_here_is_fetched_from_the_bucket_once_into_the_cache(
                                                                                tmp_path):
     adapter, written = only_in_bucket(project, tmp_path)
     base, fetched = model_paths(adapter)
-    assert base == tmp_path and fetched == Path(settings.ARTIFACT_ROOT) / "bucket-models" / "training" / "job-4242" / "adapter"
+    assert base == tmp_path and fetched == Path(settings.ARTIFACT_ROOT) / "weights-cache" / "training" / "job-4242" / "adapter"
     assert files_under(fetched) == written  # the manifest itself is not part of the weights
     # Fetched once: a later load reads the cache, even with the bucket's copy gone.
     storage.delete_folder(PREFIX)
@@ -106,7 +106,7 @@ def test_a_damaged_or_incomplete_bucket_copy_is_refused_naming_the_model_and_not
     assert refused.value.message == (
         f"The artifact bucket's copy of “Tuned”'s weights was refused: {PREFIX}adapter_model.safetensors "
         "differs from its folder's manifest.")
-    cache = Path(settings.ARTIFACT_ROOT) / "bucket-models"
+    cache = Path(settings.ARTIFACT_ROOT) / "weights-cache"
     assert not [p for p in cache.rglob("*") if p.is_file()]  # nothing half-written, nothing trusted
 
     s3.put_object(Bucket=s3.bucket, Key=f"{PREFIX}MANIFEST.json", Body=b'{"files": {"../../escape": '
@@ -151,7 +151,7 @@ def test_a_hostile_bucket_location_is_refused_before_anything_is_written(s3, pro
                                   bucket_prefix=prefix)
         with pytest.raises(WeightsUnavailable, match="^The bucket location of “Odd”'s weights is not a folder"):
             local_weights(adapter)
-    assert not (Path(settings.ARTIFACT_ROOT) / "bucket-models").exists()
+    assert not (Path(settings.ARTIFACT_ROOT) / "weights-cache").exists()
 
 
 QUESTION = [{"role": "user", "content": "what is the capital of france ?"}]
@@ -213,7 +213,7 @@ def test_an_inference_worker_on_another_machine_answers_with_the_adapter_it_read
         served = generate(owner, tuned)
         assert served.state == "succeeded", served.error
         assert served.output == expected and served.completion_tokens > 0
-        cached = other_machine / "bucket-models" / "training" / "job-1" / "adapter"
+        cached = other_machine / "weights-cache" / "training" / "job-1" / "adapter"
         assert {"adapter_config.json", "adapter_model.safetensors"} <= {p.name for p in cached.iterdir()}
         assert not Path(tuned.weights_path).exists()
 
@@ -221,7 +221,7 @@ def test_an_inference_worker_on_another_machine_answers_with_the_adapter_it_read
         assert refused.state == "failed" and refused.error == (
             f"The artifact bucket's copy of “{damaged.name}”'s weights was refused: "
             "training/job-2/adapter/adapter_model.safetensors differs from its folder's manifest.")
-        assert not [p for p in (other_machine / "bucket-models" / "training" / "job-2").rglob("*") if p.is_file()]
+        assert not [p for p in (other_machine / "weights-cache" / "training" / "job-2").rglob("*") if p.is_file()]
 
         missing = generate(owner, lost)
         assert missing.state == "failed" and missing.error == (
@@ -254,5 +254,5 @@ def test_a_merge_reads_its_adapter_from_the_bucket_and_uploads_the_merged_model_
     settings.ARTIFACT_ROOT = tmp_path / "host-c"  # another machine: the merged folder is not there
     shutil.rmtree(merged.weights_path)
     fetched = local_weights(merged)
-    assert fetched == tmp_path / "host-c" / "bucket-models" / "models" / f"merged-{merged.pk}"
+    assert fetched == tmp_path / "host-c" / "weights-cache" / "models" / f"merged-{merged.pk}"
     assert files_under(fetched) == written
