@@ -175,7 +175,7 @@ def test_a_scientist_deletes_an_ended_export_from_the_model_page(page, scientist
                                          steps_total=3, size_bytes=2048, write_seconds=1.5,
                                          check_result={"identical": True, "prompts": ["a", "b", "c", "d"]})
     folder = export_folder(written.pk)
-    folder.mkdir(parents=True, exist_ok=True)  # an earlier session's export of this id may have left it
+    folder.mkdir(parents=True, exist_ok=True)  # an earlier test's export of this id may have left it
     (folder / written.filename).write_bytes(b"GGUF" + bytes(2044))
     written.path = str(folder / written.filename)
     written.save(update_fields=["path"])
