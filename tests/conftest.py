@@ -57,12 +57,14 @@ channel_layers.__dict__.pop("backends", None)
 @pytest.fixture(scope="session", autouse=True)
 def _no_stale_job_outputs():
     """Every session's test database numbers jobs from 1 again while ARTIFACT_ROOT stays: a job-1 folder
-    left by an earlier session would make this session's job 1 resume its checkpoints and time nothing."""
+    left by an earlier session would make this session's job 1 resume its checkpoints and time nothing,
+    and this session's export 1 find an earlier session's file beside its own."""
     import shutil
 
     from django.conf import settings
 
-    shutil.rmtree(Path(settings.ARTIFACT_ROOT) / "training", ignore_errors=True)
+    for folder in ("training", "model-exports"):
+        shutil.rmtree(Path(settings.ARTIFACT_ROOT) / folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -374,6 +374,13 @@ ARTIFACT_S3_PREFIX = env_str("ARTIFACT_S3_PREFIX", "blobs/")
 ARTIFACT_S3_TRAINING_PREFIX = env_str("ARTIFACT_S3_TRAINING_PREFIX", "training/")
 if not ARTIFACT_S3_TRAINING_PREFIX.endswith("/") or ARTIFACT_S3_TRAINING_PREFIX.startswith(ARTIFACT_S3_PREFIX):
     raise ImproperlyConfigured("ARTIFACT_S3_TRAINING_PREFIX must end with / and lie outside ARTIFACT_S3_PREFIX")
+# Models merged from an adapter in that bucket (apps/registry/weights.py): <prefix>merged-<id>/, so that a
+# worker on another machine loads them; outside ARTIFACT_S3_PREFIX and ARTIFACT_S3_TRAINING_PREFIX.
+ARTIFACT_S3_MODELS_PREFIX = env_str("ARTIFACT_S3_MODELS_PREFIX", "models/")
+if (not ARTIFACT_S3_MODELS_PREFIX.endswith("/") or ARTIFACT_S3_MODELS_PREFIX.startswith(ARTIFACT_S3_PREFIX)
+        or ARTIFACT_S3_MODELS_PREFIX.startswith(ARTIFACT_S3_TRAINING_PREFIX)):
+    raise ImproperlyConfigured("ARTIFACT_S3_MODELS_PREFIX must end with / and lie outside ARTIFACT_S3_PREFIX and "
+                               "ARTIFACT_S3_TRAINING_PREFIX")
 # Local copies of bucket blobs (for the readers that need a file), least recently used evicted.
 ARTIFACT_BLOB_CACHE_MAX_BYTES = env_int("ARTIFACT_BLOB_CACHE_MAX_BYTES", 10 * 2**30)
 # Self-hosted servers (MinIO, Ceph) usually answer only path-style requests, AWS prefers virtual-hosted.

@@ -23,7 +23,8 @@ from apps.annotation.field_types import field_type
 from apps.annotation.models import Campaign, Item, SuggestionRun
 from apps.annotation.services import classifier_fields
 from apps.core.jobs import JobCancelled, JobRun
-from apps.serving.runner import batcher, engine_key, model_paths
+from apps.registry.weights import model_paths
+from apps.serving.runner import batcher, engine_key
 from apps.serving.services import is_classifier
 
 logger = logging.getLogger(__name__)
@@ -109,8 +110,8 @@ def _generate(run: JobRun, campaign: Campaign) -> None:
     fields = campaign.schema.fields
     wants_text = [f["name"] for f in fields if field_type(f).fills_from_model_response(f)]
     asked = {f["name"]: (f, question) for f in fields if (question := field_type(f).suggestion_question(f))}
-    base, adapter = model_paths(campaign.suggestion_model)
-    key = engine_key(campaign.suggestion_model)
+    base, adapter = model_paths(campaign.suggestion_model)  # from the artifact bucket on another machine
+    key = engine_key(campaign.suggestion_model, adapter)
     params = SamplingParams(max_new_tokens=MAX_NEW_TOKENS)
     question_params = SamplingParams(max_new_tokens=16)  # a label's name, not an essay
     items, done = _pending(campaign)

@@ -55,7 +55,8 @@ def run_comparison(comparison_id: int, *, worker: str = "") -> None:
 
 def _run(run: JobRun) -> None:
     from apps.providers.services import ProviderError
-    from apps.serving.runner import batcher, engine_key, model_paths
+    from apps.registry.weights import model_paths
+    from apps.serving.runner import batcher, engine_key
     from workers.comparison import GridCancelled, GridModel, GridPrompt, call_column, run_grid
     from workers.inference import SamplingParams
 
@@ -68,14 +69,6 @@ def _run(run: JobRun) -> None:
     contestants = selectors.contestants(comparison)
     prompts = {p.position: p for p in comparison.prompts.all()}
     by_column = {c.position: c for c in contestants}
-    models = []
-    for c in contestants:
-        if c.provider_model_id:
-            continue  # called, below
-        base, adapter = model_paths(c.model)
-        models.append(GridModel(column=c.position, key=engine_key(c.model), path=str(base),
-                                adapter_path=str(adapter) if adapter else None,
-                                chat=bool((c.model.info or {}).get("chat_template"))))
     grid_prompts = [GridPrompt(row=p.position, text=p.text, reference=p.reference) for p in prompts.values()]
     done = set(Output.objects.filter(comparison=comparison).values_list("prompt__position", "contestant__position"))
     params = dict(comparison.params)
@@ -101,6 +94,14 @@ def _run(run: JobRun) -> None:
         return run.stopping()  # its worker is stopping: handed back after this batch
 
     try:
+        models = []
+        for c in contestants:
+            if c.provider_model_id:
+                continue  # called, below
+            base, adapter = model_paths(c.model)  # from the artifact bucket on a machine without them
+            models.append(GridModel(column=c.position, key=engine_key(c.model, adapter), path=str(base),
+                                    adapter_path=str(adapter) if adapter else None,
+                                    chat=bool((c.model.info or {}).get("chat_template"))))
         for c in contestants:
             if c.provider_model_id:
                 call_column(c.position, grid_prompts, _column_call(comparison, c, params), on_cells=on_cells,
@@ -117,7 +118,7 @@ def _run(run: JobRun) -> None:
         if not run.hand_back():
             run.cancel()
         return
-    except DomainError as exc:  # a provider column refused: privacy, budget, no longer enabled
+    except DomainError as exc:  # a provider column refused (privacy, budget, no longer enabled), weights unavailable
         close_old_connections()
         run.fail(exc.message[:2000])
         return

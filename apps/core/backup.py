@@ -6,7 +6,8 @@ a manifest of SHA-256 sums; and their restore (`manage.py backup DIR`, `manage.p
 - files: ARTIFACT_ROOT (adapters, checkpoints, exports, local blobs) and MEDIA_ROOT, as tar
   archives; the bucket blob cache is left out (it is refetched on demand).
 - bucket: with ARTIFACT_S3_BUCKET set, every object under ARTIFACT_S3_PREFIX (folder bucket/) and
-  under ARTIFACT_S3_TRAINING_PREFIX (fine-tunes' checkpoints and adapters; folder bucket-training/), downloaded.
+  under ARTIFACT_S3_TRAINING_PREFIX (fine-tunes' checkpoints and adapters; folder bucket-training/) and
+  ARTIFACT_S3_MODELS_PREFIX (merged models; folder bucket-models/), downloaded.
 Secrets (SECRET_KEY, PROVIDER_KEYS, the embedded default's key files) are not in a backup: keep
 them apart; provider keys cannot be read back without the key they were encrypted with.
 
@@ -34,7 +35,7 @@ from apps.core import storage
 
 FORMAT = 1
 MANIFEST = "manifest.json"
-LEFT_OUT = {"blob-cache"}  # under ARTIFACT_ROOT: copies of bucket objects, refetched on demand
+LEFT_OUT = {"blob-cache", "weights-cache"}  # under ARTIFACT_ROOT: copies of bucket objects, refetched on demand
 
 
 class BackupError(Exception):
@@ -228,9 +229,10 @@ def restore(source: Path, *, force: bool = False) -> dict:
 
 
 def _bucket_areas() -> dict[str, str]:
-    """The backup's folder for each prefix of the bucket: the content-addressed artifacts, and the
-    fine-tunes' checkpoints and adapters (ARTIFACT_S3_TRAINING_PREFIX)."""
-    return {"bucket": settings.ARTIFACT_S3_PREFIX, "bucket-training": settings.ARTIFACT_S3_TRAINING_PREFIX}
+    """The backup's folder for each prefix of the bucket: the content-addressed artifacts, the
+    fine-tunes' checkpoints and adapters (ARTIFACT_S3_TRAINING_PREFIX), merged models (ARTIFACT_S3_MODELS_PREFIX)."""
+    return {"bucket": settings.ARTIFACT_S3_PREFIX, "bucket-training": settings.ARTIFACT_S3_TRAINING_PREFIX,
+            "bucket-models": settings.ARTIFACT_S3_MODELS_PREFIX}
 
 
 def remove_partial(destination: Path) -> None:

@@ -223,14 +223,14 @@ def _rewrite(job: DeriveJob, version: DatasetVersion, progress, transform) -> in
 def _token_stats(job: DeriveJob, version: None, progress) -> None:
     """Token-length histograms of the parent's rows with a registered model's tokenizer (chat rows:
     the turns before the last assistant turn are the prompt, that turn the response)."""
-    from pathlib import Path
 
     from apps.registry.models import RegisteredModel
+    from apps.registry.weights import local_weights
     from workers.ingest.stats import TokenLengths
     from workers.models.loading import load_tokenizer
 
     model = RegisteredModel.all_objects.get(pk=job.params["model"])
-    tokenizer = load_tokenizer(Path(model.weights_path))
+    tokenizer = load_tokenizer(local_weights(model))
     lengths = TokenLengths()
     done = 0
     last = time.monotonic()

@@ -120,12 +120,13 @@ def provider_call(project, config: dict, launcher, *, temperature: float = 0.0, 
 def local_call(config: dict, *, temperature: float = 0.0, seed: int | None = None):
     """A call to config["local_model"] through the worker's shared batcher."""
     from apps.registry.models import RegisteredModel
-    from apps.serving.runner import batcher, engine_key, model_paths
+    from apps.registry.weights import model_paths
+    from apps.serving.runner import batcher, engine_key
     from workers.inference import SamplingParams
 
     model = RegisteredModel.objects.select_related("base_model").get(pk=config["local_model"])
     base, adapter = model_paths(model)
-    key = engine_key(model)
+    key = engine_key(model, adapter)
     params = SamplingParams(max_new_tokens=config["max_tokens"], temperature=temperature, seed=seed)
 
     def call(messages: list[dict]) -> Reply:
@@ -188,7 +189,8 @@ def _baseline_figures(job: EvalRun) -> dict | None:
 
 
 def _evaluate(run: JobRun) -> dict:
-    from apps.serving.runner import batcher, engine_key, model_paths
+    from apps.registry.weights import model_paths
+    from apps.serving.runner import batcher, engine_key
     from workers.comparison import GridModel, GridPrompt, run_grid
     from workers.inference import SamplingParams
 
@@ -205,7 +207,7 @@ def _evaluate(run: JobRun) -> dict:
     models = []
     for column, model in columns:
         base, adapter = model_paths(model)
-        models.append(GridModel(column=column, key=engine_key(model), path=str(base),
+        models.append(GridModel(column=column, key=engine_key(model, adapter), path=str(base),
                                 adapter_path=str(adapter) if adapter else None,
                                 chat=bool((model.info or {}).get("chat_template"))))
     prompts = [GridPrompt(row=position, text=text, reference=reference) for position, text, reference in rows]

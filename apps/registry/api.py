@@ -230,6 +230,15 @@ class CatalogueDetailApi(APIView):
                                           ip_address=client_ip(request), **data.validated_data)
         return Response(CatalogueModelSerializer(entry).data)
 
+    @extend_schema(responses={204: None})
+    def delete(self, request: Request, entry_id: int) -> Response:
+        services.require_site_staff(request.user, request.auth)
+        entry = CatalogueModel.objects.filter(pk=entry_id).first()
+        if entry is None:
+            raise NotFound()
+        services.catalogue_delete(user=request.user, entry=entry, token=request.auth, ip_address=client_ip(request))
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
 
 class ProjectCatalogueApi(ListAPIView):
     """The catalogue as a project sees it; its admins enable a model (nothing copied)."""

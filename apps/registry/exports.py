@@ -18,6 +18,7 @@ from django.conf import settings
 
 from apps.core.jobs import JobRun
 from apps.registry.models import ModelExport, RegisteredModel
+from apps.registry.weights import model_paths
 
 logger = logging.getLogger(__name__)
 
@@ -78,10 +79,8 @@ def _export(job: ModelExport, work: Path, run: JobRun) -> tuple[Path, float, dic
     steps = 3  # merge (or take the base), write, check
     run.progress(0, steps)
     started = time.monotonic()
-    if model.kind == RegisteredModel.Kind.ADAPTER:
-        source = merge_adapter(Path(model.base_model.weights_path), Path(model.weights_path), work / "merged")
-    else:
-        source = Path(model.weights_path)
+    base, adapter = model_paths(model)  # from the artifact bucket on a machine without them
+    source = merge_adapter(base, adapter, work / "merged") if adapter is not None else base
     run.progress(1, steps)
     final = export_folder(job.pk) / job.filename
     if job.format == ModelExport.Format.SAFETENSORS:
@@ -89,7 +88,7 @@ def _export(job: ModelExport, work: Path, run: JobRun) -> tuple[Path, float, dic
         write_seconds = time.monotonic() - started
         run.progress(2, steps)
         exported, tokenizer = load_for_inference(source, dtype="fp32")
-        reference = _served_model(model)
+        reference = _served_model(base, adapter)
     else:
         written = write_gguf(source, work / job.filename, job.format.removeprefix("gguf-"), name=model.name)
         write_seconds = time.monotonic() - started
@@ -105,16 +104,16 @@ def _export(job: ModelExport, work: Path, run: JobRun) -> tuple[Path, float, dic
     return final, write_seconds, check
 
 
-def _served_model(model: RegisteredModel):
+def _served_model(base: Path, adapter: Path | None):
     """What serving runs for this model: the base with the adapter beside it (PEFT, unmerged)."""
     from workers.models import load_for_inference
 
-    if model.kind != RegisteredModel.Kind.ADAPTER:
-        return load_for_inference(Path(model.weights_path), dtype="fp32")[0]
+    if adapter is None:
+        return load_for_inference(base, dtype="fp32")[0]
     from peft import PeftModel
 
-    base, _ = load_for_inference(Path(model.base_model.weights_path), dtype="fp32")
-    return PeftModel.from_pretrained(base, model.weights_path, is_trainable=False).eval()
+    loaded, _ = load_for_inference(base, dtype="fp32")
+    return PeftModel.from_pretrained(loaded, str(adapter), is_trainable=False).eval()
 
 
 def _zip_directory(directory: Path, target: Path) -> None:

@@ -98,6 +98,10 @@ class RegisteredModel(models.Model):
     # An adapter's lineage: the job that made it, its dataset version (id, hash), config and final metrics.
     lineage = models.JSONField(default=dict, blank=True)
     error = models.TextField(blank=True)
+    # Where the artifact bucket holds a copy of the weights (an apps.core.storage folder, written once they were
+    # uploaded whole: a fine-tune's adapter, a merged model), for workers on machines without `weights_path`
+    # (apps.registry.weights). "" when there is none.
+    bucket_prefix = models.CharField(max_length=1000, blank=True)
     # What the inference workers load it in (workers.inference.precision); `auto` is what the latest
     # precision measurement says is fastest within the perplexity allowance (selectors.serving_precision).
     serving_precision = models.CharField(max_length=8, choices=ServingPrecision.choices,

@@ -3,7 +3,6 @@ measures each precision on an inference worker (decode tokens/s, perplexity on a
 text: workers.inference.precision), whose latest result `auto` follows (selectors.serving_precision)."""
 
 import logging
-from pathlib import Path
 
 from django.db import transaction
 from django.utils import timezone
@@ -15,6 +14,7 @@ from apps.projects.audit import audit_record
 from apps.registry import selectors
 from apps.registry.models import PrecisionMeasurement, RegisteredModel, ServingPrecision
 from apps.registry.tasks import measure_precisions_task
+from apps.registry.weights import local_weights
 
 logger = logging.getLogger(__name__)
 
@@ -101,7 +101,7 @@ def run_precision_measurement(job_id: int, *, worker: str = "") -> None:
 
     with run:
         try:
-            measured = measure_precisions(Path(base.weights_path), device=device, on_progress=on_progress)
+            measured = measure_precisions(local_weights(base), device=device, on_progress=on_progress)
         except Exception as exc:
             logger.exception("precision measurement %s failed", job_id)
             run.fail(f"{type(exc).__name__}: {exc}"[:2000])

@@ -1,20 +1,23 @@
 """Registering models: path checks here; inspection (metadata only, nothing loaded, no code
 run) and the conversion of GGUF files in a worker."""
 
+import logging
 import os
 import re
 from pathlib import Path
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.utils import timezone
 
+from apps.core import storage
 from apps.core.errors import Conflict, Invalid, NotFound
 from apps.core.jobs import enqueue
 from apps.projects import policy
 from apps.projects.audit import audit_record
 from apps.projects.models import Project
-from apps.registry import uploads
+from apps.registry import uploads, weights
 from apps.registry.exports import delete_export_files
 from apps.registry.models import ALIAS_NAME, CatalogueModel, ModelAlias, ModelExport, RegisteredModel
 from apps.registry.tasks import (
@@ -24,6 +27,8 @@ from apps.registry.tasks import (
     merge_adapter_task,
     prepare_catalogue_task,
 )
+
+logger = logging.getLogger(__name__)
 
 
 def model_register(*, user, project: Project, name: str, path: str = "", hub_id: str = "", revision: str = "",
@@ -261,16 +266,35 @@ def run_merge(model_id: int) -> None:
         return  # deleted, or already done: a redelivered message does nothing
     adapter = RegisteredModel.all_objects.select_related("base_model").get(pk=model.lineage["merged_from"])
     try:
-        out = merge_adapter(Path(adapter.base_model.weights_path), Path(adapter.weights_path),
-                            Path(settings.ARTIFACT_ROOT) / "models" / f"merged-{model.pk}")
+        out = merge_adapter(*weights.model_paths(adapter), Path(settings.ARTIFACT_ROOT) / "models" / f"merged-{model.pk}")
         info = inspect_model(out)
+    except weights.WeightsUnavailable as exc:
+        model.status, model.error = RegisteredModel.Status.FAILED, exc.message
+        model.save(update_fields=["status", "error"])
+        return
     except Exception as exc:  # the scientist sees the reason on the model page
         model.status, model.error = RegisteredModel.Status.FAILED, f"{type(exc).__name__}: {exc}"[:2000]
         model.save(update_fields=["status", "error"])
         return
     model.status, model.weights_path, model.info, model.error = RegisteredModel.Status.READY, str(out), \
         info.as_dict(), ""
-    model.save(update_fields=["status", "weights_path", "info", "error"])
+    model.bucket_prefix = _upload_merged(model.pk, out)
+    model.save(update_fields=["status", "weights_path", "info", "error", "bucket_prefix"])
+
+
+def _upload_merged(model_id: int, directory: Path) -> str:
+    """The merged model's folder in the artifact bucket, for workers on other machines: its prefix, or ""
+    without a bucket or when the upload failed (logged: the model is then on this machine only)."""
+    if not storage.bucket_enabled():
+        return ""
+    prefix = weights.merged_prefix(model_id)
+    try:
+        storage.put_folder(directory, prefix)
+    except Exception:
+        logger.exception("uploading merged model %s to the artifact bucket failed: it is on this machine only",
+                         model_id)
+        return ""
+    return prefix
 
 
 def model_export_start(*, user, model: RegisteredModel, export_format: str, token=None,
@@ -351,7 +375,7 @@ def model_content_hash(model: RegisteredModel) -> str:
     from workers.models import weights_content_hash
 
     if not model.content_hash:
-        model.content_hash = weights_content_hash(Path(model.weights_path))
+        model.content_hash = weights_content_hash(weights.local_weights(model))
         RegisteredModel.all_objects.filter(pk=model.pk).update(content_hash=model.content_hash)
         if model.catalogue_id:  # the same weights in every project that enabled it
             CatalogueModel.objects.filter(pk=model.catalogue_id).update(content_hash=model.content_hash)
@@ -370,10 +394,11 @@ def adapter_lineage(job) -> dict:
             "train_split": job.train_split, "eval_split": job.eval_split}
 
 
-def adapter_register(*, job, adapter_dir: Path, metrics: dict) -> RegisteredModel:
+def adapter_register(*, job, adapter_dir: Path, metrics: dict, bucket_prefix: str = "") -> RegisteredModel:
     """In a worker, when a fine-tune succeeds: its adapter becomes a model version of the
     project, on top of the job's base model, with the lineage needed to reproduce it and the
-    adapter's own facts (PEFT type, rank, target modules, trainable parameters)."""
+    adapter's own facts (PEFT type, rank, target modules, trainable parameters). `bucket_prefix`:
+    where the artifact bucket holds its uploaded copy, if it does."""
     import json
 
     base = job.base_model
@@ -386,7 +411,7 @@ def adapter_register(*, job, adapter_dir: Path, metrics: dict) -> RegisteredMode
                      "trainable_parameters": (job.info or {}).get("trainable_params")}
     adapter = RegisteredModel.objects.create(
         project=job.project, name=name, format=RegisteredModel.Format.PEFT, kind=RegisteredModel.Kind.ADAPTER,
-        base_model=base, source_path=str(adapter_dir), weights_path=str(adapter_dir),
+        base_model=base, source_path=str(adapter_dir), weights_path=str(adapter_dir), bucket_prefix=bucket_prefix,
         status=RegisteredModel.Status.READY, info=base.info, created_by=job.created_by,
         lineage={"job": job.pk, "job_name": job.name, "method": job.method, "base_model": base.pk,
                  "base_model_name": base.name, "base_model_content_hash": model_content_hash(base),
@@ -404,7 +429,7 @@ def adapter_archive_files(model: RegisteredModel) -> list[tuple[Path, str]]:
     `PeftModel.from_pretrained` reads it, plus its training config."""
     if model.kind != RegisteredModel.Kind.ADAPTER:
         raise Invalid("Only adapters are downloaded; a base model stays where it was registered.", field="model")
-    directory = Path(model.weights_path)
+    directory = weights.local_weights(model)
     folder = "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in model.name).strip("-") or "adapter"
     return [(path, f"{folder}/{path.relative_to(directory)}") for path in sorted(directory.rglob("*"))
             if path.is_file() and not path.is_symlink()]
@@ -493,6 +518,39 @@ def catalogue_update(*, user, entry: CatalogueModel, default_enabled: bool, toke
     return entry
 
 
+@transaction.atomic
+def catalogue_delete(*, user, entry: CatalogueModel, token=None, ip_address: str | None = None) -> None:
+    """A site admin removes a base model from the catalogue, its uploaded files with it (once this commits).
+    Refused (Conflict) while a worker prepares it, or while any project uses it: enabled there, an alias
+    on it, or an adapter built on it (an adapter outlives the project's disabling of its base). The rows
+    of projects that disabled it stay (lineage points at them), no longer tied to the catalogue."""
+    require_site_staff(user, token)
+    entry = CatalogueModel.objects.select_for_update().get(pk=entry.pk)  # no project enables it meanwhile
+    if entry.status in (RegisteredModel.Status.CHECKING, RegisteredModel.Status.CONVERTING):
+        raise Conflict(f"“{entry.name}” is being prepared by a worker ({entry.status}); delete it once that ends.",
+                       field="status")
+    rows = RegisteredModel.all_objects.filter(catalogue=entry)
+    # The most specific use first: it says what to undo before the project can disable it.
+    uses = (("aliased in", ModelAlias.objects.filter(Q(version__in=rows) | Q(canary_version__in=rows))
+             .values_list("project__name", flat=True)),
+            ("the base of adapters in", RegisteredModel.objects.filter(base_model__in=rows)
+             .values_list("project__name", flat=True)),
+            ("enabled in", rows.filter(deleted_at__isnull=True).values_list("project__name", flat=True)))
+    for how, projects in uses:
+        names = sorted(set(projects))
+        if names:
+            shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+            raise Conflict(f"“{entry.name}” is {how} {len(names)} project{'s' if len(names) > 1 else ''} ({shown}): "
+                           "it can be deleted once no project uses it.", field="catalogue_model")
+    audit_record(actor=user, action="catalogue.delete", target=entry, ip_address=ip_address,
+                 before={"name": entry.name, "format": entry.format, "path": entry.source_path})
+    rows.update(catalogue=None)
+    source = entry.source_path
+    entry.delete()
+    if uploads.is_uploaded(source):
+        transaction.on_commit(lambda: uploads.discard(source))
+
+
 def _enqueue_catalogue_preparation(entry_id: int) -> None:
     def fail(reason: str) -> None:
         CatalogueModel.objects.filter(pk=entry_id).update(status=RegisteredModel.Status.FAILED, error=reason)
@@ -573,7 +631,8 @@ def catalogue_disable(*, user, project: Project, entry_id, token=None, ip_addres
 
 def _catalogue_entry(entry_id) -> CatalogueModel:
     try:
-        return CatalogueModel.objects.get(pk=int(entry_id))
+        # Locked: a catalogue_delete waits for this enabling (or disabling) to commit, and then sees it.
+        return CatalogueModel.objects.select_for_update().get(pk=int(entry_id))
     except (CatalogueModel.DoesNotExist, ValueError, TypeError, OverflowError):
         raise Invalid("No such catalogue model.", field="catalogue_model") from None
 
@@ -644,6 +703,7 @@ def adapter_share(*, user, adapter: RegisteredModel, project_id, token=None,
         shared = RegisteredModel.objects.create(
             project=target, name=name, format=adapter.format, kind=RegisteredModel.Kind.ADAPTER,
             base_model=target_base, source_path=adapter.source_path, weights_path=adapter.weights_path,
+            bucket_prefix=adapter.bucket_prefix,
             status=adapter.status, info=adapter.info, content_hash=adapter.content_hash, shared_from=adapter,
             created_by=user, lineage={**adapter.lineage, "shared_from": {
                 "project": adapter.project_id, "project_name": adapter.project.name, "model": adapter.pk,

@@ -10,6 +10,8 @@ urlpatterns = [
     path("projects/<int:project_id>/models/<int:model_id>/", views.model_detail, name="detail"),
     path("projects/<int:project_id>/models/<int:model_id>/merge/", views.model_merge, name="merge"),
     path("projects/<int:project_id>/models/<int:model_id>/exports/", views.model_export, name="export"),
+    path("projects/<int:project_id>/models/<int:model_id>/exports/<int:export_id>/delete/", views.model_export_delete,
+         name="export-delete"),
     path("projects/<int:project_id>/models/<int:model_id>/serving-precision/", views.serving_precision,
          name="serving-precision"),
     path("projects/<int:project_id>/models/<int:model_id>/precision-measurements/", views.precision_measurement,

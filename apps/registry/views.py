@@ -160,7 +160,7 @@ def model_detail(request: HttpRequest, project_id: int, model_id: int) -> HttpRe
         "perms": perms, "tab": "models",
         "can_download": model.kind == RegisteredModel.Kind.ADAPTER and policy.can(request.user, "model.download", model),
         "exports": model.exports.all()[:10] if policy.can(request.user, "model.download", model) else None,
-        "export_formats": ModelExport.Format.choices,
+        "export_formats": ModelExport.Format.choices, "export_ended_states": ModelExport.ENDED,
         "serving_precisions": ServingPrecision.choices, "serving_precision": selectors.serving_precision(model),
         "measurement": measurement, "precision_rows": selectors.precision_table(measurement.results) if measurement else [],
         "measured": selectors.latest_precision_measurement(model),
@@ -180,6 +180,22 @@ def model_export(request: HttpRequest, project_id: int, model_id: int) -> HttpRe
     else:
         messages.success(request, f"Exporting as {job.get_format_display()}: a worker writes the file, then loads it "
                                   "back to check it.")
+    return redirect("registry:detail", project_id=project_id, model_id=model.pk)
+
+
+@login_required
+@require_POST
+def model_export_delete(request: HttpRequest, project_id: int, model_id: int, export_id: int) -> HttpResponse:
+    model = policy.get_object(request.user, RegisteredModel, model_id, "model.view", project_id=project_id)
+    export = model.exports.filter(pk=export_id).first()
+    if export is None:
+        raise NotFound()
+    try:
+        services.model_export_delete(user=request.user, export=export, ip_address=client_ip(request))
+    except Conflict as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(request, f"Deleted the {export.get_format_display()} export and its file.")
     return redirect("registry:detail", project_id=project_id, model_id=model.pk)
 
 

@@ -6,8 +6,8 @@ import threading
 from collections import OrderedDict
 
 from apps.core.jobs import JobRun
+from apps.registry.weights import model_paths
 from apps.serving.models import Classification
-from apps.serving.runner import model_paths
 
 logger = logging.getLogger(__name__)
 

@@ -17,6 +17,7 @@ from apps.core.jobs import JobRun
 from apps.monitoring import engine_metrics
 from apps.registry.models import RegisteredModel
 from apps.registry.selectors import serving_precision
+from apps.registry.weights import WeightsUnavailable, model_paths
 from apps.serving import events
 from apps.serving.canary import canary_check
 from apps.serving.captures import capture_generation
@@ -43,20 +44,14 @@ def batcher():
         return _batcher
 
 
-def model_paths(model: RegisteredModel) -> tuple[Path, Path | None]:
-    """(base weights directory, adapter directory or None)."""
-    if model.kind == RegisteredModel.Kind.ADAPTER:
-        return Path(model.base_model.weights_path), Path(model.weights_path)
-    return Path(model.weights_path), None
-
-
-def engine_key(model: RegisteredModel) -> str:
+def engine_key(model: RegisteredModel, adapter: Path | None) -> str:
     """The batcher's key for `model` (one running batch per base model, its adapters' rows in it),
     with the model's metric labels named in this process's observer: the base's name, and the
-    adapter's name for an adapter's rows (apps.monitoring.engine_metrics)."""
+    adapter's name for the rows of its directory `adapter` (apps.registry.weights.model_paths;
+    apps.monitoring.engine_metrics)."""
     key = f"model-{model.base_model_id or model.pk}"
-    if model.kind == RegisteredModel.Kind.ADAPTER:
-        engine_metrics.observer().name(key, model.base_model.name, str(Path(model.weights_path)), model.name)
+    if adapter is not None:
+        engine_metrics.observer().name(key, model.base_model.name, str(adapter), model.name)
     else:
         engine_metrics.observer().name(key, model.name, None, model.name)
     return key
@@ -123,16 +118,16 @@ def _generate(run: JobRun, worker: str) -> None:
     params = dict(generation.params)
     if "stop" in params:
         params["stop"] = tuple(params["stop"])
-    base, adapter = model_paths(generation.model)
     precision = serving_precision(generation.model) or default_dtype(resolve_device("auto"))
     stream = _Stream(run)
     try:
-        future = batcher().submit(engine_key(generation.model), base, generation.prompt, SamplingParams(**params),
+        base, adapter = model_paths(generation.model)  # fetched from the artifact bucket on a machine without it
+        future = batcher().submit(engine_key(generation.model, adapter), base, generation.prompt, SamplingParams(**params),
                                   on_token=stream.on_token, messages=generation.messages, adapter_path=adapter,
                                   dtype=precision,
                                   is_cancelled=stream.is_cancelled, tag=f"project-{generation.project_id}")
         result = future.result(timeout=settings.INFERENCE_TIMEOUT_S)
-    except InferenceInputError as exc:
+    except (InferenceInputError, WeightsUnavailable) as exc:
         engine_metrics.publish(worker)
         run.fail(str(exc), error_field=exc.field)
         return

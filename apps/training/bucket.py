@@ -58,8 +58,10 @@ def upload_checkpoint(job_id: int, step: int, path: Path) -> None:
             storage.delete_folder(checkpoint_prefix(job_id, number))
 
 
-def upload_adapter(job_id: int, adapter_dir: Path) -> None:
+def upload_adapter(job_id: int, adapter_dir: Path) -> str:
+    """Upload the job's final adapter; returns its prefix (the registered adapter's `bucket_prefix`)."""
     storage.put_folder(adapter_dir, adapter_prefix(job_id))
+    return adapter_prefix(job_id)
 
 
 def fetch_checkpoint(job_id: int, checkpoints_dir: Path, *, up_to_step: int, log: Callable[[str], None]) -> int | None:

@@ -24,6 +24,7 @@ from django.utils import timezone
 
 from apps.core import storage
 from apps.core.jobs import JobRun, send_job
+from apps.registry.weights import local_weights
 from apps.training import bucket, events
 from apps.training.capacity import worker_devices
 from apps.training.models import MetricPoint, TrainingJob
@@ -122,7 +123,7 @@ def _train(run: JobRun) -> None:
         train_rows = _rows(job, job.train_split)
         eval_rows = _rows(job, job.eval_split, MAX_EVAL_ROWS) if job.eval_split else []
         # devices > 1: torchrun's processes train, this one relays rank 0's events to the callbacks.
-        arguments = dict(model_dir=Path(job.base_model.weights_path), output_dir=output_dir(job),
+        arguments = dict(model_dir=local_weights(job.base_model), output_dir=output_dir(job),
                          train_rows=train_rows, eval_rows=eval_rows, callbacks=callbacks, lineage=lineage)
         if config.devices > 1:
             result = train_distributed(config, devices_here=worker_devices(),
@@ -130,9 +131,10 @@ def _train(run: JobRun) -> None:
         else:
             result = train(config, **arguments)
         timing = {"rows": train_rows, "setup_s": callbacks.setup_s, "eval_seconds": callbacks.eval_seconds}
-        if storage.bucket_enabled():
-            callbacks.with_bucket("uploading the adapter to the artifact bucket", "it is on this machine only",
-                                  bucket.upload_adapter, job.pk, result.adapter_dir)
+        # Where the bucket holds the adapter, for workers on other machines (None: on this machine only).
+        uploaded = storage.bucket_enabled() and callbacks.with_bucket(
+            "uploading the adapter to the artifact bucket", "it is on this machine only",
+            bucket.upload_adapter, job.pk, result.adapter_dir)
     except TrainCancelled as exc:
         close_old_connections()
         if callbacks.handing_back:
@@ -151,10 +153,10 @@ def _train(run: JobRun) -> None:
         close_old_connections()
         run.fail(f"{type(exc).__name__}: {exc}"[:2000], traceback=traceback.format_exc())
         return
-    _succeed(run, result, timing)
+    _succeed(run, result, timing, bucket_prefix=uploaded or "")
 
 
-def _succeed(run: JobRun, result, timing: dict) -> None:
+def _succeed(run: JobRun, result, timing: dict, *, bucket_prefix: str) -> None:
     from apps.evaluation.services import eval_runs_after_fine_tune
     from apps.registry.services import adapter_register
     from apps.training.speed import record_job_speed
@@ -163,7 +165,8 @@ def _succeed(run: JobRun, result, timing: dict) -> None:
     close_old_connections()
     with transaction.atomic():
         job.refresh_from_db()
-        adapter = adapter_register(job=job, adapter_dir=result.adapter_dir, metrics=result.metrics)
+        adapter = adapter_register(job=job, adapter_dir=result.adapter_dir, metrics=result.metrics,
+                                   bucket_prefix=bucket_prefix)
         job.adapter, job.metrics, job.current_step = adapter, result.metrics, result.final_step
         job.tokens_trained = result.metrics.get("tokens_trained", job.tokens_trained)
         job.save(update_fields=["adapter", "metrics", "current_step", "tokens_trained"])

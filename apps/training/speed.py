@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from apps.core.jobs import JobRun, enqueue
 from apps.registry.models import RegisteredModel
+from apps.registry.weights import local_weights
 from apps.training.models import SpeedMeasurement, TrainingJob
 from workers.training.methods import get_method
 
@@ -255,7 +256,7 @@ def _calibrate_on_worker(measurement: SpeedMeasurement, *, worker: str) -> dict 
     timing = Timing()
     try:
         with tempfile.TemporaryDirectory(prefix="calibration-") as scratch:
-            train(config, model_dir=Path(measurement.base_model.weights_path), output_dir=Path(scratch),
+            train(config, model_dir=local_weights(measurement.base_model), output_dir=Path(scratch),
                   train_rows=rows, eval_rows=eval_rows, callbacks=timing)
     except TrainCancelled:
         pass  # enough steps timed

@@ -152,11 +152,20 @@ def test_the_fine_tunes_checkpoints_in_the_bucket_are_backed_up_and_put_back(s3,
     settings.MEDIA_ROOT = tmp_path / "media"
     settings.ARTIFACT_S3_TRAINING_PREFIX = "training/"
     key = "training/job-7/checkpoints/step-10/MANIFEST.json"
+    merged = "models/merged-3/MANIFEST.json"  # a merged model's copy, for workers on other machines
     s3.put_object(Bucket=s3.bucket, Key=key, Body=b'{"files": {}}')
+    s3.put_object(Bucket=s3.bucket, Key=merged, Body=b'{"files": {"m": {}}}')
+    (tmp_path / "artifacts" / "weights-cache" / "models").mkdir(parents=True)  # refetched on demand: left out
+    (tmp_path / "artifacts" / "weights-cache" / "models" / "cached.bin").write_bytes(b"cached")
     target = tmp_path / "backup"
     call_command("backup", str(target))
     manifest = json.loads((target / "manifest.json").read_text())
     assert manifest["bucket-training"]["objects"] == 1 and manifest["bucket"]["objects"] == 0
+    assert manifest["bucket-models"]["objects"] == 1
+    with tarfile.open(target / "artifacts.tar") as archive:
+        assert not [name for name in archive.getnames() if name.startswith("weights-cache")]
     s3.delete_object(Bucket=s3.bucket, Key=key)
+    s3.delete_object(Bucket=s3.bucket, Key=merged)
     call_command("restore", str(target), "--force")
     assert s3.get_object(Bucket=s3.bucket, Key=key)["Body"].read() == b'{"files": {}}'
+    assert s3.get_object(Bucket=s3.bucket, Key=merged)["Body"].read() == b'{"files": {"m": {}}}'

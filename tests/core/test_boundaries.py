@@ -63,6 +63,8 @@ SHARED_MODULES = {
     "apps.serving.runner",
     # Its classifiers (kept loaded per inference worker): a campaign's suggestions from a classifier.
     "apps.serving.classify",
+    # Where a model's weights are on this machine (fetched from the artifact bucket): every loader asks it.
+    "apps.registry.weights",
     # The inference engine's figures: the runner hands its batcher this observer, which publishes
     # them the way monitoring carries every worker's figures to the web (Redis, with a TTL).
     "apps.monitoring.engine_metrics",

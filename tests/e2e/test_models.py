@@ -165,3 +165,51 @@ def test_a_scientist_measures_the_precisions_and_chooses_one_on_the_model_page(p
     expect(page.get_by_test_id("serving-precision-current")).to_have_text("int8")
     tiny_model.refresh_from_db()
     assert tiny_model.serving_precision == "int8"
+
+
+def test_a_scientist_deletes_an_ended_export_from_the_model_page(page, scientist, viewer, tiny_model):
+    from apps.registry.exports import export_folder
+    from apps.registry.models import ModelExport
+
+    written = ModelExport.objects.create(model=tiny_model, format="gguf-f16", state="succeeded", steps_done=3,
+                                         steps_total=3, size_bytes=2048, write_seconds=1.5,
+                                         check_result={"identical": True, "prompts": ["a", "b", "c", "d"]})
+    folder = export_folder(written.pk)
+    folder.mkdir(parents=True, exist_ok=True)  # an earlier test's export of this id may have left it
+    (folder / written.filename).write_bytes(b"GGUF" + bytes(2044))
+    written.path = str(folder / written.filename)
+    written.save(update_fields=["path"])
+    failed = ModelExport.objects.create(model=tiny_model, format="safetensors", state="failed", error="disk full")
+    running = ModelExport.objects.create(model=tiny_model, format="gguf-q8_0", state="running", steps_done=1,
+                                         steps_total=3)
+
+    browser_login(page, "sofia")
+    page.goto(f"/projects/{tiny_model.project_id}/models/{tiny_model.pk}/")
+    exports = page.get_by_test_id("export")
+    expect(exports).to_have_count(3)
+    # Only an export that has ended can go: a running one's worker would write its file afterwards.
+    expect(page.locator(f"[data-export-url='/api/model-exports/{running.pk}/'] [data-testid=export-delete]")
+           ).to_have_count(0)
+    expect(page.get_by_test_id("export-delete")).to_have_count(2)
+
+    page.once("dialog", lambda dialog: dialog.accept())
+    exports.filter(has_text="GGUF f16").get_by_role("button", name="Delete").click()
+    expect(page.locator(".messages")).to_contain_text("Deleted the GGUF f16 export and its file.")
+    expect(exports).to_have_count(2)
+    expect(page.get_by_test_id("exports")).not_to_contain_text("GGUF f16")
+    expect(page.get_by_test_id("exports")).to_contain_text("disk full")
+    assert not folder.exists()
+    assert set(ModelExport.objects.values_list("pk", flat=True)) == {failed.pk, running.pk}
+
+    # Declined, nothing is sent.
+    page.once("dialog", lambda dialog: dialog.dismiss())
+    exports.filter(has_text="safetensors").get_by_role("button", name="Delete").click()
+    expect(exports).to_have_count(2)
+    assert ModelExport.objects.filter(pk=failed.pk).exists()
+
+    # Who may not carry the weights away sees no exports, so no button.
+    page.context.clear_cookies()
+    browser_login(page, viewer.username)
+    page.goto(f"/projects/{tiny_model.project_id}/models/{tiny_model.pk}/")
+    expect(page.get_by_test_id("model-card")).to_be_visible()
+    expect(page.get_by_test_id("export-delete")).to_have_count(0)

@@ -3,6 +3,8 @@ official `openai` client against the live server, a real `inference` worker gene
 tiny model and an adapter beside it, then /metrics scraped and its histograms checked against the
 generation rows. Also the series cap and the quantiles the monitoring page shows, on their own."""
 
+from pathlib import Path
+
 import openai
 import pytest
 import requests
@@ -178,13 +180,13 @@ def test_metrics_still_answers_when_a_worker_published_garbage(client, settings)
 def test_every_caller_of_the_batcher_names_its_model_and_adapter(family):
     """Playground, API, comparisons, evaluations and suggestions all key the batcher through
     runner.engine_key, which names the labels: nobody's rows count as "other"."""
-    from apps.serving.runner import engine_key, model_paths
+    from apps.serving.runner import engine_key
 
     base, v1, _ = family
     observer = engine_metrics.observer()
-    for model in (base, v1):
-        _, adapter = model_paths(model)
-        observer.finished(engine_key(model), str(adapter) if adapter else None, tokens=2, reason="stop")
+    # The adapter's directory on this machine (apps.registry.weights.model_paths: a bucket copy's may differ).
+    for model, adapter in ((base, None), (v1, Path("/cache/weights-cache/support-v1"))):
+        observer.finished(engine_key(model, adapter), str(adapter) if adapter else None, tokens=2, reason="stop")
     lines = {(line["model"], line["adapter"]): line["requests"]
              for line in engine_metrics.lines(engine_metrics.families({"here": observer.exposition()}))}
     assert lines[("Support", "")] == 1 and lines[("Support", "Support v1")] == 1

@@ -73,3 +73,33 @@ def test_a_file_that_cannot_be_removed_is_logged_and_the_model_is_deleted_anyway
     assert not export_folder(gone.pk).exists()  # the failure of one did not stop the others
     assert f"could not delete the files of model export {stuck.pk}" in caplog.text
     export_folder(stuck.pk).unlink()
+
+
+@pytest.mark.django_db
+def test_the_model_pages_delete_button_checks_who_and_what_like_the_api(client, scientist, viewer, outsider, project,
+                                                                       tiny_model, owner):
+    from tests.serving.fixtures import ready
+
+    failed = ModelExport.objects.create(model=tiny_model, format="safetensors", state="failed", error="disk full")
+    running = ModelExport.objects.create(model=tiny_model, format="gguf-f16", state="running")
+    other_model = ready(project, "Other")
+
+    def delete(export, model=tiny_model, project_id=project.pk):
+        return client.post(f"/projects/{project_id}/models/{model.pk}/exports/{export.pk}/delete/")
+
+    client.force_login(outsider)  # another project's member: nothing exists
+    assert delete(failed).status_code == 404
+    client.force_login(viewer)  # may see the model, not its exports
+    assert delete(failed).status_code == 403
+    client.force_login(scientist)
+    assert client.get(f"/projects/{project.pk}/models/{tiny_model.pk}/exports/{failed.pk}/delete/").status_code == 405
+    assert delete(failed, model=other_model).status_code == 404  # an export of another model
+    assert client.post(f"/projects/{project.pk}/models/{tiny_model.pk}/exports/999999/delete/").status_code == 404
+    refused = delete(running)
+    assert refused.status_code == 302
+    assert "This export is running; delete it once it has ended." in client.get(refused["Location"]).content.decode()
+    assert ModelExport.objects.filter(pk=running.pk).exists()
+    assert not AuditEvent.objects.filter(action="model.export_delete").exists()
+    assert delete(failed).status_code == 302
+    assert not ModelExport.objects.filter(pk=failed.pk).exists()
+    assert AuditEvent.objects.get(action="model.export_delete").actor == scientist

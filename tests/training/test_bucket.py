@@ -5,8 +5,10 @@ and the other resumes it from the checkpoint it reads back from the bucket."""
 
 import json
 import os
+import shutil
 import signal
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -190,3 +192,30 @@ def test_a_job_whose_machine_is_lost_resumes_on_another_from_the_checkpoint_in_t
             if process.poll() is None:
                 _stop_worker(process)
         app.control.add_consumer("gpu", destination=[session_worker], reply=True, timeout=10)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+@pytest.mark.django_db(transaction=True)
+def test_the_adapter_registered_names_its_bucket_copy_which_another_machine_loads(s3, settings, project, owner,  # noqa: F811
+                                                                                   tiny_model, qa_version, tmp_path):
+    from apps.registry.weights import model_paths
+    from apps.training.runner import run_job
+    from tests.training.fixtures import FAST
+
+    settings.ARTIFACT_ROOT = tmp_path / "host-a"
+    job = TrainingJob.objects.create(project=project, name="Run", base_model=tiny_model, dataset_version=qa_version,
+                                     train_split="train", config={**FAST, "max_steps": 2, "eval_every": None,
+                                                                  "checkpoint_every": 2}, created_by=owner)
+    run_job(job.pk, worker="here", pid=os.getpid())
+    job.refresh_from_db()
+    assert job.state == "succeeded", job.error
+    adapter = job.adapter
+    assert adapter.bucket_prefix == bucket.adapter_prefix(job.pk)
+    written = files_under(tmp_path / "host-a" / "training" / f"job-{job.pk}" / "adapter")
+
+    settings.ARTIFACT_ROOT = tmp_path / "host-b"
+    shutil.rmtree(tmp_path / "host-a")  # the machine that trained it is gone
+    base, fetched = model_paths(adapter)
+    assert base == Path(tiny_model.weights_path) and fetched.is_relative_to(tmp_path / "host-b")
+    assert files_under(fetched) == written
