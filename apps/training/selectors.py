@@ -97,12 +97,14 @@ def sweep_objective(sweep) -> str:
     return "eval_macro_f1" if (sweep.base_config or {}).get("method") == "classify" else "eval_loss"
 
 
-def _eval_value(job: TrainingJob, metric: str) -> float | None:
-    """The job's final `metric` once it succeeded, else its latest evaluation's after step 0 (the base)."""
-    if job.state == TrainingJob.State.SUCCEEDED and job.metrics.get(metric) is not None:
-        return job.metrics[metric]
+def _eval_values(job: TrainingJob, metrics: tuple[str, ...]) -> list[float | None]:
+    """Each of `metrics` from the job's final metrics once it succeeded, else from its latest
+    evaluation after step 0 (the base): one look-up of that evaluation for all of them."""
+    final = job.metrics if job.state == TrainingJob.State.SUCCEEDED else {}
+    if all(final.get(metric) is not None for metric in metrics):
+        return [final[metric] for metric in metrics]
     point = job.points.filter(kind=MetricPoint.Kind.EVAL, step__gt=0).order_by("-step").first()
-    return point.values.get(metric) if point else None
+    return [final[m] if final.get(m) is not None else (point.values.get(m) if point else None) for m in metrics]
 
 
 def sweep_trials(sweep) -> list[dict]:
@@ -113,8 +115,7 @@ def sweep_trials(sweep) -> list[dict]:
     _, higher_is_better = SWEEP_OBJECTIVES[metric]
     trials = []
     for job in sweep.jobs.order_by("pk"):
-        loss = _eval_value(job, "eval_loss")
-        score = loss if metric == "eval_loss" else _eval_value(job, metric)
+        loss, score = _eval_values(job, ("eval_loss", metric))
         trials.append({"job": job.pk, "name": job.name, "state": job.state, "score": score, "eval_loss": loss,
                        "point": {option: job.config.get(option) for option in sweep.space},
                        "current_step": job.current_step, "total_steps": job.total_steps, "adapter": job.adapter_id})
