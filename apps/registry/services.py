@@ -121,16 +121,14 @@ def run_inspection(model_id: int, *, catalogue: bool = False) -> None:
         source = resolve_model_path(model.source_path, roots)
         info = inspect_model(source, roots=roots)
     except ModelSafetyError as exc:
-        model.status, model.error = RegisteredModel.Status.FAILED, str(exc)[:2000]
-        model.save(update_fields=["status", "error"])
-        _sync_if_catalogue(model)
+        _leave_state(model, RegisteredModel.Status.CHECKING, status=RegisteredModel.Status.FAILED,
+                     error=str(exc)[:2000])
         return
     is_gguf = info.format == "gguf"
-    model.info, model.format = info.as_dict(), info.format
-    model.status = RegisteredModel.Status.CONVERTING if is_gguf else _loaded_or_failed(model, source)
-    model.weights_path = "" if is_gguf else str(source)
-    model.save(update_fields=["info", "format", "status", "weights_path", "error"])
-    _sync_if_catalogue(model)
+    status = RegisteredModel.Status.CONVERTING if is_gguf else _loaded_or_failed(model, source)
+    if not _leave_state(model, RegisteredModel.Status.CHECKING, info=info.as_dict(), format=info.format,
+                        status=status, weights_path="" if is_gguf else str(source), error=model.error):
+        return
     if is_gguf:
         run_conversion(model.pk, catalogue=catalogue)
 
@@ -201,14 +199,24 @@ def run_conversion(model_id: int, *, catalogue: bool = False) -> None:
     try:
         out = convert_gguf_to_safetensors(Path(model.source_path), conversion_dir(model))
     except Exception as exc:  # the scientist sees the reason on the model page
-        model.status, model.error = RegisteredModel.Status.FAILED, f"{type(exc).__name__}: {exc}"
-        model.save(update_fields=["status", "error"])
-        _sync_if_catalogue(model)
+        _leave_state(model, RegisteredModel.Status.CONVERTING, status=RegisteredModel.Status.FAILED,
+                     error=f"{type(exc).__name__}: {exc}")
         return
     model.error = ""
-    model.status, model.weights_path = _loaded_or_failed(model, out), str(out)
-    model.save(update_fields=["status", "weights_path", "error"])
+    status = _loaded_or_failed(model, out)
+    _leave_state(model, RegisteredModel.Status.CONVERTING, status=status, weights_path=str(out), error=model.error)
+
+
+def _leave_state(model, state: str, **fields) -> bool:
+    """Write a worker's result only if the model is still in `state`: a redelivered message
+    running beside the first must not overwrite its verdict (a failed check discards the upload,
+    so the second would report the files as missing). Whether this run's result stands."""
+    if not type(model).objects.filter(pk=model.pk, status=state).update(**fields):
+        return False
+    for field, value in fields.items():
+        setattr(model, field, value)
     _sync_if_catalogue(model)
+    return True
 
 
 def _loaded_or_failed(model, weights: Path) -> str:

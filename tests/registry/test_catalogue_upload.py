@@ -106,16 +106,46 @@ def safetensors_bytes(header: dict, data: bytes) -> bytes:
     # a header length larger than the file
     (lambda real: struct.pack("<Q", 2 ** 62) + b"{}", "corrupted"),
 ], ids=["truncated", "huge-tensor-claimed", "huge-header-length"])
-def test_broken_weights_fail_the_workers_check_with_the_reason_and_leave_no_files(client, site_admin, tiny_dir,
-                                                                                  weights, reason, left_behind):
+def test_broken_weights_fail_the_workers_check_with_the_reason_and_leave_no_files(
+        client, site_admin, tiny_dir, weights, reason, left_behind, celery_worker):
     client.force_login(site_admin)
     files = [SimpleUploadedFile(p.name, weights(p.read_bytes()) if p.suffix == ".safetensors" else p.read_bytes())
              for p in sorted(tiny_dir.iterdir())]
     answer = upload(client, "Broken", files)
     assert answer.status_code == 201, answer.content  # the web request opens no header
-    run_catalogue_preparation(answer.json()["id"])  # what the worker does
-    entry = CatalogueModel.objects.get(pk=answer.json()["id"])
+    entry = wait_for(lambda: CatalogueModel.objects.filter(pk=answer.json()["id"]).exclude(
+        status="checking").first(), timeout=100, what="the worker's check")
     assert entry.status == "failed" and reason in entry.error and "model.safetensors" in entry.error, entry.error
+    wait_for(lambda: not Path(entry.source_path).exists(), timeout=10, what="the upload discarded")
+    assert left_behind() == []
+
+
+@pytest.mark.django_db  # one transaction: the upload's enqueue never fires, this test is the only worker
+@pytest.mark.timeout(120)
+def test_a_redelivered_check_running_beside_the_first_keeps_the_first_verdict(client, site_admin, tiny_dir,
+                                                                              left_behind, monkeypatch):
+    """The broker may deliver the check twice at once. Here the second delivery has read the row
+    (still checking) when the first finishes, fails the model and discards its files: the second
+    then finds no files, and must not overwrite the first's reason with "does not exist"."""
+    import workers.models
+
+    client.force_login(site_admin)
+    files = [SimpleUploadedFile(p.name, p.read_bytes()[:100] if p.suffix == ".safetensors" else p.read_bytes())
+             for p in sorted(tiny_dir.iterdir())]
+    entry_id = upload(client, "Broken twice", files).json()["id"]
+    real_resolve, first_finished = workers.models.resolve_model_path, []
+
+    def resolve_after_the_first_delivery(*args, **kwargs):
+        if not first_finished:
+            first_finished.append(True)
+            run_catalogue_preparation(entry_id)  # the first delivery runs to its end meanwhile
+        return real_resolve(*args, **kwargs)
+
+    monkeypatch.setattr(workers.models, "resolve_model_path", resolve_after_the_first_delivery)
+    run_catalogue_preparation(entry_id)
+    entry = CatalogueModel.objects.get(pk=entry_id)
+    assert first_finished and entry.status == "failed", entry.error
+    assert "corrupted" in entry.error and "does not exist" not in entry.error, entry.error
     assert not Path(entry.source_path).exists() and left_behind() == []
 
 
