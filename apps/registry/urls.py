@@ -6,6 +6,7 @@ app_name = "registry"
 urlpatterns = [
     path("models/", views.all_models, name="all"),
     path("models/catalogue-upload/", views.catalogue_upload, name="catalogue-upload"),
+    path("models/catalogue/<int:entry_id>/", views.catalogue_entry, name="catalogue-entry"),
     path("projects/<int:project_id>/models/", views.model_list, name="list"),
     path("projects/<int:project_id>/models/<int:model_id>/", views.model_detail, name="detail"),
     path("projects/<int:project_id>/models/<int:model_id>/merge/", views.model_merge, name="merge"),

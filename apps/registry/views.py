@@ -101,6 +101,32 @@ def catalogue_upload(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
+@require_POST
+def catalogue_entry(request: HttpRequest, entry_id: int) -> HttpResponse:
+    """A site admin deletes a catalogue model (refused, with the projects that use it, while any
+    does) or marks it enabled, or not, in every new project."""
+    services.require_site_staff(request.user)
+    entry = CatalogueModel.objects.filter(pk=entry_id).first()
+    if entry is None:
+        raise NotFound()
+    action = request.POST.get("action")
+    try:
+        if action == "delete":
+            services.catalogue_delete(user=request.user, entry=entry, ip_address=client_ip(request))
+            messages.success(request, f"“{entry.name}” is deleted from the catalogue.")
+        elif action in ("default", "not-default"):
+            services.catalogue_update(user=request.user, entry=entry, default_enabled=action == "default",
+                                      ip_address=client_ip(request))
+            messages.success(request, f"“{entry.name}” is {'' if entry.default_enabled else 'no longer '}"
+                                      "enabled in every new project.")
+        else:
+            raise Invalid("Choose delete, default or not-default.", field="action")
+    except DomainError as exc:
+        messages.error(request, exc.message)
+    return redirect("registry:all")
+
+
+@login_required
 @require_http_methods(["GET", "POST"])
 def model_list(request: HttpRequest, project_id: int) -> HttpResponse:
     project = policy.get_project(request.user, project_id, "model.view")
