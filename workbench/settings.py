@@ -383,6 +383,13 @@ if (not ARTIFACT_S3_MODELS_PREFIX.endswith("/") or ARTIFACT_S3_MODELS_PREFIX.sta
                                "ARTIFACT_S3_TRAINING_PREFIX")
 # Local copies of bucket blobs (for the readers that need a file), least recently used evicted.
 ARTIFACT_BLOB_CACHE_MAX_BYTES = env_int("ARTIFACT_BLOB_CACHE_MAX_BYTES", 10 * 2**30)
+# Local copies of models' weights fetched from that bucket (apps/registry/weights.py) on a worker without
+# them: least recently used folders evicted past this total, none used in the last 10 minutes; 0: unbounded.
+# 50 GiB keeps a few merged 7B models (about 15 GB each in bf16) or hundreds of LoRA adapters.
+WEIGHTS_CACHE_MAX_BYTES = env_int("WEIGHTS_CACHE_MAX_BYTES", 50 * 2**30)
+if WEIGHTS_CACHE_MAX_BYTES < 0:
+    raise ImproperlyConfigured("WEIGHTS_CACHE_MAX_BYTES must be a number of bytes (0: unbounded), got "
+                               f"{WEIGHTS_CACHE_MAX_BYTES}")
 # Self-hosted servers (MinIO, Ceph) usually answer only path-style requests, AWS prefers virtual-hosted.
 ARTIFACT_S3_ADDRESSING_STYLE = env_str("ARTIFACT_S3_ADDRESSING_STYLE",
                                        "path" if ARTIFACT_S3_ENDPOINT_URL else "auto")

@@ -300,23 +300,33 @@ def _manifest_files(body: bytes, prefix: str) -> dict[str, dict]:
     return files
 
 
-def get_folder(prefix: str, destination: Path) -> dict:
-    """Download the folder at `prefix` (written by put_folder) into the directory `destination`, each
-    file checked against the manifest. Returns the manifest. FileNotFoundError when it has no manifest
-    (incomplete, or not there); CorruptFolder when the manifest is malformed or a file is missing or
-    differs (what was downloaded is left for the caller to remove)."""
+def folder_manifest(prefix: str) -> dict:
+    """The manifest of the folder at `prefix` ({"files": {name: {"sha256", "bytes"}}}), checked as
+    get_folder checks it: FileNotFoundError when it has none, CorruptFolder when it is malformed."""
     from botocore.exceptions import ClientError
 
     prefix = _folder_prefix(prefix)
-    bucket = settings.ARTIFACT_S3_BUCKET
     try:
-        body = _s3().get_object(Bucket=bucket, Key=prefix + FOLDER_MANIFEST)["Body"].read(
+        body = _s3().get_object(Bucket=settings.ARTIFACT_S3_BUCKET, Key=prefix + FOLDER_MANIFEST)["Body"].read(
             FOLDER_MANIFEST_MAX_BYTES + 1)
     except ClientError as exc:
         if _is_not_found(exc):
             raise FileNotFoundError(f"{prefix} has no manifest in the artifact bucket") from None
         raise
-    files = _manifest_files(body, prefix)
+    return {"files": _manifest_files(body, prefix)}
+
+
+def get_folder(prefix: str, destination: Path, *, manifest: dict | None = None) -> dict:
+    """Download the folder at `prefix` (written by put_folder) into the directory `destination`, each
+    file checked against the manifest (`manifest`, from folder_manifest, where the caller read it
+    first: the files are then checked against that one). Returns the manifest. FileNotFoundError when
+    it has no manifest (incomplete, or not there); CorruptFolder when the manifest is malformed or a
+    file is missing or differs (what was downloaded is left for the caller to remove)."""
+    from botocore.exceptions import ClientError
+
+    prefix = _folder_prefix(prefix)
+    bucket = settings.ARTIFACT_S3_BUCKET
+    files = (manifest or folder_manifest(prefix))["files"]
     for name, facts in files.items():
         target = Path(destination, *name.split("/"))
         target.parent.mkdir(parents=True, exist_ok=True)
