@@ -219,3 +219,23 @@ def test_who_may_estimate_and_launch_a_run_over_a_version(
         missing = post(client, url + route, body(theirs))
         assert missing.status_code == 404 and b"Theirs" not in missing.content
     assert JudgeRun.objects.filter(dataset_version=theirs).count() == 0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_local_judge_scores_a_versions_responses_through_the_inference_worker(
+        client, scientist, owner, project, demo_model, inference_worker):
+    version = make_version(project, owner, rows=[("What is the capital of France?", "Paris.", {})])
+    client.force_login(scientist)
+    made = post(client, f"/api/projects/{project.pk}/judges/", {"name": "Demo judge", "rubric": POINTWISE,
+                                                                 "local_model": demo_model.pk, "max_tokens": 24})
+    assert made.status_code == 201, made.content
+    _, run = launch_and_wait(client, project, made.json(), body(version), timeout=400)
+    assert run["state"] == "succeeded", run["error"]
+    assert run["calls_done"] == 1 and run["summary"]["calls"] == 1
+    (verdict,) = Verdict.objects.filter(run_id=run["id"])
+    assert verdict.position == 0 and verdict.raw and verdict.completion_tokens > 0 and verdict.prompt_tokens > 0
+    # Whatever the small model wrote, its answer is either read whole or counted, never guessed.
+    assert (verdict.answer is None) == bool(verdict.parse_error)
+    column = run["summary"]["columns"]["0"]
+    assert column["judged"] + column["unparseable"] == 1 and run["summary"]["unparseable"] == column["unparseable"]
