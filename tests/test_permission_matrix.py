@@ -404,6 +404,31 @@ def _arrange_judge(run_state: str | None = None, kind: str = "pairwise"):
     return arrange
 
 
+def _arrange_judge_version(world: World) -> dict:
+    """A pointwise judge (on a placeholder model) and a ready version of world.dataset with a
+    prompt and a response to judge (tests/evaluation/test_judge_dataset_runs.py runs it for real)."""
+    from apps.datasets.models import DatasetRow, DatasetVersion
+    from apps.evaluation.models import Judge
+    from tests.comparison.factories import placeholder_model
+
+    version = DatasetVersion.objects.create(dataset=world.dataset, number=1, status="ready", row_count=1,
+                                            schema={"roles": {"prompt": "prompt", "response": "response"},
+                                                    "metadata_keys": []})
+    DatasetRow.objects.create(version=version, position=0, row_hash="0" * 64, prompt="2+2?", response="4")
+    judge = Judge.objects.create(project=world.project, name="Judge", created_by=world.owner,
+                                 local_model=placeholder_model(world.project),
+                                 rubric={"kind": "pointwise", "instructions": "",
+                                         "criteria": [{"name": "correct", "description": "", "scale": "pass_fail"}]})
+    return {"judge_id": judge.pk}
+
+
+def _judge_version_body(world: World) -> dict:
+    from apps.datasets.models import DatasetVersion
+
+    return {"version": DatasetVersion.objects.get(dataset=world.dataset).pk, "prompt_column": "prompt",
+            "response_column": "response"}
+
+
 def _rating_body(world: World) -> dict:
     from apps.comparison.models import Output
 
@@ -819,6 +844,12 @@ ENDPOINTS = [
              200, arrange=_arrange_judge(), audit_writes=0),
     Endpoint("judge-launch", "POST", f"{P}/judges/<int:judge_id>/runs/", "compare.run", _comparison_body, 201,
              checks=("compare.view", "compare.run"), arrange=_arrange_judge()),
+    # the same two over a dataset version's responses: reading the version takes dataset.view too
+    Endpoint("judge-estimate-version", "POST", f"{P}/judges/<int:judge_id>/estimate/", "compare.view",
+             _judge_version_body, 200, checks=("compare.view", "dataset.view"), arrange=_arrange_judge_version,
+             audit_writes=0),
+    Endpoint("judge-launch-version", "POST", f"{P}/judges/<int:judge_id>/runs/", "compare.run", _judge_version_body,
+             201, checks=("compare.view", "compare.run", "dataset.view"), arrange=_arrange_judge_version),
     # people rate a pointwise judge's outputs blind, with the voters' permission
     Endpoint("judge-rating-next", "GET", f"{P}/judges/<int:judge_id>/comparisons/<int:comparison_id>/ratings/next/",
              "compare.vote", _no_body, 200, arrange=_arrange_judge(kind="pointwise")),

@@ -15,7 +15,6 @@ from apps.evaluation import selectors, services
 from apps.evaluation.models import EvalRun, EvalSuite, Judge, JudgeRun, TeacherRun
 from apps.evaluation.serializers import (
     CalibrationPolicySerializer,
-    ComparisonChoiceSerializer,
     EstimateSerializer,
     EvalRunDetailSerializer,
     EvalRunSerializer,
@@ -25,6 +24,7 @@ from apps.evaluation.serializers import (
     JudgeRunDetailSerializer,
     JudgeRunSerializer,
     JudgeSerializer,
+    JudgeSourceSerializer,
     ModelChoiceSerializer,
     NextOutputSerializer,
     RatingSerializer,
@@ -44,7 +44,7 @@ def _judge(request: Request, project_id: int, judge_id: int) -> Judge:
 
 def _run(request: Request, project_id: int, run_id: int) -> JudgeRun:
     return policy.get_object(request.user, JudgeRun, run_id, "compare.view", request.auth, project_id=project_id,
-                             related=("judge", "comparison"))
+                             related=("judge", "comparison", "dataset_version__dataset"))
 
 
 class JudgeListCreateApi(ListAPIView):
@@ -77,15 +77,16 @@ class JudgeDetailApi(APIView):
 
 
 class JudgeEstimateApi(APIView):
-    """What a run over the comparison would take, before it is launched: calls and tokens."""
+    """What a run over the comparison (or the dataset version's rows) would take, before it is
+    launched: calls and tokens."""
 
-    @extend_schema(request=ComparisonChoiceSerializer, responses=EstimateSerializer)
+    @extend_schema(request=JudgeSourceSerializer, responses=EstimateSerializer)
     def post(self, request: Request, project_id: int, judge_id: int) -> Response:
         judge = _judge(request, project_id, judge_id)
-        data = ComparisonChoiceSerializer(data=request.data)
+        data = JudgeSourceSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         return Response(services.judge_run_estimate(user=request.user, judge=judge, token=request.auth,
-                                                    comparison=data.validated_data["comparison"]))
+                                                    **data.validated_data))
 
 
 class JudgeRunListApi(ListAPIView):
@@ -97,13 +98,16 @@ class JudgeRunListApi(ListAPIView):
 
 
 class JudgeRunLaunchApi(APIView):
-    @extend_schema(request=ComparisonChoiceSerializer, responses={201: JudgeRunSerializer})
+    """Launch a run over a comparison's outputs, or over a dataset version's rows (a prompt column
+    and one response column, pointwise, or two, pairwise)."""
+
+    @extend_schema(request=JudgeSourceSerializer, responses={201: JudgeRunSerializer})
     def post(self, request: Request, project_id: int, judge_id: int) -> Response:
         judge = _judge(request, project_id, judge_id)
-        data = ComparisonChoiceSerializer(data=request.data)
+        data = JudgeSourceSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         run = services.judge_run_start(user=request.user, judge=judge, token=request.auth,
-                                       comparison=data.validated_data["comparison"], ip_address=client_ip(request))
+                                       ip_address=client_ip(request), **data.validated_data)
         return Response(JudgeRunSerializer(run).data, status=status.HTTP_201_CREATED)
 
 

@@ -1,5 +1,6 @@
 """Judges: a model (a local one of the project, or an outside provider's) with a rubric, and
-their runs over a comparison's outputs.
+their runs over a comparison's outputs or over a dataset version's responses (a prompt column and
+one response column, pointwise, or two, pairwise).
 
 A run is a job (apps.core.jobs.JobRun) on the `inference` queue, where a local judge's weights
 are cached; a provider judge's calls go through apps.providers.services.provider_chat. Its
@@ -56,8 +57,13 @@ class JudgeRun(LeasedJob):
 
     project = models.ForeignKey("projects.Project", on_delete=models.CASCADE, related_name="judge_runs")
     judge = models.ForeignKey(Judge, on_delete=models.CASCADE, related_name="runs")
-    comparison = models.ForeignKey("comparison.Comparison", on_delete=models.CASCADE, related_name="judge_runs")
-    # The judge as it was at launch (rubric, model, max_tokens): a run reads only this.
+    # What it judges, exactly one of the two: a comparison's outputs, or a dataset version's rows
+    # (the columns it reads are in config: prompt_column, response_column[, second_response_column]).
+    comparison = models.ForeignKey("comparison.Comparison", null=True, blank=True, on_delete=models.CASCADE,
+                                   related_name="judge_runs")
+    dataset_version = models.ForeignKey("datasets.DatasetVersion", null=True, blank=True, on_delete=models.CASCADE,
+                                        related_name="+")
+    # The judge as it was at launch (rubric, model, max_tokens; for a version, the columns): a run reads only this.
     config = models.JSONField(default=dict)
     estimate = models.JSONField(default=dict)  # workers.judging.estimate_cost, shown before launch
     state = models.CharField(max_length=16, choices=State.choices, default=State.QUEUED)
@@ -70,19 +76,36 @@ class JudgeRun(LeasedJob):
     class Meta(LeasedJob.Meta):
         default_permissions = ()
         indexes = [models.Index(fields=["project", "state"])]
+        constraints = [
+            models.CheckConstraint(condition=models.Q(comparison__isnull=True) ^ models.Q(dataset_version__isnull=True),
+                                   name="judge_run_one_source"),
+        ]
+
+    @property
+    def source_label(self) -> str:
+        """What the run judged, for lists: the comparison's name, or the dataset version and its columns."""
+        if self.comparison_id:
+            return self.comparison.name
+        version = self.dataset_version
+        columns = [self.config.get(k) for k in ("response_column", "second_response_column") if self.config.get(k)]
+        return f"{version.dataset.name} v{version.number} ({self.config.get('prompt_column')} → {' vs '.join(columns)})"
 
 
 class Verdict(models.Model):
     """One answer of the judge: on one output (pointwise) or one pair of outputs of a prompt in
-    one order (pairwise: `swapped` when `second` was shown as A)."""
+    one order (pairwise: `swapped` when `second` was shown as A). A run over a dataset version
+    points at the row instead (`position`; the comparison's three are null)."""
 
     run = models.ForeignKey(JudgeRun, on_delete=models.CASCADE, related_name="verdicts")
-    item = models.CharField(max_length=64)  # the engine's item key: "p<prompt>:c<contestant>[:c<contestant>]"
+    # the engine's item key: "p<prompt>:c<contestant>[:c<contestant>]", or "r<position>" for a dataset row
+    item = models.CharField(max_length=64)
     swapped = models.BooleanField(default=False)
-    prompt = models.ForeignKey("comparison.Prompt", on_delete=models.CASCADE, related_name="+")
-    first = models.ForeignKey("comparison.Contestant", on_delete=models.CASCADE, related_name="+")  # pointwise: the judged
+    prompt = models.ForeignKey("comparison.Prompt", null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    first = models.ForeignKey("comparison.Contestant", null=True, blank=True, on_delete=models.CASCADE,
+                              related_name="+")  # pointwise: the judged
     second = models.ForeignKey("comparison.Contestant", null=True, blank=True, on_delete=models.CASCADE,
                                related_name="+")
+    position = models.PositiveIntegerField(null=True, blank=True)  # the dataset row's, for a run over a version
     raw = models.TextField(blank=True)
     answer = models.JSONField(null=True, blank=True)  # valid against the rubric's schema, or null
     parse_error = models.CharField(max_length=300, blank=True)
@@ -92,7 +115,14 @@ class Verdict(models.Model):
 
     class Meta:
         ordering = ["run", "id"]
-        constraints = [models.UniqueConstraint(fields=["run", "item", "swapped"], name="verdict_unique_item_order")]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "item", "swapped"], name="verdict_unique_item_order"),
+            models.CheckConstraint(
+                condition=(models.Q(position__isnull=True, prompt__isnull=False, first__isnull=False)
+                           | models.Q(position__isnull=False, prompt__isnull=True, first__isnull=True,
+                                      second__isnull=True)),
+                name="verdict_one_target"),
+        ]
 
 
 class Rating(models.Model):

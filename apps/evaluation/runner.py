@@ -46,13 +46,18 @@ def run_judge_job(run_id: int, *, worker: str = "") -> None:
             logger.exception("judge run %s failed", run_id)
             run.fail(f"{type(exc).__name__}: {exc}"[:2000])
         else:
-            run.finish(summary=selectors.summarize(JudgeRun.objects.select_related("comparison").get(pk=run_id)))
+            run.finish(summary=selectors.summarize(
+                JudgeRun.objects.select_related("comparison", "dataset_version").get(pk=run_id)))
 
 
 def _judge(run: JobRun) -> None:
-    job = JudgeRun.objects.select_related("comparison", "project", "created_by").get(pk=run.job.pk)
+    job = JudgeRun.objects.select_related("comparison", "dataset_version", "project", "created_by").get(pk=run.job.pk)
     rubric = check_rubric(job.config["rubric"])
-    items, index = selectors.judge_items(job.comparison, rubric)
+    if job.comparison_id:
+        items, index = selectors.judge_items(job.comparison, rubric)
+    else:  # a version's rows: a verdict points at its row
+        items = selectors.dataset_judge_items(job.dataset_version, rubric, job.config)
+        index = {item.key: (None, None, None) for item in items}
     done = set(Verdict.objects.filter(run=job).values_list("item", flat=True))
     per_item = len(orders(rubric))
     calls_done = len(done) * per_item
@@ -63,10 +68,11 @@ def _judge(run: JobRun) -> None:
     def on_item(verdicts) -> bool:
         nonlocal calls_done
         prompt_id, first_id, second_id = index[verdicts[0].key]
+        position = None if prompt_id else int(verdicts[0].key[1:])
         with transaction.atomic():
             Verdict.objects.bulk_create([
                 Verdict(run_id=job.pk, item=v.key, swapped=v.swapped, prompt_id=prompt_id, first_id=first_id,
-                        second_id=second_id, raw=v.raw[:20_000], answer=v.answer, parse_error=v.error,
+                        second_id=second_id, position=position, raw=v.raw[:20_000], answer=v.answer, parse_error=v.error,
                         prompt_tokens=v.prompt_tokens, completion_tokens=v.completion_tokens) for v in verdicts])
         calls_done += len(verdicts)
         run.progress(calls_done, total)  # raises JobCancelled once the run is asked to stop

@@ -22,6 +22,7 @@ from apps.evaluation.models import (
     TeacherRun,
     Verdict,
 )
+from workers.ingest.canonical import ROLES
 from workers.judging import PAIRWISE, PairItem, PointItem, Rubric, check_rubric, cohen_kappa
 from workers.judging.rubric import SCALE_1_5
 from workers.judging.stats import (
@@ -33,6 +34,7 @@ from workers.judging.stats import (
     pairwise_summary,
     point_score,
     pointwise_summary,
+    win_rate,
 )
 from workers.judging.stats import rating_agreement as workers_rating_agreement
 from workers.teaching import MESSAGES, PROMPT, TeacherItem, prompt_messages
@@ -63,18 +65,97 @@ def judge_items(comparison: Comparison, rubric: Rubric) -> tuple[list, dict[str,
     return items, index
 
 
+# --- runs over a dataset version's responses ------------------------------------------------------
+
+TEXT_ROLES = ("prompt", "response", "reference", "label")  # a row's fields that hold text
+
+
+def version_columns(version) -> list[str]:
+    """Every column of a version by the name people see: its role columns, then its metadata keys."""
+    roles = set(version.schema.get("roles", {}).values())
+    return [*(r for r in ROLES if r in roles), *version.schema.get("metadata_keys", [])]
+
+
+def column_texts(version, columns: list[str]) -> tuple[list[tuple[int, list[str | None]]], set[str]]:
+    """Each row's text in `columns`, in order: (position, [text or None, ...]); and the columns
+    that hold something other than text (a chat, a number, an object) in some row. A role column
+    is its row field (a text role's; `messages` and the others are never text), a metadata key
+    its value."""
+    not_text = {c for c in columns if c in ROLES and c not in TEXT_ROLES}
+    rows = []
+    for position, prompt, response, reference, label, metadata in (
+            version.rows.order_by("position").values_list("position", "prompt", "response", "reference", "label",
+                                                          "metadata").iterator(chunk_size=2000)):
+        fields = {"prompt": prompt, "response": response, "reference": reference, "label": label}
+        texts = []
+        for column in columns:
+            value = fields.get(column) if column in ROLES else (metadata or {}).get(column)
+            if value is not None and not isinstance(value, str):
+                not_text.add(column)
+                value = None
+            texts.append(value)
+        rows.append((position, texts))
+    return rows, not_text
+
+
+def dataset_columns(config: dict) -> list[str]:
+    """The columns a run over a version reads, in order: prompt, response[, second response]."""
+    return [config[k] for k in ("prompt_column", "response_column", "second_response_column") if config.get(k)]
+
+
+def dataset_judge_items(version, rubric: Rubric, config: dict) -> list:
+    """The engine's items for a run over a version: each row with text in every column it reads
+    (a row missing one is left out), keyed "r<position>": its response scored (pointwise), or its
+    two responses compared (pairwise, `first` the response column)."""
+    rows, _ = column_texts(version, dataset_columns(config))
+    items = []
+    for position, texts in rows:
+        if any(t is None or not t.strip() for t in texts):
+            continue
+        if rubric.kind == PAIRWISE:
+            items.append(PairItem(key=f"r{position}", prompt=texts[0], first=texts[1], second=texts[2]))
+        else:
+            items.append(PointItem(key=f"r{position}", prompt=texts[0], response=texts[1]))
+    return items
+
+
+def _dataset_summary(run: JudgeRun, rubric: Rubric, verdicts: list[Verdict], totals: dict) -> dict:
+    """A run over a version: its response column is column 0, the second response column 1; a
+    pairwise run adds the response column's win rate over the second (tie and inconsistent count
+    half, unparseable pairs are left out)."""
+    columns = dataset_columns(run.config)[1:]
+    totals = {**totals, "models": {str(i): name for i, name in enumerate(columns)}}
+    if rubric.kind != PAIRWISE:
+        return {**totals, "kind": rubric.kind, **pointwise_summary(rubric, [(0, v.answer) for v in verdicts])}
+    rows, _ = column_texts(run.dataset_version, dataset_columns(run.config))
+    lengths = {position: (len(texts[1] or ""), len(texts[2] or "")) for position, texts in rows}
+    pairs: dict[str, dict] = {}
+    for v in verdicts:
+        first_len, second_len = lengths.get(v.position, (0, 0))
+        pair = pairs.setdefault(v.item, {"first": 0, "second": 1, "in_order": None, "swapped": None,
+                                         "first_len": first_len, "second_len": second_len})
+        pair["swapped" if v.swapped else "in_order"] = v.answer["winner"] if v.answer else None
+    figures = pairwise_summary(list(pairs.values()))
+    return {**totals, "kind": rubric.kind, **figures, "win_rate": win_rate(figures["matchups"])}
+
+
 def project_judges(project):
     return Judge.objects.filter(project=project).select_related("local_model", "provider_model__provider")
 
 
 def project_runs(project):
-    return JudgeRun.objects.filter(project=project).select_related("judge", "comparison")
+    return JudgeRun.objects.filter(project=project).select_related("judge", "comparison", "dataset_version__dataset")
 
 
 def summarize(run: JudgeRun) -> dict:
     """The run's figures from its stored verdicts (the worker writes them when the run succeeds)."""
     rubric = check_rubric(run.config["rubric"])
     verdicts = list(run.verdicts.all())
+    if run.comparison_id is None:
+        totals = {"calls": len(verdicts), "unparseable": sum(v.answer is None for v in verdicts),
+                  "prompt_tokens": sum(v.prompt_tokens for v in verdicts),
+                  "completion_tokens": sum(v.completion_tokens for v in verdicts)}
+        return _dataset_summary(run, rubric, verdicts, totals)
     columns = {c.pk: c for c in run.comparison.contestants.select_related("model", "provider_model__provider")}
     names = {str(c.position): c.name for c in columns.values()}
     totals = {"calls": len(verdicts), "unparseable": sum(v.answer is None for v in verdicts),
@@ -123,8 +204,8 @@ def agreement(run: JudgeRun, rules: CalibrationPolicy | None = None) -> dict | N
     the same pair are one person-vs-person item. Per side: Cohen's kappa (None when undefined)
     with a 95% bootstrap interval over the items, the raw agreement, and the confusion table
     (people's label → the judge's; for two people, the earlier vote → the later)."""
-    if run.state != JudgeRun.State.SUCCEEDED or "rubric" not in run.config:
-        return None
+    if run.state != JudgeRun.State.SUCCEEDED or "rubric" not in run.config or run.comparison_id is None:
+        return None  # people vote on a comparison's outputs: a run over a version has none to agree with
     votes = Vote.objects.filter(comparison=run.comparison_id)
     stamp = votes.aggregate(n=Count("id"), last=Max("id"))
     figures = memoized("judge-agreement", [run.pk, stamp["n"], stamp["last"], 2], lambda: _agreement(run))
@@ -329,7 +410,8 @@ def judge_calibration(judge: Judge) -> dict:
     votes (and people's ratings, pointwise) against the project's thresholds (`calibrated`, and
     `reason` when not)."""
     rules = calibration_policy(judge.project)
-    for run in JudgeRun.objects.filter(judge=judge, state=JudgeRun.State.SUCCEEDED).select_related(
+    for run in JudgeRun.objects.filter(judge=judge, state=JudgeRun.State.SUCCEEDED,
+                                       comparison__isnull=False).select_related(
             "project", "comparison").order_by("-finished_at", "-id"):
         figures = agreement(run, rules)
         if figures is not None:

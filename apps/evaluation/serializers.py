@@ -25,8 +25,23 @@ class JudgeCreateSerializer(serializers.Serializer):
     max_tokens = serializers.IntegerField(required=False, default=256)
 
 
-class ComparisonChoiceSerializer(serializers.Serializer):
-    comparison = serializers.IntegerField()
+class JudgeSourceSerializer(serializers.Serializer):
+    """What a run judges: exactly one of a comparison, or a dataset version with the columns read
+    (types only: the service checks the values, each refusal naming its field)."""
+
+    comparison = serializers.IntegerField(required=False, allow_null=True, default=None,
+                                          help_text="a finished comparison of the project: its outputs")
+    version = serializers.IntegerField(required=False, allow_null=True, default=None,
+                                       help_text="a ready dataset version of the project: its rows")
+    prompt_column = serializers.CharField(required=False, default="prompt", max_length=200,
+                                          help_text="with version: the column of the prompts")
+    response_column = serializers.CharField(required=False, default="response", max_length=200,
+                                            help_text="with version: the column of the responses judged "
+                                                      "(pairwise: response A of each pair, column 0)")
+    second_response_column = serializers.CharField(required=False, allow_null=True, allow_blank=True, default=None,
+                                                   max_length=200,
+                                                   help_text="with version, for a pairwise judge: the column "
+                                                             "compared with response_column (column 1)")
 
 
 class EstimateSerializer(serializers.Serializer):
@@ -41,12 +56,23 @@ class EstimateSerializer(serializers.Serializer):
 
 class JudgeRunSerializer(serializers.ModelSerializer):
     judge_name = serializers.CharField(source="judge.name", read_only=True)
-    comparison_name = serializers.CharField(source="comparison.name", read_only=True)
+    comparison_name = serializers.CharField(source="comparison.name", read_only=True, allow_null=True)
+    source = serializers.CharField(source="source_label", read_only=True,
+                                   help_text="what it judged: the comparison, or the version and its columns")
+    columns = serializers.SerializerMethodField(help_text="a run over a version: prompt_column, response_column "
+                                                          "and second_response_column (pairwise); else null")
 
     class Meta:
         model = JudgeRun
-        fields = ["id", "judge", "judge_name", "comparison", "comparison_name", "state", "calls_done", "calls_total",
+        fields = ["id", "judge", "judge_name", "comparison", "comparison_name", "dataset_version", "columns",
+                  "source", "state", "calls_done", "calls_total",
                   "estimate", "summary", "error", "cancel_requested", "created_at", "started_at", "finished_at"]
+
+
+    def get_columns(self, obj: JudgeRun) -> dict | None:
+        if obj.dataset_version_id is None:
+            return None
+        return {k: obj.config.get(k) for k in ("prompt_column", "response_column", "second_response_column")}
 
 
 class JudgeRunDetailSerializer(JudgeRunSerializer):

@@ -112,27 +112,104 @@ def _estimate(judge: Judge, comparison: Comparison) -> dict:
             "kind": rubric.kind}
 
 
-def judge_run_estimate(*, user, judge: Judge, comparison, token=None) -> dict:
-    """What a run of `judge` over the comparison's outputs will cost: calls, items, tokens."""
+MAX_COLUMN = 200  # characters of a column's name
+
+
+def _column(version: DatasetVersion, value, field: str, known: list[str], not_text: set[str]) -> str:
+    if not isinstance(value, str) or not value or len(value) > MAX_COLUMN:
+        raise Invalid(f"{field} is the name of a column of the version.", field=field)
+    if value not in known:
+        raise Invalid(f"Version {version.number} has no column {value[:80]!r} (its columns: "
+                      f"{', '.join(known) or 'none'}).", field=field)
+    if value in not_text:
+        raise Invalid(f"The column {value!r} holds something other than text; a judge reads text.", field=field)
+    return value
+
+
+def _dataset_source(user, judge: Judge, *, version, prompt_column, response_column, second_response_column,
+                    token) -> tuple[DatasetVersion, dict, list]:
+    """The version (one of the project's that the principal may read, else 404 naming `version`),
+    the columns it is judged on (each refusal naming its field: an unknown column, one that holds
+    no text, the same column twice, a second response column for a pointwise judge or none for a
+    pairwise one) and the engine's items (none: refused, naming `version`)."""
+    version = _teacher_version(user, judge.project, version, "dataset.view", token)
+    rubric = check_rubric(judge.rubric)
+    given = {"prompt_column": prompt_column, "response_column": response_column}
+    if rubric.kind == PAIRWISE:
+        if second_response_column in (None, ""):
+            raise Invalid(f"“{judge.name}” compares two responses: name the second_response_column.",
+                          field="second_response_column")
+        given["second_response_column"] = second_response_column
+    elif second_response_column not in (None, ""):
+        raise Invalid(f"“{judge.name}” scores one response: leave second_response_column out (or use a pairwise "
+                      "judge).", field="second_response_column")
+    known = selectors.version_columns(version)
+    asked = [v for v in given.values() if isinstance(v, str) and v in known]
+    _, not_text = selectors.column_texts(version, asked)
+    columns = {field: _column(version, value, field, known, not_text) for field, value in given.items()}
+    seen: dict[str, str] = {}
+    for field, column in columns.items():
+        if column in seen:
+            raise Invalid(f"{field} is the column {seen[column]} reads already: choose another.", field=field)
+        seen[column] = field
+    items = selectors.dataset_judge_items(version, rubric, columns)
+    if not items:
+        raise Invalid(f"No row of version {version.number} has text in every one of {', '.join(columns.values())}: "
+                      "nothing to judge.", field="version")
+    return version, columns, items
+
+
+def _source(user, judge: Judge, *, comparison, version, prompt_column, response_column, second_response_column,
+            token) -> tuple[Comparison | None, DatasetVersion | None, dict, dict]:
+    """What a run judges, exactly one of a comparison's outputs or a version's rows: (comparison,
+    version, the columns for the run's config, the estimate)."""
+    if (comparison in (None, "")) == (version in (None, "")):
+        raise Invalid("A judge runs over a comparison or over a dataset version: give exactly one.",
+                      field="comparison" if comparison in (None, "") else "version")
+    if comparison not in (None, ""):
+        comparison = _comparison(user, judge, comparison, token)
+        return comparison, None, {}, _estimate(judge, comparison)
+    version, columns, items = _dataset_source(user, judge, version=version, prompt_column=prompt_column,
+                                              response_column=response_column,
+                                              second_response_column=second_response_column, token=token)
+    rubric = check_rubric(judge.rubric)
+    estimate = {**estimate_cost(rubric, items, max_tokens=judge.max_tokens), "model": judge.model_label,
+                "kind": rubric.kind}
+    return None, version, columns, estimate
+
+
+def judge_run_estimate(*, user, judge: Judge, comparison=None, version=None, prompt_column="prompt",
+                       response_column="response", second_response_column=None, token=None) -> dict:
+    """What a run of `judge` will cost, over the comparison's outputs or over the version's rows
+    (read in prompt_column and response_column, and second_response_column for a pairwise judge):
+    calls, items, tokens."""
     policy.require(user, "compare.view", judge.project, token)
-    return _estimate(judge, _comparison(user, judge, comparison, token))
+    return _source(user, judge, comparison=comparison, version=version, prompt_column=prompt_column,
+                   response_column=response_column, second_response_column=second_response_column, token=token)[3]
 
 
-def judge_run_start(*, user, judge: Judge, comparison, token=None, ip_address: str | None = None) -> JudgeRun:
+def judge_run_start(*, user, judge: Judge, comparison=None, version=None, prompt_column="prompt",
+                    response_column="response", second_response_column=None, token=None,
+                    ip_address: str | None = None) -> JudgeRun:
+    """Queue a run of `judge` (compare.run; a provider judge also provider.use) over the
+    comparison's outputs or the version's rows (dataset.view on its dataset), as estimate reads them."""
     policy.require(user, "compare.run", judge.project, token)
     if judge.provider_model_id:
         policy.require(user, "provider.use", judge.project, token)
-    comparison = _comparison(user, judge, comparison, token)
-    estimate = _estimate(judge, comparison)
+    comparison, version, columns, estimate = _source(
+        user, judge, comparison=comparison, version=version, prompt_column=prompt_column,
+        response_column=response_column, second_response_column=second_response_column, token=token)
     if not estimate["calls"]:
         raise Invalid("This comparison has no outputs to judge.", field="comparison")
     config = {"rubric": judge.rubric, "max_tokens": judge.max_tokens, "local_model": judge.local_model_id,
-              "provider_model": judge.provider_model_id, "model": judge.model_label}
+              "provider_model": judge.provider_model_id, "model": judge.model_label, **columns}
     with transaction.atomic():
-        run = JudgeRun.objects.create(project=judge.project, judge=judge, comparison=comparison, config=config,
-                                      estimate=estimate, calls_total=estimate["calls"], created_by=user)
+        run = JudgeRun.objects.create(project=judge.project, judge=judge, comparison=comparison,
+                                      dataset_version=version, config=config, estimate=estimate,
+                                      calls_total=estimate["calls"], created_by=user)
+        source = {"comparison": comparison.pk} if comparison else {"version": version.pk, **columns}
         audit_record(actor=user, action="judge.run", project=judge.project, target=run, ip_address=ip_address,
-                     after={"judge": judge.pk, "comparison": comparison.pk, "calls": estimate["calls"]})
+                     after={"judge": judge.pk, **source, "calls": estimate["calls"]})
         transaction.on_commit(lambda: _enqueue(run.pk))
     return run
 

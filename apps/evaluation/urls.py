@@ -7,4 +7,5 @@ urlpatterns = [
     path("projects/<int:project_id>/comparisons/<int:comparison_id>/judges/", views.comparison_judges, name="judges"),
     path("projects/<int:project_id>/comparisons/<int:comparison_id>/rate/", views.rate_outputs, name="rate"),
     path("projects/<int:project_id>/eval-suites/", views.eval_suites, name="suites"),
+    path("projects/<int:project_id>/judges/", views.version_judges, name="version_judges"),
 ]

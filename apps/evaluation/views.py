@@ -31,6 +31,28 @@ def comparison_judges(request: HttpRequest, project_id: int, comparison_id: int)
 
 
 @login_required
+def version_judges(request: HttpRequest, project_id: int) -> HttpResponse:
+    """Judges over a dataset version's responses: the comparison judges page without a comparison,
+    the version and its columns chosen in the launch form, and the runs over versions."""
+    from apps.datasets.models import Dataset, DatasetVersion
+
+    project = policy.get_project(request.user, project_id, "compare.view")
+    request.nav_section = "compare"
+    perms = policy.project_permissions(request.user, project)
+    readable = policy.visible_in_project(request.user, Dataset, project, "dataset.view").filter(deleted_at__isnull=True)
+    local_models = RegisteredModel.objects.filter(project=project, status=RegisteredModel.Status.READY,
+                                                  deleted_at__isnull=True).order_by("name")
+    provider_models = provider_selectors.usable_models(project) if "provider.use" in perms else []
+    return render(request, "evaluation/judges.html", {
+        "project": project, "comparison": None, "perms": perms, "tab": "compare",
+        "judges": selectors.project_judges(project), "kinds": KINDS, "scales": SCALES,
+        "runs": selectors.project_runs(project).filter(dataset_version__isnull=False)[:50],
+        "versions": DatasetVersion.objects.filter(dataset__in=readable, status=DatasetVersion.Status.READY)
+        .select_related("dataset").order_by("dataset__name", "-number"),
+        "local_models": local_models, "provider_models": provider_models})
+
+
+@login_required
 def rate_outputs(request: HttpRequest, project_id: int, comparison_id: int) -> HttpResponse:
     """Rate the comparison's outputs blind on a pointwise judge's rubric (`?judge=`), one after the
     other: the prompt, one output and the criteria; the page's script talks to the ratings API.

@@ -1,11 +1,23 @@
-// Judges page: define a judge, estimate a run's cost, launch it, watch its progress (polled from
-// the run's API while it is active) and show its results and agreement with people.
+// Judges page: define a judge, estimate a run's cost, launch it (over the page's comparison, or over
+// the dataset version and columns chosen in the form), watch its progress (polled from the run's API
+// while it is active) and show its results and agreement with people.
 (function () {
   "use strict";
   var root = document.querySelector("[data-testid=judges]");
   if (!root) return;
   var api = "/api/projects/" + root.dataset.project + "/";
   var comparison = Number(root.dataset.comparison);
+
+  // What a run judges: the page's comparison, or the chosen version's rows read in the chosen columns.
+  function source() {
+    if (comparison) return { comparison: comparison };
+    var field = function (name) { return root.querySelector("[data-testid=" + name + "]").value.trim(); };
+    var body = { version: Number(field("launch-version")) || null, prompt_column: field("prompt-column"),
+                 response_column: field("response-column") };
+    var second = field("second-response-column");
+    if (second) body.second_response_column = second;
+    return body;
+  }
 
   function showError(el, body) {
     el.textContent = (body && (body.field ? body.field + ": " : "") + (body.detail || JSON.stringify(body))) || "Failed.";
@@ -42,7 +54,7 @@
   var launchError = document.querySelector("[data-testid=launch-error]");
   if (estimate) estimate.addEventListener("click", function () {
     launchError.hidden = true;
-    Workbench.apiFetch("POST", api + "judges/" + judgeSelect.value + "/estimate/", { comparison: comparison })
+    Workbench.apiFetch("POST", api + "judges/" + judgeSelect.value + "/estimate/", source())
       .then(function (response) {
         return response.json().then(function (data) {
           if (!response.ok) { showError(launchError, data); return; }
@@ -55,7 +67,7 @@
   });
   if (launch) launch.addEventListener("click", function () {
     launch.disabled = true;
-    Workbench.apiFetch("POST", api + "judges/" + judgeSelect.value + "/runs/", { comparison: comparison })
+    Workbench.apiFetch("POST", api + "judges/" + judgeSelect.value + "/runs/", source())
       .then(function (response) {
         return response.json().then(function (data) {
           if (response.ok) window.location.reload(); else { launch.disabled = false; showError(launchError, data); }
@@ -91,6 +103,10 @@
       el.appendChild(line("Position consistency: " + pct(s.position_consistency) + " (" + s.consistent + " of " +
                           s.judged + " pairs agree in both orders); A picked in " + pct(s.a_rate) +
                           " of decisive answers", "position-consistency"));
+      if (s.win_rate !== undefined) {
+        el.appendChild(line("Win rate of " + names["0"] + " over " + names["1"] + ": " + pct(s.win_rate) +
+                            " (a tie or an inconsistent pair counts half)", "win-rate"));
+      }
       el.appendChild(table(["First", "Second", "First wins", "Second wins", "Ties", "Inconsistent", "Unparseable"],
         s.matchups.map(function (m) {
           return [names[m.first], names[m.second], m.first_wins, m.second_wins, m.ties, m.inconsistent, m.unparseable];
@@ -109,7 +125,7 @@
           return x.mean !== undefined ? (x.mean === null ? "—" : x.mean.toFixed(2)) : pct(x.pass_rate);
         }));
       });
-      el.appendChild(table(["Model", "Judged", "Unparseable"].concat(criteria || []), rows, "scores"));
+      el.appendChild(table([comparison ? "Model" : "Column", "Judged", "Unparseable"].concat(criteria || []), rows, "scores"));
     }
     renderAgreement(el, run.agreement);
   }

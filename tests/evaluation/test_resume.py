@@ -40,3 +40,32 @@ def test_a_run_taken_over_after_its_worker_died_judges_only_what_is_missing(
     assert run.calls_done == run.calls_total == 6
     assert run.summary["matchups"] == [{"first": 0, "second": 1, "first_wins": 0, "second_wins": 1, "ties": 2,
                                         "inconsistent": 0, "unparseable": 0}]
+
+
+def test_a_run_over_a_version_taken_over_judges_only_the_rows_not_stored(
+        settings, scientist, owner, project, judge_provider, scripted_judge):
+    from tests.evaluation.test_judge_dataset_runs import make_version
+
+    settings.JUDGE_CONCURRENCY = 1
+    version = make_version(project, owner)  # 4 rows with a response and answer_b
+    scripted_judge.script([], default={"content": json.dumps({"winner": "tie", "reason": "alike"})})
+    judge = services.judge_create(user=scientist, project=project, name="Scripted",
+                                  rubric={"kind": "pairwise", "criteria": [{"name": "helpfulness"}]},
+                                  provider_model="Scripted/judge-1", max_tokens=32)
+    run = services.judge_run_start(user=scientist, judge=judge, version=version.pk, prompt_column="prompt",
+                                   response_column="response", second_response_column="answer_b")
+    for swapped in (False, True):  # what the lost worker had stored: row 0 in both orders
+        Verdict.objects.create(run=run, item="r0", swapped=swapped, position=0, raw="stored",
+                               answer={"winner": "A" if swapped else "B", "reason": "stored before the loss"})
+    JudgeRun.objects.filter(pk=run.pk).update(state="running", runs=1, worker="lost@host", heartbeat_at=None)
+
+    run_judge_job(run.pk, worker="b@host")
+
+    run.refresh_from_db()
+    assert (run.state, run.runs) == ("succeeded", 2)
+    assert len(scripted_judge.requests()) == 6  # rows 1 to 3, both orders; row 0 not asked again
+    assert not any("capital of France?" in r["user"] for r in scripted_judge.requests())
+    assert run.calls_done == run.calls_total == 8
+    assert run.summary["matchups"] == [{"first": 0, "second": 1, "first_wins": 0, "second_wins": 1, "ties": 3,
+                                        "inconsistent": 0, "unparseable": 0}]
+    assert run.summary["win_rate"] == 0.375  # (0 + 0.5 × 3) / 4

@@ -105,6 +105,15 @@ def pairwise_summary(pairs: Sequence[dict]) -> dict:
     }
 
 
+def win_rate(matchups: Sequence[dict]) -> float | None:
+    """The first side's share of the wins over the judged pairs of pairwise_summary's matchups: a
+    win 1, a tie or an inconsistent pair (the two orders disagree) 0.5, a loss 0; pairs with an
+    unreadable answer left out. None when no pair was judged."""
+    won = sum(m["first_wins"] + 0.5 * (m["ties"] + m["inconsistent"]) for m in matchups)
+    judged = sum(m["first_wins"] + m["second_wins"] + m["ties"] + m["inconsistent"] for m in matchups)
+    return round(won / judged, 4) if judged else None
+
+
 def cohen_kappa(pairs: Sequence[tuple[str, str]]) -> float | None:
     """Cohen's kappa of two raters over the same items, (rater 1's label, rater 2's label) each:
     (p_observed − p_expected) / (1 − p_expected). None when there are no items, or when chance
