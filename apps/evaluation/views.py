@@ -3,6 +3,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from apps.comparison.models import Comparison
+from apps.datasets.models import Dataset, DatasetVersion
 from apps.evaluation import selectors
 from apps.evaluation.models import EvalRun, Judge
 from apps.projects import policy
@@ -34,8 +35,6 @@ def comparison_judges(request: HttpRequest, project_id: int, comparison_id: int)
 def version_judges(request: HttpRequest, project_id: int) -> HttpResponse:
     """Judges over a dataset version's responses: the comparison judges page without a comparison,
     the version and its columns chosen in the launch form, and the runs over versions."""
-    from apps.datasets.models import Dataset, DatasetVersion
-
     project = policy.get_project(request.user, project_id, "compare.view")
     request.nav_section = "compare"
     perms = policy.project_permissions(request.user, project)
@@ -70,8 +69,6 @@ def rate_outputs(request: HttpRequest, project_id: int, comparison_id: int) -> H
 def eval_suites(request: HttpRequest, project_id: int) -> HttpResponse:
     """The project's eval suites: create one, run it on a model, and watch its runs (the page's
     script talks to the suites API and re-renders the runs while one is active)."""
-    from apps.datasets.models import Dataset, DatasetVersion
-
     project = policy.get_project(request.user, project_id, "compare.view")
     request.nav_section = "compare"
     perms = policy.project_permissions(request.user, project)
