@@ -48,6 +48,9 @@ class TrainingJob(LeasedJob):
     current_step = models.PositiveIntegerField(default=0)
     total_steps = models.PositiveIntegerField(null=True, blank=True)
     checkpoint_step = models.PositiveIntegerField(null=True, blank=True)
+    # The claim (`runs` when it was taken) whose bucket folders hold that checkpoint: its fencing token
+    # (apps.training.bucket). 0: written before claims tagged them (folders `step-<N>/`).
+    checkpoint_run = models.PositiveIntegerField(default=0)
     tokens_trained = models.BigIntegerField(default=0)
     info = models.JSONField(default=dict, blank=True)  # device, dtype, trainable parameters, examples ...
     metrics = models.JSONField(default=dict, blank=True)  # final: train loss, eval loss, best eval loss ...

@@ -11,6 +11,12 @@ next step and is handed back to the queue (JobRun.hand_back), to resume on anoth
 artifact bucket, each checkpoint and the final adapter are uploaded to it too, and a worker whose own
 folder lacks the job's newest checkpoint takes it from there (apps.training.bucket): the other worker
 may be on another machine.
+
+A worker's writes are fenced by its claim (the row's `runs` and `worker` when it took the job): a worker
+that lost the job while it ran (its heartbeat went stale in a long pause or a network partition, and
+another worker took the job over) finds its next row write refused and stops (LeaseLost) without
+writing more; its bucket folders carry its claim, so they never replace the new owner's
+(apps.training.bucket).
 """
 
 import logging
@@ -36,6 +42,10 @@ logger = logging.getLogger(__name__)
 
 LOG_TAIL_LINES = 200
 MAX_EVAL_ROWS = 512  # evaluation runs at every eval step: a bounded, fixed slice of the eval split
+
+
+class LeaseLost(Exception):
+    """This worker's claim of the job is no longer the row's: another worker took the job over."""
 
 
 def output_dir(job: TrainingJob) -> Path:
@@ -116,7 +126,7 @@ def _train(run: JobRun) -> None:
             fetched = callbacks.with_bucket(
                 "reading the checkpoints in the artifact bucket", "resuming from this machine's own checkpoints, if any",
                 bucket.fetch_checkpoint, job.pk, checkpoints_dir_of(output_dir(job)), up_to_step=job.checkpoint_step,
-                log=callbacks.log)
+                run=job.checkpoint_run, log=callbacks.log)
             if fetched:
                 callbacks.log(f"took the checkpoint at step {fetched} from the artifact bucket")
         config = TrainConfig.from_dict(job.config)
@@ -131,10 +141,15 @@ def _train(run: JobRun) -> None:
         else:
             result = train(config, **arguments)
         timing = {"rows": train_rows, "setup_s": callbacks.setup_s, "eval_seconds": callbacks.eval_seconds}
+        callbacks.check_claim()
         # Where the bucket holds the adapter, for workers on other machines (None: on this machine only).
         uploaded = storage.bucket_enabled() and callbacks.with_bucket(
             "uploading the adapter to the artifact bucket", "it is on this machine only",
-            bucket.upload_adapter, job.pk, result.adapter_dir)
+            bucket.upload_adapter, job.pk, run.job.runs, result.adapter_dir)
+    except LeaseLost as exc:
+        close_old_connections()
+        logger.warning("job %s: %s; this worker stopped it without writing more", job.pk, exc)
+        return
     except TrainCancelled as exc:
         close_old_connections()
         if callbacks.handing_back:
@@ -164,6 +179,15 @@ def _succeed(run: JobRun, result, timing: dict, *, bucket_prefix: str) -> None:
     job = run.job
     close_old_connections()
     with transaction.atomic():
+        if not _claimed(run).filter(state=TrainingJob.State.RUNNING).select_for_update().exists():
+            logger.warning("job %s: taken over by another worker before its adapter was registered; this "
+                           "worker's is not", job.pk)
+            if bucket_prefix:  # its own upload, which nothing will point to
+                try:
+                    storage.delete_folder(bucket_prefix)
+                except Exception:
+                    logger.exception("job %s: removing this worker's adapter from the artifact bucket failed", job.pk)
+            return
         job.refresh_from_db()
         adapter = adapter_register(job=job, adapter_dir=result.adapter_dir, metrics=result.metrics,
                                    bucket_prefix=bucket_prefix)
@@ -180,6 +204,11 @@ def _succeed(run: JobRun, result, timing: dict, *, bucket_prefix: str) -> None:
         record_job_speed(job, **timing)
     except Exception:
         logger.exception("job %s: recording its speed failed", job.pk)
+
+
+def _claimed(run: JobRun):
+    """The job's row while it is still `run`'s claim (the fencing token: its count of claims and worker)."""
+    return TrainingJob.objects.filter(pk=run.job.pk, runs=run.job.runs, worker=run.job.worker)
 
 
 class JobCallbacks(TrainCallbacks):
@@ -202,30 +231,50 @@ class JobCallbacks(TrainCallbacks):
         self.setup_s = time.perf_counter() - self._created
         self.job.total_steps = total_steps
         self.job.info = {**self.job.info, **info, "resumed_from_step": resumed_from_step}
-        self.job.save(update_fields=["total_steps", "info"])
+        self._write(total_steps=total_steps, info=self.job.info)
         self.log(f"resumed from the checkpoint at step {resumed_from_step}" if resumed_from_step
                  else f"started: {total_steps} steps on {info.get('device', '?')}")
         events.job_state(self.job)
 
     def on_step(self, point: dict) -> None:
-        self._upsert(MetricPoint.Kind.TRAIN, point)
+        self._write(current_step=point["step"], tokens_trained=point.get("tokens_seen", 0))
         self.job.current_step, self.job.tokens_trained = point["step"], point.get("tokens_seen", 0)
-        TrainingJob.objects.filter(pk=self.job.pk).update(current_step=self.job.current_step,
-                                                          tokens_trained=self.job.tokens_trained)
+        self._upsert(MetricPoint.Kind.TRAIN, point)
 
     def on_eval(self, point: dict, samples: list[dict]) -> None:
         self.eval_seconds.append(point.get("seconds", 0.0))
+        self.check_claim()
         self._upsert(MetricPoint.Kind.EVAL, {**point, "samples": samples})
 
     def on_checkpoint(self, *, step: int, path: str) -> None:
-        # Uploaded before the row records it: a worker on another machine trusts the row's step.
-        if storage.bucket_enabled():
-            self.with_bucket(f"uploading the checkpoint at step {step} to the artifact bucket",
-                             "another machine cannot resume from it", bucket.upload_checkpoint, self.job.pk, step,
-                             Path(path))
-        self.job.checkpoint_step = step
-        TrainingJob.objects.filter(pk=self.job.pk).update(checkpoint_step=step)
+        # Uploaded under this claim's tag before the row records it: a worker on another machine trusts the
+        # row's step and claim. A claim that lost the job has its row write refused: its upload is removed.
+        claim = self.run.job.runs
+        uploaded = storage.bucket_enabled() and self.with_bucket(
+            f"uploading the checkpoint at step {step} to the artifact bucket", "another machine cannot resume from it",
+            bucket.upload_checkpoint, self.job.pk, step, claim, Path(path))
+        try:
+            self._write(checkpoint_step=step, checkpoint_run=claim)
+        except LeaseLost:
+            if uploaded:
+                self.with_bucket(f"removing this worker's checkpoint at step {step} from the artifact bucket",
+                                 "it stays there, unused", bucket.delete_checkpoint, self.job.pk, step, claim)
+            raise
+        self.job.checkpoint_step, self.job.checkpoint_run = step, claim
+        if uploaded:
+            self.with_bucket("pruning the checkpoints in the artifact bucket", "older ones stay there",
+                             bucket.prune_checkpoints, self.job.pk, step, claim)
         events.job_state(self.job)  # open pages show the new checkpoint
+
+    def check_claim(self) -> None:
+        """LeaseLost unless the row is still this run's claim."""
+        if not _claimed(self.run).exists():
+            raise LeaseLost(f"its claim {self.run.job.runs} by {self.run.job.worker} was taken over")
+
+    def _write(self, **fields) -> None:
+        """Write `fields` on the job's row while it is this run's claim; LeaseLost when it no longer is."""
+        if not _claimed(self.run).update(**fields):
+            raise LeaseLost(f"its claim {self.run.job.runs} by {self.run.job.worker} was taken over")
 
     def should_stop(self) -> bool:
         """A person cancelled the job, or its worker is stopping (then the job is handed back:
@@ -250,8 +299,8 @@ class JobCallbacks(TrainCallbacks):
         line = f"{timezone.now():%H:%M:%S} {message}"
         self._lines = [*self._lines, line][-LOG_TAIL_LINES:]
         self.job.log_tail = "\n".join(self._lines)
-        TrainingJob.objects.filter(pk=self.job.pk).update(log_tail=self.job.log_tail)
-        events.log_line(self.job.pk, line)
+        if _claimed(self.run).update(log_tail=self.job.log_tail):  # a worker that lost the job writes no more
+            events.log_line(self.job.pk, line)
 
     def _upsert(self, kind: str, point: dict) -> None:
         MetricPoint.objects.bulk_create(
