@@ -29,11 +29,10 @@ About a minute.
 from __future__ import annotations
 
 import os
-import tempfile
 import threading
 import time
 
-from bench.import_jsonl import django_already_set_up, rerun_in_child, tear_down
+from bench.import_jsonl import django_already_set_up, rerun_in_child
 
 DATABASE = "bench_alias_switch"
 CLIENTS = 16
@@ -43,24 +42,17 @@ TARGET_S = 1.0
 
 
 def _seed(model_dir, data_dir: str) -> dict:
-    from datetime import timedelta
     from pathlib import Path
 
-    from django.contrib.auth import get_user_model
-    from django.utils import timezone
     from peft import LoraConfig, get_peft_model
 
-    from apps.accounts.services import token_create
-    from apps.projects.services import project_create
     from apps.registry.models import RegisteredModel
     from apps.registry.services import alias_set
-    from workers.models import inspect_model, load_for_inference
+    from bench.stack import seed_demo
+    from workers.models import load_for_inference
 
-    user = get_user_model().objects.create_user("bench-owner", password="x" * 12)
-    project = project_create(user=user, name="Bench aliases")
-    info = inspect_model(model_dir).as_dict()
-    base = RegisteredModel.objects.create(project=project, name="Demo", format="hf_dir", source_path=str(model_dir),
-                                          weights_path=str(model_dir), status="ready", info=info)
+    demo = seed_demo(model_dir, project="Bench aliases")
+    user, project, base = demo.user, demo.project, demo.model
     adapter_dir = Path(data_dir) / "adapter"
     net, _ = load_for_inference(model_dir, dtype="fp32")
     lora = get_peft_model(net, LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"],
@@ -68,11 +60,9 @@ def _seed(model_dir, data_dir: str) -> dict:
     lora.save_pretrained(adapter_dir)
     adapter = RegisteredModel.objects.create(
         project=project, name="Demo tuned", kind="adapter", format="peft", base_model=base,
-        source_path=str(adapter_dir), weights_path=str(adapter_dir), status="ready", info=info)
+        source_path=str(adapter_dir), weights_path=str(adapter_dir), status="ready", info=base.info)
     alias_set(user=user, model=base, name="production", version=base.pk)
-    _, key = token_create(user=user, name="bench", permissions=["project.view", "model.view", "model.generate"],
-                          project=project, expires_at=timezone.now() + timedelta(days=1))
-    return {"user_id": user.pk, "base": base.pk, "adapter": adapter.pk, "key": key}
+    return {"user_id": user.pk, "base": base.pk, "adapter": adapter.pk, "key": demo.key}
 
 
 def _ask(session, address: str, key: str, model: str) -> tuple[int, str]:
@@ -136,31 +126,20 @@ def run() -> list[dict]:
     names = ["alias_switch_all_new", "alias_switch_first_new"]
     if django_already_set_up():
         return rerun_in_child("bench.alias_switch", names)
-    from bench.live_latency import clear_redis, setup_django, start_server
-    from bench.playground_ttft import _start_worker
-    from bench.server import stop_web
+    from bench.stack import live_stack
 
-    data_dir = tempfile.mkdtemp(prefix="bench-alias-")
-    server = worker = None
-    try:
-        setup_django(DATABASE, data_dir)
+    with live_stack(DATABASE, prefix="bench-alias-") as stack:
         from django.db import connection
 
         from bench.generate_batched import demo_model_dir
         from bench.report import percentile, publish, result
 
-        clear_redis()
-        seeded = _seed(demo_model_dir(), data_dir)
+        seeded = _seed(demo_model_dir(), stack.data_dir)
         connection.close()
-        server, address = start_server(DATABASE, data_dir)
-        worker, _ = _start_worker(DATABASE, data_dir)
+        address = stack.start_web()
+        stack.start_worker()
         measured = _load(address, seeded)
         served = _served_by(measured["records"])
-    finally:
-        for process in (worker, server):
-            if process is not None:
-                stop_web(process)
-        tear_down(DATABASE, data_dir=data_dir, clear=clear_redis)
 
     moved, records = measured["moved"], measured["records"]
     failed = sum(status != 200 for _, _, status, _ in records)

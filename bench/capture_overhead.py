@@ -17,11 +17,10 @@ PostgreSQL at BENCH_PG_URL; database `bench_capture_overhead`, created fresh and
 from __future__ import annotations
 
 import os
-import tempfile
 import threading
 import time
 
-from bench.import_jsonl import django_already_set_up, rerun_in_child, tear_down
+from bench.import_jsonl import django_already_set_up, rerun_in_child
 
 DATABASE = "bench_capture_overhead"
 CLIENTS = 16
@@ -32,26 +31,12 @@ PROMPT = "I am jane.doe@example.com, call me on +44 20 7946 0958. What is the ca
 
 
 def _seed(model_dir) -> dict:
-    from datetime import timedelta
-
-    from django.contrib.auth import get_user_model
-    from django.utils import timezone
-
-    from apps.accounts.services import token_create
-    from apps.projects.services import project_create
-    from apps.registry.models import RegisteredModel
     from apps.registry.services import alias_set
-    from workers.models import inspect_model
+    from bench.stack import seed_demo
 
-    user = get_user_model().objects.create_user("bench-owner", password="x" * 12)
-    project = project_create(user=user, name="Bench captures")
-    base = RegisteredModel.objects.create(project=project, name="Demo", format="hf_dir", source_path=str(model_dir),
-                                          weights_path=str(model_dir), status="ready",
-                                          info=inspect_model(model_dir).as_dict())
-    alias = alias_set(user=user, model=base, name="production", version=base.pk)
-    _, key = token_create(user=user, name="bench", permissions=["project.view", "model.view", "model.generate"],
-                          project=project, expires_at=timezone.now() + timedelta(days=1))
-    return {"alias": alias.pk, "key": key}
+    demo = seed_demo(model_dir, project="Bench captures")
+    alias = alias_set(user=demo.user, model=demo.model, name="production", version=demo.model.pk)
+    return {"alias": alias.pk, "key": demo.key}
 
 
 def _ask(session, address: str, key: str) -> tuple[int, str]:
@@ -118,32 +103,21 @@ def run() -> list[dict]:
     name = "capture_overhead"
     if django_already_set_up():
         return rerun_in_child("bench.capture_overhead", [name])
-    from bench.live_latency import clear_redis, setup_django, start_server
-    from bench.playground_ttft import _start_worker
-    from bench.server import stop_web
+    from bench.stack import live_stack
 
-    data_dir = tempfile.mkdtemp(prefix="bench-capture-")
-    server = worker = None
-    try:
-        setup_django(DATABASE, data_dir)
+    with live_stack(DATABASE, prefix="bench-capture-") as stack:
         from django.db import connection
 
         from bench.generate_batched import demo_model_dir
         from bench.report import publish, result
 
-        clear_redis()
         seeded = _seed(demo_model_dir())
         connection.close()
-        server, address = start_server(DATABASE, data_dir)
-        worker, _ = _start_worker(DATABASE, data_dir)
+        address = stack.start_web()
+        stack.start_worker()
         sides = _phases(address, seeded)
         time.sleep(2)  # the worker's last captures commit after their answers
         checks = {"on": _captured(sides[True]["ids"]), "off": _captured(sides[False]["ids"])}
-    finally:
-        for process in (worker, server):
-            if process is not None:
-                stop_web(process)
-        tear_down(DATABASE, data_dir=data_dir, clear=clear_redis)
 
     on, off = sides[True], sides[False]
     value, base = on["answered"] / on["seconds"], off["answered"] / off["seconds"]

@@ -27,13 +27,11 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 
-from bench.import_jsonl import PG_URL, ROOT, admin_execute, django_already_set_up, rerun_in_child, tear_down
-from bench.server import start_web, stop_web
+from bench.import_jsonl import django_already_set_up, rerun_in_child
+from bench.stack import live_stack, session_cookie
 
-REDIS_URL = os.environ.get("BENCH_LIVE_REDIS_URL", "redis://127.0.0.1:6379/5")
 DATABASE = "bench_live_latency"
 VIEWERS = 50
 RATE_HZ = 20.0  # points a second: a fast training job's step rate
@@ -41,65 +39,6 @@ PHASE_POINTS = 100  # points per phase (5 s at 20 Hz)
 ROUNDS = 3  # each round: 50 viewers, 1 viewer, 1 viewer, 50 viewers
 WARMUP_POINTS = 20
 TARGET_P99_MS = 100.0
-ORIGIN = "http://127.0.0.1"
-
-
-# --- shared with playground_ttft -------------------------------------------------------------------
-
-def setup_django(database: str, data_dir: str) -> None:
-    """A fresh PostgreSQL database, Redis db 5 for broker, channel layer and cache; migrate."""
-    admin_execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)', f'CREATE DATABASE "{database}"')
-    os.environ.update(WORKBENCH_DATA_DIR=data_dir, DJANGO_SETTINGS_MODULE="workbench.settings",
-                      DATABASE_URL=f"{PG_URL}/{database}", REDIS_URL=REDIS_URL)
-    os.environ.pop("CELERY_BROKER_URL", None)
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
-
-
-def child_env(database: str, data_dir: str) -> dict:
-    env = {**os.environ, "DATABASE_URL": f"{PG_URL}/{database}", "REDIS_URL": REDIS_URL,
-           "WORKBENCH_DATA_DIR": data_dir}
-    env.pop("DJANGO_SETTINGS_MODULE", None)
-    env.pop("CELERY_BROKER_URL", None)
-    return env
-
-
-def start_server(database: str, data_dir: str) -> tuple[subprocess.Popen, str]:
-    """uvicorn as `manage.py up` starts it (one process); returns (process, "127.0.0.1:port") once /healthz is 200."""
-    process, base = start_web(child_env(database, data_dir))
-    return process, base.removeprefix("http://")
-
-
-def stop_process(process: subprocess.Popen) -> None:
-    if process.poll() is not None:
-        return
-    process.terminate()
-    try:
-        process.wait(15)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(5)
-
-
-def session_cookie(user) -> str:
-    """A logged-in session for `user`, as a browser would hold it."""
-    from django.test import Client
-
-    client = Client()
-    client.force_login(user)
-    return f"sessionid={client.cookies['sessionid'].value}"
-
-
-def clear_redis() -> None:
-    import redis
-
-    client = redis.Redis.from_url(REDIS_URL)
-    client.flushdb()  # db 5 is the live benchmarks' own
-    client.close()
 
 
 # --- set-up ----------------------------------------------------------------------------------------
@@ -170,6 +109,7 @@ def publisher_main() -> None:
 class Viewer:
     def __init__(self, address: str, job_id: int, cookie: str):
         self.url = f"ws://{address}/ws/jobs/{job_id}/"
+        self.origin = f"http://{address}"  # the site's own, port included: the handshake compares it in full
         self.cookie = cookie
         self.samples: list[tuple[int, float]] = []  # (step, ms)
         self.socket = None
@@ -177,7 +117,7 @@ class Viewer:
     async def connect(self) -> None:
         import websockets
 
-        self.socket = await websockets.connect(self.url, origin=ORIGIN, additional_headers={"Cookie": self.cookie},
+        self.socket = await websockets.connect(self.url, origin=self.origin, additional_headers={"Cookie": self.cookie},
                                                max_queue=None)
         while True:  # state, backlog, then "live"
             if json.loads(await asyncio.wait_for(self.socket.recv(), 30))["type"] == "live":
@@ -252,30 +192,18 @@ def run() -> list[dict]:
     names = ["live_latency_p99", "live_latency_p50"]
     if django_already_set_up():
         return rerun_in_child("bench.live_latency", names)
-    data_dir = tempfile.mkdtemp(prefix="bench-live-")
-    server = publisher = None
-    try:
-        setup_django(DATABASE, data_dir)
+    with live_stack(DATABASE, prefix="bench-live-") as stack:
         from django.db import connection
 
         from bench.report import percentile, publish, result
 
-        clear_redis()
         seeded = _seed()
         connection.close()
-        server, address = start_server(DATABASE, data_dir)
-        publisher = subprocess.Popen([sys.executable, "-m", "bench.live_latency", "--publisher"], cwd=ROOT,
-                                     env=child_env(DATABASE, data_dir), stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True)
+        address = stack.start_web()
+        publisher = stack.spawn([sys.executable, "-m", "bench.live_latency", "--publisher"], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True)
         assert publisher.stdout.readline().strip() == "ready"
         measured = asyncio.run(_measure(address, seeded, publisher))
-    finally:
-        if publisher is not None:
-            publisher.stdin.close()
-            stop_process(publisher)
-        if server is not None:
-            stop_web(server)
-        tear_down(DATABASE, data_dir=data_dir, clear=clear_redis)
 
     many, one = measured["many_ms"], measured["one_ms"]
     complete = len(many) == measured["many_expected"] and len(one) == measured["one_expected"]

@@ -30,11 +30,10 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 import time
 from pathlib import Path
 
-from bench.import_jsonl import django_already_set_up, rerun_in_child, tear_down
+from bench.import_jsonl import django_already_set_up, rerun_in_child
 
 # OpenMP's default spin-waiting makes a small step many times slower when other work shares the
 # cores (see train_lora); set before torch is imported (it is not, when run as `python -m bench`).
@@ -197,11 +196,10 @@ def run() -> list[dict]:
     names = ["live_overhead", "live_overhead_tiny"]
     if django_already_set_up():
         return rerun_in_child("bench.live_overhead", names)
-    from bench.live_latency import clear_redis, setup_django
+    from bench.stack import live_stack
 
-    data_dir = tempfile.mkdtemp(prefix="bench-live-overhead-")
-    try:
-        setup_django(DATABASE, data_dir)
+    with live_stack(DATABASE, prefix="bench-live-overhead-") as stack:
+        data_dir = stack.data_dir
         import torch
         from django.contrib.auth import get_user_model
 
@@ -211,7 +209,6 @@ def run() -> list[dict]:
         from bench.train_lora import make_rows
         from tests.workers.test_models import save_tiny_model
 
-        clear_redis()
         owner = get_user_model().objects.create_user("bench-owner", password="x" * 12)
         project = project_create(user=owner, name="Bench live overhead")
         work = Path(data_dir) / "runs"
@@ -231,8 +228,6 @@ def run() -> list[dict]:
         demo = _measure("demo model", demo_model_dir(), make_rows(64, 7),
                         {"batch_size": 2, "max_seq_len": 128, "target_modules": ["q_proj", "v_proj"]},
                         DEMO_STEPS, DEMO_ROUNDS, _job(project, owner, "demo"), work)
-    finally:
-        tear_down(DATABASE, data_dir=data_dir, clear=clear_redis)
     common = {"load_average_end": os.getloadavg(),
               "callback_breakdown_ms": breakdown, "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
              "callbacks": "apps.training.runner.JobCallbacks (PostgreSQL upsert + job update + channel-layer "

@@ -28,13 +28,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
-import subprocess
-import sys
-import tempfile
 import time
 
-from bench.import_jsonl import ROOT, django_already_set_up, rerun_in_child, tear_down
+from bench.import_jsonl import django_already_set_up, rerun_in_child
 
 DATABASE = "bench_live_ttft"
 REQUESTS = int(os.environ.get("BENCH_TTFT_REQUESTS", "20"))
@@ -43,44 +39,16 @@ NEW_TOKENS = 8
 QUESTION = "What is the capital of France?"
 
 
-def _start_worker(database: str, data_dir: str) -> tuple[subprocess.Popen, str]:
-    from bench.live_latency import child_env
-    from workbench.celery import app
-
-    hostname = f"bench-inference-{os.getpid()}@{socket.gethostname()}"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "workbench", "--quiet", "worker", "-Q", "inference", "--pool",
-         "threads", "--concurrency", "8", "--hostname", hostname, "--loglevel", "WARNING", "--without-mingle",
-         "--without-gossip"], cwd=ROOT, env=child_env(database, data_dir), stdin=subprocess.DEVNULL,
-        start_new_session=True)
-    deadline = time.monotonic() + 90
-    while not app.control.ping(timeout=1, destination=[hostname]):
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            raise RuntimeError("the inference worker did not start")
-    return process, hostname
-
-
 def _seed(model_dir):
-    from django.contrib.auth import get_user_model
+    from bench.stack import seed_demo, session_cookie
 
-    from apps.projects.services import project_create
-    from apps.registry.models import RegisteredModel
-    from bench.live_latency import session_cookie
-    from workers.models import inspect_model
-
-    user = get_user_model().objects.create_user("bench-scientist", password="x" * 12)
-    project = project_create(user=user, name="Bench playground")
-    model = RegisteredModel.objects.create(project=project, name="SmolLM2-135M-Instruct", format="hf_dir",
-                                           source_path=str(model_dir), weights_path=str(model_dir), status="ready",
-                                           info=inspect_model(model_dir).as_dict())
-    return project.pk, model.pk, session_cookie(user)
+    demo = seed_demo(model_dir, project="Bench playground", model="SmolLM2-135M-Instruct",
+                     username="bench-scientist", token=None)
+    return demo.project.pk, demo.model.pk, session_cookie(demo.user)
 
 
 async def _stack_request(socket_, model_id: int) -> dict:
     """One generation over the open socket: (ttft_s, total_s, deltas, server's result)."""
-    from bench.live_latency import ORIGIN  # noqa: F401 - the socket was opened with it
-
     body = {"type": "generate", "model": model_id, "messages": [{"role": "user", "content": QUESTION}],
             "params": {"max_new_tokens": NEW_TOKENS, "temperature": 0}}
     started = time.monotonic()
@@ -106,13 +74,9 @@ def run() -> list[dict]:
     names = ["playground_ttft_p50", "playground_ttft_p99"]
     if django_already_set_up():
         return rerun_in_child("bench.playground_ttft", names)
-    from bench.live_latency import ORIGIN, clear_redis, setup_django, start_server
-    from bench.server import stop_web
+    from bench.stack import live_stack
 
-    data_dir = tempfile.mkdtemp(prefix="bench-ttft-")
-    server = worker = None
-    try:
-        setup_django(DATABASE, data_dir)
+    with live_stack(DATABASE, prefix="bench-ttft-") as live:
         import torch
         from django.db import connection
 
@@ -121,12 +85,11 @@ def run() -> list[dict]:
         from workers.inference import SamplingParams, generate_batch, render_prompt
         from workers.models import load_for_inference
 
-        clear_redis()
         model_dir = demo_model_dir()
         project_id, model_id, cookie = _seed(model_dir)
         connection.close()
-        server, address = start_server(DATABASE, data_dir)
-        worker, _ = _start_worker(DATABASE, data_dir)
+        address = live.start_web()
+        live.start_worker()
         net, tokenizer = load_for_inference(model_dir, device="cpu", dtype="fp32")
         prompt = render_prompt(tokenizer, messages=[{"role": "user", "content": QUESTION}])
         params = SamplingParams(max_new_tokens=NEW_TOKENS)
@@ -145,7 +108,7 @@ def run() -> list[dict]:
             import websockets
 
             stack, solo, load = [], [], []
-            async with websockets.connect(f"ws://{address}/ws/projects/{project_id}/playground/", origin=ORIGIN,
+            async with websockets.connect(f"ws://{address}/ws/projects/{project_id}/playground/", origin=live.origin,
                                           additional_headers={"Cookie": cookie}) as socket_:
                 for _ in range(WARMUP):
                     await _stack_request(socket_, model_id)
@@ -157,11 +120,6 @@ def run() -> list[dict]:
             return {"stack": stack, "solo": solo, "load": load}
 
         measured = asyncio.run(measure())
-    finally:
-        for process in (worker, server):
-            if process is not None:
-                stop_web(process)  # each in its own process group
-        tear_down(DATABASE, data_dir=data_dir, clear=clear_redis)
 
     stack_ms = [r["ttft_s"] * 1000 for r in measured["stack"]]
     solo_ms = [r["ttft_s"] * 1000 for r in measured["solo"]]

@@ -26,13 +26,9 @@ end. About 2 minutes.
 from __future__ import annotations
 
 import os
-import socket
-import subprocess
-import sys
-import tempfile
 import time
 
-from bench.import_jsonl import ROOT, django_already_set_up, rerun_in_child, tear_down
+from bench.import_jsonl import django_already_set_up, rerun_in_child
 
 DATABASE = "bench_provider_overhead"
 PROMPTS = 8
@@ -41,52 +37,22 @@ ROUNDS = 2
 WORKER_THREADS = 12  # the comparison's own thread + room for every call in flight
 
 
-def _start_worker(database: str, data_dir: str) -> subprocess.Popen:
-    from bench.live_latency import child_env
-    from workbench.celery import app
-
-    hostname = f"bench-provider-{os.getpid()}@{socket.gethostname()}"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "workbench", "--quiet", "worker", "-Q", "inference", "--pool",
-         "threads", "--concurrency", str(WORKER_THREADS), "--hostname", hostname, "--loglevel", "WARNING",
-         "--without-mingle", "--without-gossip"], cwd=ROOT, env=child_env(database, data_dir),
-        stdin=subprocess.DEVNULL, start_new_session=True)
-    deadline = time.monotonic() + 90
-    while not app.control.ping(timeout=1, destination=[hostname]):
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            raise RuntimeError("the inference worker did not start")
-    return process
-
-
 def _seed(model_dir, address: str) -> dict:
-    from datetime import timedelta
-
     from django.contrib.auth import get_user_model
-    from django.utils import timezone
 
-    from apps.accounts.services import token_create
-    from apps.projects.services import project_create
     from apps.providers import services as providers
-    from apps.registry.models import RegisteredModel
     from apps.registry.selectors import model_slug
-    from workers.models import inspect_model
+    from bench.stack import seed_demo
 
-    users = get_user_model().objects
-    scientist = users.create_user("bench-scientist", password="x" * 12)
-    staff = users.create_user("bench-staff", password="x" * 12, is_staff=True)
-    project = project_create(user=scientist, name="Bench provider column")
-    model = RegisteredModel.objects.create(project=project, name="SmolLM2-135M-Instruct", format="hf_dir",
-                                           source_path=str(model_dir), weights_path=str(model_dir), status="ready",
-                                           info=inspect_model(model_dir).as_dict())
-    _, key = token_create(user=scientist, name="provider", project=project,
-                          permissions=["project.view", "model.view", "model.generate"],
-                          expires_at=timezone.now() + timedelta(days=1))
+    demo = seed_demo(model_dir, project="Bench provider column", model="SmolLM2-135M-Instruct",
+                     username="bench-scientist", token="provider")
+    staff = get_user_model().objects.create_user("bench-staff", password="x" * 12, is_staff=True)
     providers.allowlist_add(user=staff, network="127.0.0.1", note="this server")
-    provider = providers.provider_create(user=staff, name="Self", base_url=f"http://{address}/v1", api_key=key,
-                                         models=[model_slug(model.name)], max_retries=0, timeout_s=300)
-    providers.provider_enable(user=staff, provider=provider, project_id=project.pk)
-    return {"scientist": scientist, "project": project, "model": model, "provider_model": provider.models.get()}
+    provider = providers.provider_create(user=staff, name="Self", base_url=f"http://{address}/v1", api_key=demo.key,
+                                         models=[model_slug(demo.model.name)], max_retries=0, timeout_s=300)
+    providers.provider_enable(user=staff, provider=provider, project_id=demo.project.pk)
+    return {"scientist": demo.user, "project": demo.project, "model": demo.model,
+            "provider_model": provider.models.get()}
 
 
 def _round(seeded: dict, number: int) -> dict:
@@ -140,13 +106,9 @@ def run() -> list[dict]:
     names = ["provider_overhead"]
     if django_already_set_up():
         return rerun_in_child("bench.provider_overhead", names)
-    from bench.live_latency import clear_redis, setup_django, start_server
-    from bench.server import stop_web
+    from bench.stack import live_stack
 
-    data_dir = tempfile.mkdtemp(prefix="bench-provider-")
-    server = worker = None
-    try:
-        setup_django(DATABASE, data_dir)
+    with live_stack(DATABASE, prefix="bench-provider-") as stack:
         from django.conf import settings
         from django.db import connection
 
@@ -154,21 +116,15 @@ def run() -> list[dict]:
         from bench.generate_batched import demo_model_dir
         from bench.report import publish, result
 
-        clear_redis()
         model_dir = demo_model_dir()
-        server, address = start_server(DATABASE, data_dir)
+        address = stack.start_web()
         seeded = _seed(model_dir, address)
         connection.close()
-        worker = _start_worker(DATABASE, data_dir)
+        stack.start_worker(name="bench-provider", threads=WORKER_THREADS)
         provider_chat(seeded["project"], seeded["provider_model"], [{"role": "user", "content": "Hello"}],
                       max_tokens=2)  # the worker loads the model: both columns find it warm
         rounds = [_round(seeded, n) for n in range(ROUNDS)]
         concurrency = settings.COMPARISON_PROVIDER_CONCURRENCY
-    finally:
-        for process in (worker, server):
-            if process is not None:
-                stop_web(process)  # each in its own process group
-        tear_down(DATABASE, data_dir=data_dir, clear=clear_redis)
 
     provider_s = sum(r["provider_s"] for r in rounds) / len(rounds)
     local_s = sum(r["local_s"] for r in rounds) / len(rounds)

@@ -29,13 +29,12 @@ end. About 3 minutes (5 with the baseline).
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
-import tempfile
 import threading
 import time
 
-from bench.import_jsonl import django_already_set_up, rerun_in_child, tear_down
+from bench.import_jsonl import django_already_set_up, rerun_in_child
+from bench.server import free_port
 
 DATABASE = "bench_serve_concurrent"
 CLIENTS = int(os.environ.get("BENCH_SERVE_CLIENTS", "16"))
@@ -61,26 +60,6 @@ def prompts(count: int) -> list[str]:
         out.append(f"Explain {topic} in two sentences." if i % 4 == 0
                    else context * (i % 4) * 2 + f"Now explain {topic} in two sentences.")
     return out
-
-
-def _seed(model_dir) -> dict:
-    from datetime import timedelta
-
-    from django.contrib.auth import get_user_model
-    from django.utils import timezone
-
-    from apps.accounts.services import token_create
-    from apps.projects.services import project_create
-    from apps.registry.models import RegisteredModel
-    from workers.models import inspect_model
-
-    user = get_user_model().objects.create_user("bench-owner", password="x" * 12)
-    project = project_create(user=user, name="Bench serving")
-    RegisteredModel.objects.create(project=project, name=MODEL, format="hf_dir", source_path=str(model_dir),
-                                   weights_path=str(model_dir), status="ready", info=inspect_model(model_dir).as_dict())
-    _, key = token_create(user=user, name="bench", permissions=["project.view", "model.view", "model.generate"],
-                          project=project, expires_at=timezone.now() + timedelta(days=1))
-    return {"key": key}
 
 
 def _stream(client, model: str, prompt: str) -> dict:
@@ -137,30 +116,24 @@ def _single(base_url: str, key: str, model: str, texts: list[str]) -> list[float
     return [_stream(api, model, text)["ttft"] for text in texts]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _start_llama_cpp(python: str, gguf) -> tuple[subprocess.Popen, str]:
+def _start_llama_cpp(stack, python: str, gguf) -> str:
+    """llama-cpp-python's OpenAI-compatible server, stopped with the stack; returns its /v1 URL."""
     import requests
 
-    port = _free_port()
-    process = subprocess.Popen(
+    port = free_port()
+    process = stack.spawn(
         [python, "-m", "llama_cpp.server", "--model", str(gguf), "--model_alias", MODEL, "--host", "127.0.0.1",
          "--port", str(port), "--n_ctx", "4096", "--n_threads", str(os.cpu_count() or 1),
-         "--interrupt_requests", "False"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL, start_new_session=True)
+         "--interrupt_requests", "False"], cwd=None, env=None, stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
     while True:
         try:
             if requests.get(f"http://127.0.0.1:{port}/v1/models", timeout=2).status_code == 200:
-                return process, f"http://127.0.0.1:{port}/v1"
+                return f"http://127.0.0.1:{port}/v1"
         except requests.RequestException:
             pass
         if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
             raise RuntimeError("llama_cpp.server did not start")
         time.sleep(0.5)
 
@@ -181,48 +154,38 @@ def run() -> list[dict]:
     names = ["serve_concurrent_tokens_per_s", "serve_concurrent_ttft_p99"]
     if django_already_set_up():
         return rerun_in_child("bench.serve_concurrent", names)
-    from bench.live_latency import clear_redis, setup_django, start_server
-    from bench.playground_ttft import _start_worker
-    from bench.server import stop_web
+    from bench.stack import live_stack
 
     llama_python = os.environ.get("BENCH_LLAMA_CPP_PYTHON", "")
-    data_dir = tempfile.mkdtemp(prefix="bench-serve-")
-    server = worker = llama = None
     texts = prompts(CLIENTS)
     ours: list[dict] = []
     theirs: list[dict] = []
-    try:
-        setup_django(DATABASE, data_dir)
+    with live_stack(DATABASE, prefix="bench-serve-") as stack:
         from django.db import connection
 
         from bench.generate_batched import demo_model_dir
         from bench.report import percentile, publish, result
+        from bench.stack import seed_demo
         from workers.models import demo_model_gguf
 
-        clear_redis()
-        seeded = _seed(demo_model_dir())
+        key = seed_demo(demo_model_dir(), project="Bench serving", model=MODEL).key
         connection.close()
-        server, address = start_server(DATABASE, data_dir)
-        worker, _ = _start_worker(DATABASE, data_dir)
+        address = stack.start_web()
+        stack.start_worker()
         our_url = f"http://{address}/v1"
-        _single(our_url, seeded["key"], MODEL, texts[:2])  # the worker loads the model
-        single = _single(our_url, seeded["key"], MODEL, texts[:SINGLE])
-        if llama_python:
-            llama, llama_url = _start_llama_cpp(llama_python, demo_model_gguf())
+        _single(our_url, key, MODEL, texts[:2])  # the worker loads the model
+        single = _single(our_url, key, MODEL, texts[:SINGLE])
+        llama_url = _start_llama_cpp(stack, llama_python, demo_model_gguf()) if llama_python else ""
+        if llama_url:
             _single(llama_url, "none", MODEL, texts[:2])
-        order = (["ours", "theirs", "theirs", "ours"] * ROUNDS)[: 2 * ROUNDS] if llama else ["ours"] * ROUNDS
+        order = (["ours", "theirs", "theirs", "ours"] * ROUNDS)[: 2 * ROUNDS] if llama_url else ["ours"] * ROUNDS
         for side in order:
             if side == "ours":
-                ours.append(_round(our_url, seeded["key"], MODEL, texts))
+                ours.append(_round(our_url, key, MODEL, texts))
             else:
                 theirs.append(_round(llama_url, "none", MODEL, texts))
             print(f"  {side}: {(ours if side == 'ours' else theirs)[-1]['tokens']} tokens in "
                   f"{(ours if side == 'ours' else theirs)[-1]['wall']:.1f} s")
-    finally:
-        for process in (llama, worker, server):
-            if process is not None:
-                stop_web(process)
-        tear_down(DATABASE, data_dir=data_dir, clear=clear_redis)
 
     us = _side(ours)
     them = _side(theirs) if theirs else None

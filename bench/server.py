@@ -30,17 +30,20 @@ def start_web(env: dict, *, workers: int = 1) -> tuple[subprocess.Popen, str]:
                                cwd=ROOT, env=env, stdin=subprocess.DEVNULL, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"the server exited with {process.returncode}")
-        try:
-            if requests.get(f"{base}/healthz", timeout=2).status_code == 200:
-                return process, base
-        except requests.RequestException:
-            pass
-        time.sleep(0.2)
-    stop_web(process)
-    raise RuntimeError("the server did not answer /healthz within 60 s")
+    try:
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise RuntimeError(f"the server exited with {process.returncode}")
+            try:
+                if requests.get(f"{base}/healthz", timeout=2).status_code == 200:
+                    return process, base
+            except requests.RequestException:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError("the server did not answer /healthz within 60 s")
+    except BaseException:  # Ctrl-C while it starts too: the caller has no process to stop yet
+        stop_web(process)
+        raise
 
 
 def stop_web(process: subprocess.Popen) -> None:
