@@ -13,7 +13,9 @@ A node whose peers do not all come within TRAINING_RENDEZVOUS_TIMEOUT_S stops be
 fails the job with that reason (its slots not yet taken are cancelled, so nothing is left half-started);
 a joining node fails its slot. A slot whose run is over (the job ended, or a new run opened new slots)
 ends at its next check. Cancelling the job reaches every node: each caller asks should_stop and writes
-its own STOP file, and the ranks all-reduce the flag (workers.training.loop).
+its own STOP file, and the ranks all-reduce the flag (workers.training.loop). A worker of the run told to
+stop (SIGTERM) stops every machine the same way, and the job is handed back instead of cancelled. A
+machine that dies ends the run everywhere; node 0 queues the job again (`run_again`).
 """
 
 from __future__ import annotations
@@ -142,8 +144,12 @@ def _run_node(run: JobRun, job_run: JobRun, node: JobNode) -> None:
         return
     except TrainCancelled as exc:  # global rank 0 was here: this worker ends the job
         close_old_connections()
-        callbacks.log(f"cancelled at step {exc.step}")
-        job_run.cancel()
+        if TrainingJob.cancel_asked(job.pk):
+            callbacks.log(f"cancelled at step {exc.step}")
+            job_run.cancel()
+        else:  # a machine's worker is stopping (a rolling update): the job resumes on a new run
+            callbacks.log(f"handed back at step {exc.step}: a worker of the run is stopping; another resumes it")
+            job_run.hand_back()
         run.finish()
         return
     except Exception as exc:  # a rendezvous timeout: the slot fails; node 0 fails the job with its own reason
@@ -169,4 +175,6 @@ class _NodeCallbacks(JobCallbacks):
         self.slot_run = slot_run
 
     def should_stop(self) -> bool:
-        return self.slot_run.cancelled() or self.run.cancelled()
+        """The job was cancelled, the slot's run is over, or this machine's worker is told to stop (then
+        every machine stops at the same step with a checkpoint and the job is handed back)."""
+        return self.slot_run.cancelled() or self.run.cancelled() or self.slot_run.stopping()

@@ -155,7 +155,8 @@ def _train(run: JobRun) -> None:
         return
     except TrainCancelled as exc:
         close_old_connections()
-        if callbacks.handing_back:
+        # Across machines the ranks also stop when another machine's worker is told to stop: no cancel.
+        if callbacks.handing_back or (job.nodes > 1 and not run.cancelled()):
             callbacks.log(f"handed back at step {exc.step}: its worker is stopping; another resumes it")
             run.hand_back()
             return

@@ -90,6 +90,7 @@ def test_a_job_across_two_machines_completes_on_the_one_process_curve(client, sc
     row = TrainingJob.objects.get(pk=job_id)
     assert row.rendezvous_endpoint.startswith("127.0.0.1:") and row.rendezvous_id
     assert row.info["devices"] == 2 and row.runs == 1  # one world of 2 processes, one claim
+    wait_for(lambda: JobNode.objects.get(job_id=job_id).state != "running", timeout=60, what="the slot to end")
     slot = JobNode.objects.get(job_id=job_id)
     assert (slot.slot, slot.state, slot.rendezvous_id) == (1, "succeeded", row.rendezvous_id)
     assert slot.worker and slot.worker != row.worker  # the other machine took the slot
@@ -155,6 +156,9 @@ def test_a_killed_rank_ends_the_run_on_both_machines_and_the_job_resumes_from_it
     resumed_from = job["info"]["resumed_from_step"]
     assert 15 <= resumed_from < steps and resumed_from % 15 == 0
     assert train_steps(job_id) == list(range(1, steps + 1))  # every step once
+    # The worker that ended the job ends its slot just after (when global rank 0 was on the slot's machine).
+    wait_for(lambda: not JobNode.objects.filter(job_id=job_id, state="running").exists(), timeout=60,
+             what="the slots to end")
     slots = list(JobNode.objects.filter(job_id=job_id).order_by("id").values_list("state", "rendezvous_id"))
     assert [state for state, _ in slots] == ["failed", "succeeded"] and slots[0][1] != slots[1][1]
 
