@@ -8,6 +8,7 @@ trained and its slot cancelled; a rank killed on one machine ends the run on bot
 
 import os
 import signal
+import socket
 
 import pytest
 
@@ -15,6 +16,7 @@ from apps.training.models import JobNode, MetricPoint, TrainingJob
 from tests.conftest import _start_worker, _stop_worker, wait_for
 from tests.training.fixtures import launch_body
 from tests.training.test_jobs_run import ended, launch, train_steps
+from workbench.celery import app
 
 pytestmark = pytest.mark.django_db(transaction=True)
 two_cores = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="2 gloo processes need 2 CPU cores")
@@ -30,7 +32,17 @@ def host_worker(name: str, artifacts, **env):
 
 
 @pytest.fixture
-def two_hosts(django_db_setup, django_db_blocker, redis_service, tmp_path):
+def hosts_only(celery_worker):
+    """The session's worker consumes `gpu` too: off it while the test's hosts run, so that it takes
+    neither the job nor a slot (on the whole suite it is up; alone, this starts it)."""
+    session_worker = f"test-worker-{os.getpid()}@{socket.gethostname()}"
+    app.control.cancel_consumer("gpu", destination=[session_worker], reply=True, timeout=10)
+    yield
+    app.control.add_consumer("gpu", destination=[session_worker], reply=True, timeout=10)
+
+
+@pytest.fixture
+def two_hosts(django_db_setup, django_db_blocker, redis_service, tmp_path, hosts_only):
     workers = [host_worker(f"host-{name}", tmp_path / f"host-{name}", TRAINING_RENDEZVOUS_TIMEOUT_S="300")
                for name in ("a", "b")]
     yield [tmp_path / "host-a", tmp_path / "host-b"]
@@ -39,7 +51,7 @@ def two_hosts(django_db_setup, django_db_blocker, redis_service, tmp_path):
 
 
 @pytest.fixture
-def one_host(django_db_setup, django_db_blocker, redis_service, tmp_path):
+def one_host(django_db_setup, django_db_blocker, redis_service, tmp_path, hosts_only):
     process = host_worker("host-alone", tmp_path / "host-alone", TRAINING_RENDEZVOUS_TIMEOUT_S="10")
     yield tmp_path / "host-alone"
     _stop_worker(process)
