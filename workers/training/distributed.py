@@ -277,7 +277,6 @@ class _Follower:
                 self.stop_sent = True
             time.sleep(POLL_S)
 
-
     def _joined(self) -> int:
         return sum((self.run_dir / JOINED.format(rank=r)).exists() for r in range(self.world_size))
 
