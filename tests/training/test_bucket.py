@@ -173,61 +173,66 @@ def worker_environment(s3, root) -> dict[str, str]:  # noqa: F811
             "ARTIFACT_S3_ADDRESSING_STYLE": "path"}
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(300)
-@pytest.mark.django_db(transaction=True)
-def test_a_job_whose_machine_is_lost_resumes_on_another_from_the_checkpoint_in_the_bucket(
-        client, scientist, project, tiny_model, qa_version, celery_worker, s3, settings, tmp_path):  # noqa: F811
-    # Only the two "machines" consume gpu: the session's worker leaves that queue meanwhile.
+@pytest.fixture
+def two_hosts(celery_worker, s3, tmp_path):  # noqa: F811
+    """Two gpu workers standing for two machines (a data folder each, one bucket): ({name: folder},
+    {name: process}). Only they consume gpu meanwhile: the session's worker leaves that queue."""
     session_worker = f"test-worker-{os.getpid()}@{socket.gethostname()}"
     app.control.cancel_consumer("gpu", destination=[session_worker], reply=True, timeout=10)
     roots = {name: tmp_path / name for name in ("host-a", "host-b")}
     workers = {name: _start_worker(queues="gpu", pool="prefork", concurrency=1, name=name,
                                    env=worker_environment(s3, root)) for name, root in roots.items()}
-    try:
-        client.force_login(scientist)
-        job_id = launch(client, project, launch_body(tiny_model, qa_version, max_steps=STEPS, eval_every=None,
-                                                     checkpoint_every=40))["id"]
-        job = wait_for(lambda: (j := TrainingJob.objects.get(pk=job_id)).checkpoint_step
-                       and j.current_step > j.checkpoint_step + 2 and j, timeout=120, interval=0.02,
-                       what="a checkpoint and a few steps more")
-        lost, other = ("host-a", "host-b") if job.worker.startswith("host-a") else ("host-b", "host-a")
-        os.killpg(workers[lost].pid, signal.SIGKILL)  # the whole machine: the worker and its pool process
-        workers[lost].wait(10)
-        job.refresh_from_db()
-        checkpoint, killed_at = job.checkpoint_step, job.current_step
-        assert job.state == "running" and killed_at >= checkpoint
-        assert job.checkpoint_run == 1
-        assert bucket.bucket_checkpoints(job_id)[(checkpoint, 1)] is True  # uploaded before the row recorded it
-        assert not list(roots[other].rglob("step-*"))  # the other machine has none of the job's files
+    yield roots, workers
+    for process in workers.values():
+        if process.poll() is None:
+            _stop_worker(process)
+    app.control.add_consumer("gpu", destination=[session_worker], reply=True, timeout=10)
 
-        # No redelivery comes (the broker holds the killed worker's message for hours): the reaper, which
-        # beat runs every minute, re-sends the job once its heartbeat is stale.
-        settings.TRAINING_HEARTBEAT_STALE_S = 3
-        wait_for(lambda: reap_stale()["training.TrainingJob"] == 1, timeout=30, interval=0.5,
-                 what="the reaper to find the job's worker gone")
 
-        finished = ended(client, job_id, timeout=200)
-        assert finished["state"] == "succeeded", (finished["error"], finished["traceback"])
-        assert finished["runs"] == 2 and finished["worker"].startswith(other)
-        assert finished["info"]["resumed_from_step"] == checkpoint
-        assert f"took the checkpoint at step {checkpoint} from the artifact bucket" in finished["log_tail"]
-        assert train_steps(job_id) == list(range(1, STEPS + 1))  # every step recorded exactly once
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.django_db(transaction=True)
+def test_a_job_whose_machine_is_lost_resumes_on_another_from_the_checkpoint_in_the_bucket(
+        client, scientist, project, tiny_model, qa_version, two_hosts, s3, settings, tmp_path):  # noqa: F811
+    roots, workers = two_hosts
+    client.force_login(scientist)
+    job_id = launch(client, project, launch_body(tiny_model, qa_version, max_steps=STEPS, eval_every=None,
+                                                 checkpoint_every=40))["id"]
+    job = wait_for(lambda: (j := TrainingJob.objects.get(pk=job_id)).checkpoint_step
+                   and j.current_step > j.checkpoint_step + 2 and j, timeout=120, interval=0.02,
+                   what="a checkpoint and a few steps more")
+    lost, other = ("host-a", "host-b") if job.worker.startswith("host-a") else ("host-b", "host-a")
+    os.killpg(workers[lost].pid, signal.SIGKILL)  # the whole machine: the worker and its pool process
+    workers[lost].wait(10)
+    job.refresh_from_db()
+    checkpoint, killed_at = job.checkpoint_step, job.current_step
+    assert job.state == "running" and killed_at >= checkpoint
+    assert job.checkpoint_run == 1
+    assert bucket.bucket_checkpoints(job_id)[(checkpoint, 1)] is True  # uploaded before the row recorded it
+    assert not list(roots[other].rglob("step-*"))  # the other machine has none of the job's files
 
-        # The bucket holds what the local folder does: the last two checkpoints, and the adapter.
-        assert bucket.bucket_checkpoints(job_id) == {(80, 2): True, (120, 2): True}
-        adapter_dir = roots[other] / "training" / f"job-{job_id}" / "adapter"
-        assert {"adapter_model.safetensors", "adapter_config.json"} <= set(files_under(adapter_dir))
-        assert {f"{bucket.adapter_prefix(job_id, 2)}{name}" for name in [*files_under(adapter_dir), "MANIFEST.json"]
-                } == {key for key in keys(s3) if key.startswith(bucket.adapter_prefix(job_id, 2))}
-        (tmp_path / "fetched").mkdir()
-        storage.get_folder(bucket.adapter_prefix(job_id, 2), tmp_path / "fetched")
-        assert files_under(tmp_path / "fetched") == files_under(adapter_dir)
-    finally:
-        for process in workers.values():
-            if process.poll() is None:
-                _stop_worker(process)
-        app.control.add_consumer("gpu", destination=[session_worker], reply=True, timeout=10)
+    # No redelivery comes (the broker holds the killed worker's message for hours): the reaper, which
+    # beat runs every minute, re-sends the job once its heartbeat is stale.
+    settings.TRAINING_HEARTBEAT_STALE_S = 3
+    wait_for(lambda: reap_stale()["training.TrainingJob"] == 1, timeout=30, interval=0.5,
+             what="the reaper to find the job's worker gone")
+
+    finished = ended(client, job_id, timeout=200)
+    assert finished["state"] == "succeeded", (finished["error"], finished["traceback"])
+    assert finished["runs"] == 2 and finished["worker"].startswith(other)
+    assert finished["info"]["resumed_from_step"] == checkpoint
+    assert f"took the checkpoint at step {checkpoint} from the artifact bucket" in finished["log_tail"]
+    assert train_steps(job_id) == list(range(1, STEPS + 1))  # every step recorded exactly once
+
+    # The bucket holds what the local folder does: the last two checkpoints, and the adapter.
+    assert bucket.bucket_checkpoints(job_id) == {(80, 2): True, (120, 2): True}
+    adapter_dir = roots[other] / "training" / f"job-{job_id}" / "adapter"
+    assert {"adapter_model.safetensors", "adapter_config.json"} <= set(files_under(adapter_dir))
+    assert {f"{bucket.adapter_prefix(job_id, 2)}{name}" for name in [*files_under(adapter_dir), "MANIFEST.json"]
+            } == {key for key in keys(s3) if key.startswith(bucket.adapter_prefix(job_id, 2))}
+    (tmp_path / "fetched").mkdir()
+    storage.get_folder(bucket.adapter_prefix(job_id, 2), tmp_path / "fetched")
+    assert files_under(tmp_path / "fetched") == files_under(adapter_dir)
 
 
 @pytest.mark.slow
@@ -354,14 +359,10 @@ def test_a_worker_that_lost_its_claim_registers_no_adapter_and_removes_its_uploa
 # server database.
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="two hosts share a server database (PostgreSQL)")
 def test_a_paused_worker_that_lost_its_job_stops_and_the_new_owners_checkpoints_and_adapter_stand(
-        client, scientist, project, tiny_model, qa_version, celery_worker, s3, settings, tmp_path):  # noqa: F811
+        client, scientist, project, tiny_model, qa_version, two_hosts, s3, settings, tmp_path):  # noqa: F811
     # A long pause (a GC pause, a partition) stands in: the running worker's pool process is stopped
     # (SIGSTOP), so its heartbeat goes stale and the other takes the job over; then it is let go on.
-    session_worker = f"test-worker-{os.getpid()}@{socket.gethostname()}"
-    app.control.cancel_consumer("gpu", destination=[session_worker], reply=True, timeout=10)
-    roots = {name: tmp_path / name for name in ("host-a", "host-b")}
-    workers = {name: _start_worker(queues="gpu", pool="prefork", concurrency=1, name=name,
-                                   env=worker_environment(s3, root)) for name, root in roots.items()}
+    roots, workers = two_hosts
     paused = None
     try:
         client.force_login(scientist)
@@ -407,10 +408,6 @@ def test_a_paused_worker_that_lost_its_job_stops_and_the_new_owners_checkpoints_
     finally:
         if paused:
             os.kill(paused, signal.SIGCONT)
-        for process in workers.values():
-            if process.poll() is None:
-                _stop_worker(process)
-        app.control.add_consumer("gpu", destination=[session_worker], reply=True, timeout=10)
 
 
 def workers_name(name: str) -> str:
