@@ -67,9 +67,10 @@ case "$cmd" in
     if [ -n "${DATABASE_URL:-}" ] || [ -n "${REDIS_URL:-}" ]; then
       echo "== full suite against DATABASE_URL / REDIS_URL"
       "$PY" -m pytest "$@"
-      echo "== full suite on the embedded default (SQLite, embedded Redis)"
+      # The tests that reach no database (the engine's, the start command's) ran above on the same code.
+      echo "== the suite's database tests again on the embedded default (SQLite, embedded Redis)"
       env -u DATABASE_URL -u REDIS_URL -u CELERY_BROKER_URL WORKBENCH_DATA_DIR="$WORKBENCH_DATA_DIR/embedded" \
-        "$PY" -m pytest "$@"
+        WORKBENCH_TESTS_DATABASE_ONLY=1 "$PY" -m pytest "$@"
     else
       echo "== full suite on the embedded default (SQLite, embedded Redis)"
       "$PY" -m pytest "$@"
