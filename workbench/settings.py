@@ -10,6 +10,7 @@ Two ways to run the same code:
 import os
 import re
 import secrets
+import socket
 from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -256,6 +257,13 @@ TRAINING_WORKER_DEVICES = env_int("TRAINING_WORKER_DEVICES", 0)
 # reason (a hung rendezvous would hold the worker forever). Importing torch and starting the process
 # group takes seconds; a loaded machine takes longer.
 TRAINING_RENDEZVOUS_TIMEOUT_S = env_float("TRAINING_RENDEZVOUS_TIMEOUT_S", 300.0)
+# Jobs across machines (config `nodes`): the most machines one job may ask for. 1 (the default): off, a
+# launch asking for more is refused; set it to the number of gpu workers on separate machines that can
+# reach each other (each node's torchrun listens on a free port; gloo/NCCL connect between them).
+TRAINING_MAX_NODES = env_int("TRAINING_MAX_NODES", 1)
+# The address other machines reach this gpu worker at: the first node of a job across machines runs the
+# c10d rendezvous store here, on a free port. Default: this machine's hostname.
+WORKER_RENDEZVOUS_HOST = env_str("WORKER_RENDEZVOUS_HOST", socket.gethostname())
 # Sweeps: the most jobs one sweep launches.
 TRAINING_SWEEP_MAX_JOBS = env_int("TRAINING_SWEEP_MAX_JOBS", 16)
 COMPARISON_MAX_ACTIVE_PER_PROJECT = env_int("COMPARISON_MAX_ACTIVE_PER_PROJECT", 4)

@@ -58,6 +58,10 @@ class TrainingJob(LeasedJob):
     traceback = models.TextField(blank=True)
     adapter = models.OneToOneField("registry.RegisteredModel", null=True, blank=True, on_delete=models.SET_NULL,
                                    related_name="produced_by")
+    # A job across machines (config `nodes` > 1): where its current run's nodes meet, written by the
+    # worker that claimed it (node 0, the c10d store's host), and the run id of that rendezvous.
+    rendezvous_endpoint = models.CharField(max_length=300, blank=True)
+    rendezvous_id = models.CharField(max_length=64, blank=True)
 
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
     idempotency_key = models.CharField(max_length=200, blank=True)
@@ -92,6 +96,11 @@ class TrainingJob(LeasedJob):
     def devices(self) -> int:
         return devices_of(self.config)
 
+    @property
+    def nodes(self) -> int:
+        nodes = (self.config or {}).get("nodes") or 1
+        return nodes if isinstance(nodes, int) and not isinstance(nodes, bool) else 1
+
 
 def devices_of(config: dict) -> int:
     devices = (config or {}).get("devices") or 1
@@ -100,6 +109,42 @@ def devices_of(config: dict) -> int:
 
 # Redis serves kombu's priority steps 0, 3, 6, 9 in that order: high, normal, low.
 BROKER_PRIORITY = {TrainingJob.Priority.HIGH: 0, TrainingJob.Priority.NORMAL: 3, TrainingJob.Priority.LOW: 6}
+
+
+class JobNode(LeasedJob):
+    """One of the M-1 further machines of a job across machines (config `nodes`): a slot that one more gpu
+    worker claims, under its own lease and heartbeat, to join the run's rendezvous
+    (apps.training.nodes). Node 0 is the job's own lease. The slots of a run are written by node 0 with
+    the run's `rendezvous_id`; a slot whose run is over (the job ended or started a new run) ends too."""
+
+    State = JobState
+    ACTIVE, ENDED = ACTIVE_STATES, ENDED_STATES
+    TASK, QUEUE = "training.join", "gpu"
+
+    job = models.ForeignKey(TrainingJob, on_delete=models.CASCADE, related_name="node_slots")
+    slot = models.PositiveSmallIntegerField()  # 1 .. nodes-1 (the node ranks themselves are c10d's)
+    rendezvous_id = models.CharField(max_length=64)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.QUEUED)
+
+    class Meta(LeasedJob.Meta):
+        default_permissions = ()
+        constraints = [models.UniqueConstraint(fields=["job", "rendezvous_id", "slot"], name="unique_job_node_slot")]
+
+    @classmethod
+    def broker_queue(cls, pk: int) -> str:
+        """The queue of its job: only workers with the job's devices per node take a slot."""
+        from apps.training.capacity import job_queue
+
+        config = cls.objects.filter(pk=pk).values_list("job__config", flat=True).first() or {}
+        return job_queue(devices_of(config))
+
+    @classmethod
+    def cancel_asked(cls, pk: int) -> bool:
+        """A slot stops when its job was cancelled or its run is over (the job ended, or a new run began)."""
+        node = cls.objects.filter(pk=pk).values("rendezvous_id", "job__rendezvous_id", "job__state",
+                                                "job__cancel_requested").first()
+        return (node is None or node["job__cancel_requested"] or node["job__state"] != JobState.RUNNING
+                or node["job__rendezvous_id"] != node["rendezvous_id"])
 
 
 class Sweep(models.Model):

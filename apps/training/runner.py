@@ -36,7 +36,12 @@ from apps.training.capacity import worker_devices
 from apps.training.models import MetricPoint, TrainingJob
 from workers.training import ConfigError, TrainCallbacks, TrainCancelled, TrainConfig, TrainingDataError, train
 from workers.training.checkpoint import checkpoints_dir_of
-from workers.training.distributed import train_distributed
+from workers.training.distributed import (
+    DistributedTrainingError,
+    RendezvousTimeout,
+    ReportedElsewhere,
+    train_distributed,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +69,14 @@ def run_job(job_id: int, *, worker: str, pid: int) -> None:
         return
     events.job_state(run.job)
     with run:
-        _train(run)
+        try:
+            _train(run)
+        finally:
+            if run.job.nodes > 1:  # slots no worker took: nothing may start once node 0 is done
+                from apps.training.nodes import close_run
+
+                close_old_connections()
+                close_run(run.job)
 
 
 def _leave_for_another(job_id: int, worker: str) -> bool:
@@ -129,18 +141,18 @@ def _train(run: JobRun) -> None:
                 run=job.checkpoint_run, log=callbacks.log)
             if fetched:
                 callbacks.log(f"took the checkpoint at step {fetched} from the artifact bucket")
-        config = TrainConfig.from_dict(job.config)
-        train_rows = _rows(job, job.train_split)
-        eval_rows = _rows(job, job.eval_split, MAX_EVAL_ROWS) if job.eval_split else []
-        # devices > 1: torchrun's processes train, this one relays rank 0's events to the callbacks.
-        arguments = dict(model_dir=local_weights(job.base_model), output_dir=output_dir(job),
-                         train_rows=train_rows, eval_rows=eval_rows, callbacks=callbacks, lineage=lineage)
-        if config.devices > 1:
+        config, arguments = engine_arguments(job, callbacks, lineage)
+        if config.nodes > 1:  # this worker is node 0: it opens the run's rendezvous and its slots
+            from apps.training.nodes import open_run
+
+            arguments["rendezvous"] = open_run(job)
+        if config.devices > 1 or config.nodes > 1:
             result = train_distributed(config, devices_here=worker_devices(),
                                        rendezvous_timeout_s=settings.TRAINING_RENDEZVOUS_TIMEOUT_S, **arguments)
         else:
             result = train(config, **arguments)
-        timing = {"rows": train_rows, "setup_s": callbacks.setup_s, "eval_seconds": callbacks.eval_seconds}
+        timing = {"rows": arguments["train_rows"], "setup_s": callbacks.setup_s,
+                  "eval_seconds": callbacks.eval_seconds}
         callbacks.check_claim()
         # Where the bucket holds the adapter, for workers on other machines (None: on this machine only).
         uploaded = storage.bucket_enabled() and callbacks.with_bucket(
@@ -150,9 +162,16 @@ def _train(run: JobRun) -> None:
         close_old_connections()
         logger.warning("job %s: %s; this worker stopped it without writing more", job.pk, exc)
         return
+    except ReportedElsewhere:  # global rank 0 ran on another machine, whose worker ends the job
+        from apps.training.nodes import wait_for_the_end
+
+        close_old_connections()
+        wait_for_the_end(job)
+        return
     except TrainCancelled as exc:
         close_old_connections()
-        if callbacks.handing_back:
+        # Across machines the ranks also stop when another machine's worker is told to stop: no cancel.
+        if callbacks.handing_back or (job.nodes > 1 and not run.cancelled()):
             callbacks.log(f"handed back at step {exc.step}: its worker is stopping; another resumes it")
             run.hand_back()
             return
@@ -166,9 +185,24 @@ def _train(run: JobRun) -> None:
     except Exception as exc:  # the scientist sees a summary and the traceback on the job page
         logger.exception("job %s failed", job.pk)
         close_old_connections()
+        if job.nodes > 1 and isinstance(exc, DistributedTrainingError) and not isinstance(exc, RendezvousTimeout):
+            from apps.training.nodes import run_again
+
+            if run_again(run, callbacks, str(exc)):
+                return
         run.fail(f"{type(exc).__name__}: {exc}"[:2000], traceback=traceback.format_exc())
         return
     _succeed(run, result, timing, bucket_prefix=uploaded or "")
+
+
+def engine_arguments(job: TrainingJob, callbacks: TrainCallbacks, lineage: dict) -> tuple[TrainConfig, dict]:
+    """The job's config and the engine's keyword arguments on this machine (its weights, its output folder)."""
+    config = TrainConfig.from_dict(job.config)
+    train_rows = _rows(job, job.train_split)
+    eval_rows = _rows(job, job.eval_split, MAX_EVAL_ROWS) if job.eval_split else []
+    # devices or nodes > 1: torchrun's processes train, this one relays rank 0's events to the callbacks.
+    return config, dict(model_dir=local_weights(job.base_model), output_dir=output_dir(job), train_rows=train_rows,
+                        eval_rows=eval_rows, callbacks=callbacks, lineage=lineage)
 
 
 def _succeed(run: JobRun, result, timing: dict, *, bucket_prefix: str) -> None:

@@ -92,8 +92,9 @@ def job_estimate(*, user, project: Project, name: str, base_model: int, dataset_
     # takes the job, so both are shown.
     precisions = ["bf16", "fp32"] if train_config.precision == "auto" else [train_config.precision]
     trainable = _trainable_parameters(model, train_config)
-    # Per device: with `devices` N each holds the whole model and its share of every micro-batch.
-    per_device_batch = math.ceil(train_config.batch_size / train_config.devices)
+    # Per device: with `devices` N on each of `nodes` M machines, each of the N x M processes holds the
+    # whole model and its share of every micro-batch.
+    per_device_batch = math.ceil(train_config.batch_size / (train_config.devices * train_config.nodes))
     memory = {precision: model_memory_estimate(model=model, precision=precision, batch_size=per_device_batch,
                                                seq_len=train_config.max_seq_len, lora_rank=train_config.lora_r,
                                                mode="lora", lora_parameters=trainable,
@@ -102,7 +103,7 @@ def job_estimate(*, user, project: Project, name: str, base_model: int, dataset_
                            train_config=train_config, examples=examples)
     project.refresh_from_db(fields=["gpu_hour_budget"])
     return {"examples": examples, "optimizer_steps": steps, "memory": memory, "trainable_parameters": trainable,
-            "devices": train_config.devices, "per_device_batch": per_device_batch,
+            "devices": train_config.devices, "nodes": train_config.nodes, "per_device_batch": per_device_batch,
             **timing, "gpu_hours_used": round(selectors.gpu_hours_used(project), 3), "gpu_hour_budget": project.gpu_hour_budget}
 
 
@@ -189,6 +190,10 @@ def _checked_config(config: dict, model: RegisteredModel):
     if train_config.devices > most:
         raise Invalid(f"devices: at most {most}, what this installation's workers can give (one process per GPU, "
                       f"or per CPU core); the job asks for {train_config.devices}.", field="config.devices")
+    if train_config.nodes > settings.TRAINING_MAX_NODES:
+        allowed = (f"at most {settings.TRAINING_MAX_NODES}" if settings.TRAINING_MAX_NODES > 1
+                   else "jobs across machines are not enabled on this installation (TRAINING_MAX_NODES)")
+        raise Invalid(f"nodes: {allowed}; the job asks for {train_config.nodes} machines.", field="config.nodes")
     context = model.info.get("context_length")
     if context and train_config.max_seq_len > context:
         raise Invalid(f"max_seq_len {train_config.max_seq_len} is beyond the model's context of {context} tokens.",

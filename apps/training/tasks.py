@@ -13,6 +13,13 @@ def train_task(self, job_id: int) -> None:
     run_job(job_id, worker=self.request.hostname or "", pid=os.getpid())
 
 
+@shared_task(name="training.join", bind=True)
+def join_task(self, node_id: int) -> None:
+    """One more machine of a job across machines: claims the slot and joins the run's rendezvous."""
+    from apps.training.nodes import join
+
+    join(node_id, worker=self.request.hostname or "", pid=os.getpid())
+
 
 @shared_task(name="training.calibrate", bind=True)
 def calibrate_task(self, measurement_id: int) -> None:

@@ -16,7 +16,7 @@ TASK_NAMES = {"annotation.export", "annotation.quality", "annotation.suggest", "
               "registry.merge",
               "registry.prepare_catalogue", "serving.canary_check", "serving.captures_expire", "serving.classify",
               "serving.generate",
-              "serving.generations_scrub", "training.calibrate",
+              "serving.generations_scrub", "training.calibrate", "training.join",
               "training.run"}
 
 

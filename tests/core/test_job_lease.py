@@ -21,7 +21,7 @@ from apps.datasets.models import Dataset, DeriveJob, ExportJob, ImportJob, Searc
 from apps.evaluation.models import EvalRun, EvalSuite, Judge, JudgeRun, TeacherRun
 from apps.registry.models import ModelExport, PrecisionMeasurement
 from apps.serving.models import Classification, Generation
-from apps.training.models import SpeedMeasurement, TrainingJob
+from apps.training.models import JobNode, SpeedMeasurement, TrainingJob
 from tests.comparison.factories import make_comparison
 from tests.training.fixtures import make_job, make_version
 
@@ -95,6 +95,17 @@ def new_generation(project, owner, state):
                                      source="api", prompt="Hello", state=state)
 
 
+def new_machine_slot(project, owner, state):
+    """A further machine's slot of a job across machines (apps.training.nodes), of the job's current run."""
+    job = make_job(project, owner, state="running", config={"format": "prompt_response", "nodes": 2})
+    TrainingJob.objects.filter(pk=job.pk).update(rendezvous_id="run-1")
+    return JobNode.objects.create(job=job, slot=1, rendezvous_id="run-1", state=state)
+
+
+def cancel_the_slots_job(model, pk):
+    TrainingJob.objects.filter(node_slots__pk=pk).update(cancel_requested=True)
+
+
 def new_calibration(project, owner, state):
     from tests.comparison.factories import placeholder_model
 
@@ -134,6 +145,7 @@ KINDS = {
     "suggestion run": (SuggestionRun, new_suggestion_run),
     "generation": (Generation, new_generation),
     "calibration": (SpeedMeasurement, new_calibration),
+    "machine slot": (JobNode, new_machine_slot),
     "search index build": (SearchIndexJob, new_search_index_build),
     "judge run": (JudgeRun, new_judge_run),
     "eval run": (EvalRun, new_eval_run),
@@ -155,7 +167,8 @@ def stop_suggestions(model, pk):
 # How each kind that can be cancelled is asked to stop, as its service asks.
 CANCELS = {"training": ask_to_cancel, "comparison": ask_to_cancel, "import": ask_to_cancel, "derive": ask_to_cancel,
            "suggestion run": stop_suggestions, "judge run": ask_to_cancel,
-           "eval run": ask_to_cancel, "teacher run": ask_to_cancel, "precision measurement": ask_to_cancel}
+           "eval run": ask_to_cancel, "teacher run": ask_to_cancel, "precision measurement": ask_to_cancel,
+           "machine slot": cancel_the_slots_job}
 
 
 def short_lease(settings):

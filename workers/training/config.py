@@ -163,6 +163,11 @@ class TrainConfig:
     devices: int = option(1, label="Devices", section="Optimisation", min=1,
                           help="Data-parallel processes, one per GPU (on CPU, one per core): each takes its share "
                                "of every batch, so the batch size and the loss curve stay those of one device.")
+    # machines (distributed.py: one torchrun node each, `devices` processes per node, c10d rendezvous).
+    # The global batch is still batch_size x grad_accum, shared by nodes x devices processes.
+    nodes: int = option(1, label="Machines", section="Optimisation", min=1, max=8,
+                        help="Machines the job runs on, each with `devices` processes: one gpu worker per machine "
+                             "joins the run. Only where the deployment allows jobs across machines.")
 
     def validate(self) -> None:
         """Raise ConfigError (naming the field) for the first value out of range or of an unknown kind;
@@ -225,6 +230,13 @@ class TrainConfig:
             if self.devices > self.batch_size:
                 raise ConfigError("devices", f"at most the batch size ({self.batch_size}): each device takes its "
                                              "share of every batch.")
+        _integer(self, "nodes")
+        if self.nodes > 1:
+            if index or kind == "mps":
+                raise ConfigError("nodes", f"more than one machine needs device auto, cpu or cuda, not {self.device}.")
+            if self.nodes * self.devices > self.batch_size:
+                raise ConfigError("nodes", f"machines x devices at most the batch size ({self.batch_size}): each "
+                                           "process takes its share of every batch.")
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-serializable dict of every field (lists copied)."""

@@ -29,6 +29,17 @@ rank 0's address and fail again; a new torchrun has a new rendezvous.) The data 
 counts global batches, so a run also resumes with a different number of processes. Steps trained
 after that checkpoint are trained and reported again, with the same step numbers. The torchrun
 process dies with the caller (PR_SET_PDEATHSIG), and each rank with torchrun.
+
+Across machines (config.nodes M > 1, `node` a Rendezvous): each of M callers (one gpu worker per machine)
+starts its own torchrun with `--nnodes M --rdzv-backend c10d --rdzv-endpoint HOST:PORT --rdzv-id RUN_ID`;
+the node that hosts the endpoint (`is_host`) runs the c10d store, the others connect to it, and c10d
+assigns the node ranks (sorted by address and pid: global rank 0 may be on any node). Each caller tails
+its own ddp/events.jsonl, so the caller whose node holds global rank 0 relays the events and gets the
+result (checkpoints and the adapter are on its machine); the others end with ReportedElsewhere once
+their ranks exited cleanly. A node whose ranks have not all joined within `rendezvous_timeout_s` (its
+peers never came, torchrun's join_timeout) is killed with RendezvousTimeout, before any step. There is
+no restart within the call: a fresh rendezvous needs every node again, so the caller's job is resumed
+from its last checkpoint by the caller's own resume path.
 """
 
 from __future__ import annotations
@@ -43,6 +54,7 @@ import sys
 import time
 import traceback
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +67,7 @@ SPEC = "spec.json"
 EVENTS = "events.jsonl"
 STOP = "STOP"
 LOG = "torchrun.log"
-JOINED = "rank-{rank}.joined"  # written by each rank once init_process_group returned
+JOINED = "local-{rank}.joined"  # written by each rank (its LOCAL_RANK) once init_process_group returned
 RENDEZVOUS_TIMEOUT_S = 300.0  # torch and the process group come up in seconds; a loaded machine takes longer
 MAX_RESTARTS = 2          # fresh torchruns after the processes failed (a rank died)
 POLL_S = 0.2              # how often the caller reads events and asks should_stop()
@@ -70,6 +82,20 @@ class DistributedTrainingError(RuntimeError):
 
 class RendezvousTimeout(DistributedTrainingError):
     """Not every rank joined the process group in time: torchrun and its ranks were killed, nothing trained."""
+
+
+class ReportedElsewhere(Exception):
+    """Across machines: this node's ranks ended cleanly and global rank 0, on another node, reported the
+    run's events and outcome to its own caller."""
+
+
+@dataclass(frozen=True)
+class Rendezvous:
+    """Where the M nodes of a job across machines meet (torchrun's c10d rendezvous)."""
+
+    endpoint: str  # HOST:PORT of the c10d store, on the node that hosts it
+    run_id: str  # the same on every node of one run; a new run (a resume) takes a new one
+    is_host: bool  # this node runs the store (the first to claim the job)
 
 
 def available_devices(device: str = "auto") -> int:
@@ -94,25 +120,42 @@ def check_devices(config: TrainConfig, have: int | None = None) -> None:
                                      f"{config.devices}.")
 
 
-def launch_command(devices: int, run_dir: Path) -> list[str]:
-    """The torchrun command line (PyTorch's own launcher: elastic agent, c10d rendezvous on localhost)."""
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(devices),
+def launch_command(devices: int, run_dir: Path, *, nodes: int = 1, rendezvous: Rendezvous | None = None,
+                   join_timeout_s: float = RENDEZVOUS_TIMEOUT_S) -> list[str]:
+    """The torchrun command line (PyTorch's own launcher: elastic agent, c10d rendezvous): on localhost
+    for one machine, at `rendezvous` for `nodes` machines."""
+    if nodes == 1 or rendezvous is None:
+        where = ["--standalone"]
+    else:
+        where = ["--nnodes", str(nodes), "--rdzv-backend", "c10d", "--rdzv-endpoint", rendezvous.endpoint,
+                 "--rdzv-id", rendezvous.run_id,
+                 "--rdzv-conf", f"join_timeout={max(1, round(join_timeout_s))},"
+                                f"is_host={str(rendezvous.is_host).lower()}"]
+    return [sys.executable, "-m", "torch.distributed.run", *where, "--nproc-per-node", str(devices),
             "--max-restarts", "0", "-m", "workers.training.distributed", str(run_dir)]
 
 
 def train_distributed(config: TrainConfig, *, model_dir: Path, output_dir: Path, train_rows: Sequence[dict],
                       eval_rows: Sequence[dict], callbacks: TrainCallbacks | None = None,
                       lineage: dict | None = None, max_restarts: int = MAX_RESTARTS, devices_here: int | None = None,
-                      rendezvous_timeout_s: float = RENDEZVOUS_TIMEOUT_S) -> TrainResult:
+                      rendezvous_timeout_s: float = RENDEZVOUS_TIMEOUT_S,
+                      rendezvous: Rendezvous | None = None) -> TrainResult:
     """train() over config.devices processes under torchrun: the same arguments, callbacks (called in
     this process, from rank 0's events), exceptions (ConfigError, TrainingDataError, TrainCancelled,
     FloatingPointError; DistributedTrainingError for a run that failed otherwise, RendezvousTimeout when
     the ranks did not all join within `rendezvous_timeout_s`) and result. `devices_here`: the devices
-    this worker has (its advertised count), checked against config.devices (default: counted here)."""
+    this worker has (its advertised count), checked against config.devices (default: counted here).
+    config.nodes > 1: this is one node of the run, meeting the others at `rendezvous` (required); raises
+    ReportedElsewhere on the nodes without global rank 0, and RendezvousTimeout when the peers did not
+    come within `rendezvous_timeout_s`; never restarted here."""
     from .loop import train
 
     config.validate()
-    if config.devices == 1:
+    if config.nodes > 1:
+        if rendezvous is None:
+            raise ValueError("a run across machines needs its rendezvous")
+        max_restarts = 0
+    elif config.devices == 1:
         return train(config, model_dir=model_dir, output_dir=output_dir, train_rows=train_rows,
                      eval_rows=eval_rows, callbacks=callbacks, lineage=lineage)
     check_devices(config, devices_here)
@@ -124,12 +167,15 @@ def train_distributed(config: TrainConfig, *, model_dir: Path, output_dir: Path,
             "train_rows": list(train_rows), "eval_rows": list(eval_rows), "lineage": lineage}
     (run_dir / SPEC).write_text(json.dumps(spec, default=str))
     (run_dir / EVENTS).touch()
-    follower = _Follower(run_dir, callbacks, world_size=config.devices, rendezvous_timeout_s=rendezvous_timeout_s)
+    follower = _Follower(run_dir, callbacks, world_size=config.devices, rendezvous_timeout_s=rendezvous_timeout_s,
+                         across_machines=config.nodes > 1)
+    command = launch_command(config.devices, run_dir, nodes=config.nodes, rendezvous=rendezvous,
+                             join_timeout_s=rendezvous_timeout_s)
     for attempt in range(max_restarts + 1):
         with open(run_dir / LOG, "ab") as log:
-            process = subprocess.Popen(_dying_with_this_process(launch_command(config.devices, run_dir)),
+            process = subprocess.Popen(_dying_with_this_process(command),
                                        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                       env=_environment(config), cwd=_ROOT)
+                                       env=_environment(config, rendezvous), cwd=_ROOT)
             try:
                 outcome = follower.follow(process)
             except RendezvousTimeout:
@@ -144,6 +190,8 @@ def train_distributed(config: TrainConfig, *, model_dir: Path, output_dir: Path,
         if finished and process.returncode != 0:
             callbacks.log(f"a training process failed after rank 0 finished (torchrun exit code "
                           f"{process.returncode}); nothing was left undone")
+        if config.nodes > 1 and outcome is None and process.returncode == 0:
+            raise ReportedElsewhere("this node's processes ended; global rank 0 ran on another node")
         if ended or follower.stop_sent or attempt == max_restarts:
             break
         callbacks.log(f"the training processes failed (torchrun exit code {process.returncode}); starting them "
@@ -156,10 +204,12 @@ def train_distributed(config: TrainConfig, *, model_dir: Path, output_dir: Path,
 _ROOT = str(Path(__file__).resolve().parents[2])  # the directory holding the `workers` package
 
 
-def _environment(config: TrainConfig) -> dict[str, str]:
+def _environment(config: TrainConfig, rendezvous: Rendezvous | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [_ROOT, env.get("PYTHONPATH")]))
-    env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # --standalone: every rank is on this machine
+    host = rendezvous.endpoint.rpartition(":")[0].strip("[]") if rendezvous and config.nodes > 1 else "localhost"
+    if host in ("localhost", "127.0.0.1", "::1"):  # every rank is on this machine (or nodes on one, in tests)
+        env.setdefault("GLOO_SOCKET_IFNAME", "lo")
     # CPU ranks share the cores (torchrun would give each one thread only).
     env.setdefault("OMP_NUM_THREADS", str(max(1, available_devices("cpu") // config.devices)))
     env.setdefault("PYTHONUNBUFFERED", "1")
@@ -186,8 +236,8 @@ class _Follower:
     """Reads events.jsonl on from where it stopped (the file lasts over every torchrun of the run)."""
 
     def __init__(self, run_dir: Path, callbacks: TrainCallbacks, *, world_size: int = 1,
-                 rendezvous_timeout_s: float = RENDEZVOUS_TIMEOUT_S) -> None:
-        self.run_dir, self.callbacks = run_dir, callbacks
+                 rendezvous_timeout_s: float = RENDEZVOUS_TIMEOUT_S, across_machines: bool = False) -> None:
+        self.run_dir, self.callbacks, self.across_machines = run_dir, callbacks, across_machines
         self.world_size, self.rendezvous_timeout_s = world_size, rendezvous_timeout_s
         self.offset = 0
         self.pending = b""
@@ -196,7 +246,9 @@ class _Follower:
     def follow(self, process: subprocess.Popen) -> dict | None:
         """Hand rank 0's events to the callbacks until torchrun exits; write STOP once should_stop() says
         so. Returns this torchrun's last outcome event (result, cancelled, error, crash), or None. Raises
-        RendezvousTimeout when the ranks have not all joined within the timeout of this torchrun's start."""
+        RendezvousTimeout when the ranks have not all joined within the timeout of this torchrun's start
+        (`world_size`: the processes on this machine), or, across machines, when torchrun gave up waiting
+        for its peers before they joined."""
         outcome = None
         for rank in range(self.world_size):  # a restarted torchrun's ranks join again
             (self.run_dir / JOINED.format(rank=rank)).unlink(missing_ok=True)
@@ -212,20 +264,32 @@ class _Follower:
             for line in lines:
                 if line.strip():
                     outcome = _dispatch(json.loads(line), self.callbacks) or outcome
+            if exited and self.across_machines and not all_joined and not self._joined_all():
+                raise RendezvousTimeout(self._timeout_message())
             if exited:
                 return outcome
             if not all_joined:
-                joined = sum((self.run_dir / JOINED.format(rank=r)).exists() for r in range(self.world_size))
-                all_joined = joined == self.world_size
+                all_joined = self._joined_all()
                 if not all_joined and time.monotonic() > joined_by:
-                    raise RendezvousTimeout(
-                        f"The training processes did not all join within {self.rendezvous_timeout_s:g} s "
-                        f"({joined} of {self.world_size} did): torchrun's rendezvous hung, so they were stopped "
-                        "before any step was trained.")
+                    raise RendezvousTimeout(self._timeout_message())
             if not self.stop_sent and self.callbacks.should_stop():
                 (self.run_dir / STOP).write_text("")
                 self.stop_sent = True
             time.sleep(POLL_S)
+
+    def _joined(self) -> int:
+        return sum((self.run_dir / JOINED.format(rank=r)).exists() for r in range(self.world_size))
+
+    def _joined_all(self) -> bool:
+        return self._joined() == self.world_size
+
+    def _timeout_message(self) -> str:
+        if self.across_machines:
+            return (f"This machine did not find its peers within {self.rendezvous_timeout_s:g} s: not every machine "
+                    "of the job joined torchrun's rendezvous, so this one stopped before any step was trained.")
+        return (f"The training processes did not all join within {self.rendezvous_timeout_s:g} s "
+                f"({self._joined()} of {self.world_size} did): torchrun's rendezvous hung, so they were stopped "
+                "before any step was trained.")
 
 
 def _dispatch(event: dict, callbacks: TrainCallbacks) -> dict | None:
@@ -325,6 +389,56 @@ def _die_with_parent() -> None:
         os._exit(1)
 
 
+def _share_checkpoint(output_dir: Path, *, local_rank: int, device: Any) -> None:
+    """Across machines, before training: every machine gets the newest complete checkpoint any rank has
+    (sent over the process group from the first rank holding it, as raw bytes, and installed atomically
+    by each lacking machine's local rank 0), so that all ranks resume from the same step. Global rank 0
+    wrote the checkpoints on its own machine, which need not be rank 0's machine of the next run."""
+    import torch
+    import torch.distributed as dist
+
+    from .checkpoint import checkpoints_dir_of, complete_steps, install_checkpoint
+
+    checkpoints = checkpoints_dir_of(output_dir)
+    steps = complete_steps(checkpoints)
+    mine = torch.tensor([steps[-1] if steps else 0], dtype=torch.int64, device=device)
+    everyone = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
+    dist.all_gather(everyone, mine)
+    newest = [int(t.item()) for t in everyone]
+    best = max(newest)
+    if best == 0 or all(step == best for step in newest):
+        return
+    source = newest.index(best)
+    header, payload = b"", b""
+    if dist.get_rank() == source:
+        folder = checkpoints / f"step-{best}"
+        files = sorted(p for p in folder.rglob("*") if p.is_file())
+        header = json.dumps([[str(p.relative_to(folder)), p.stat().st_size] for p in files]).encode()
+        payload = b"".join(p.read_bytes() for p in files)
+    sizes = torch.tensor([len(header), len(payload)], dtype=torch.int64, device=device)
+    dist.broadcast(sizes, src=source)
+    buffers = []
+    for size, data in zip(sizes.tolist(), (header, payload)):
+        buffer = (torch.frombuffer(bytearray(data), dtype=torch.uint8).to(device) if data
+                  else torch.empty(size, dtype=torch.uint8, device=device))
+        if size:
+            dist.broadcast(buffer, src=source)
+        buffers.append(buffer.cpu().numpy().tobytes())
+    if mine.item() != best and local_rank == 0:
+        def fill(directory: Path) -> None:
+            offset = 0
+            for name, size in json.loads(buffers[0]):
+                target = (directory / name).resolve()
+                if directory.resolve() not in target.parents:
+                    raise ValueError(f"a checkpoint file outside its folder: {name}")
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(buffers[1][offset:offset + size])
+                offset += size
+
+        install_checkpoint(checkpoints, best, fill)
+    dist.barrier()
+
+
 def main(run_dir: Path) -> int:
     """One rank (torchrun sets RANK, LOCAL_RANK, WORLD_SIZE and the rendezvous)."""
     import torch
@@ -344,7 +458,10 @@ def main(run_dir: Path) -> int:
     else:
         config.device = "cpu"
         dist.init_process_group("gloo")
-    (run_dir / JOINED.format(rank=rank)).write_text("")
+    (run_dir / JOINED.format(rank=local_rank)).write_text("")
+    if config.nodes > 1:  # each machine has its own output folder: the ranks must resume from one checkpoint
+        _share_checkpoint(Path(spec["output_dir"]), local_rank=local_rank,
+                          device=torch.device("cuda", local_rank) if cuda else torch.device("cpu"))
     reporter = _Reporter(run_dir) if rank == 0 else None
     callbacks = reporter or _Listener(run_dir)
     try:
