@@ -246,3 +246,21 @@ def test_another_projects_version_or_judge_answers_404_and_a_pairwise_judge_is_n
     assert post(client, rate_url, {"position": 0, "answer": {"helpfulness": {"score": 3, "reason": ""}}}
                 ).status_code == 409
     assert not Rating.objects.exists()
+
+
+@pytest.mark.django_db
+def test_the_rating_page_asks_the_same_policy(client, owner, scientist, annotator, outsider, project, other_project,
+                                              version, judge):
+    page = f"/projects/{project.pk}/judges/{judge.pk}/versions/{version.pk}/rate/?response_column=answer_b"
+    client.force_login(scientist)
+    shown = client.get(page)
+    assert shown.status_code == 200 and b'data-response-column="answer_b"' in shown.content
+    hostile = client.get(page.replace("answer_b", "%3Cscript%3Ealert(1)%3C/script%3E"))
+    assert b"<script>alert(1)" not in hostile.content and b"&lt;script&gt;alert(1)" in hostile.content
+    theirs = make_version(other_project, outsider, name="Theirs")
+    missing = client.get(f"/projects/{project.pk}/judges/{judge.pk}/versions/{theirs.pk}/rate/")
+    assert missing.status_code == 404 and b"Theirs" not in missing.content
+    client.force_login(annotator)  # votes, but may not read the dataset
+    assert client.get(page).status_code == 403
+    client.force_login(outsider)
+    assert client.get(page).status_code == 404
