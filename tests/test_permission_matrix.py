@@ -419,7 +419,11 @@ def _arrange_judge_version(world: World) -> dict:
                                  local_model=placeholder_model(world.project),
                                  rubric={"kind": "pointwise", "instructions": "",
                                          "criteria": [{"name": "correct", "description": "", "scale": "pass_fail"}]})
-    return {"judge_id": judge.pk}
+    return {"judge_id": judge.pk, "version_id": version.pk}
+
+
+def _row_rating_body(world: World) -> dict:
+    return {"position": 0, "answer": {"correct": {"score": "pass", "reason": "matrix"}}}
 
 
 def _judge_version_body(world: World) -> dict:
@@ -855,6 +859,13 @@ ENDPOINTS = [
              "compare.vote", _no_body, 200, arrange=_arrange_judge(kind="pointwise")),
     Endpoint("judge-rating-submit", "POST", f"{P}/judges/<int:judge_id>/comparisons/<int:comparison_id>/ratings/",
              "compare.vote", _rating_body, 201, arrange=_arrange_judge(kind="pointwise")),
+    # ... and a dataset version's responses, which takes dataset.view on it too
+    Endpoint("judge-row-rating-next", "GET", f"{P}/judges/<int:judge_id>/versions/<int:version_id>/ratings/next/",
+             "compare.vote", _no_body, 200, checks=("compare.vote", "dataset.view"),
+             arrange=_arrange_judge_version),
+    Endpoint("judge-row-rating-submit", "POST", f"{P}/judges/<int:judge_id>/versions/<int:version_id>/ratings/",
+             "compare.vote", _row_rating_body, 201, checks=("compare.vote", "dataset.view"),
+             arrange=_arrange_judge_version),
     Endpoint("judge-runs-list", "GET", f"{P}/judge-runs/", "compare.view", _no_body, 200),
     Endpoint("judge-run-get", "GET", f"{P}/judge-runs/<int:run_id>/", "compare.view", _no_body, 200,
              arrange=_arrange_judge("succeeded")),
@@ -1079,7 +1090,7 @@ def test_every_project_scoped_endpoint_in_the_url_conf_has_a_row():
              "job_id": 7, "comparison_id": 8, "campaign_id": 9, "item_id": 10, "schema_id": 11, "annotation_id": 12,
              "export_id": 13, "model_id": 14, "entry_id": 15, "target_id": 16, "alias": "production",
              "judge_id": 17, "run_id": 18, "sweep_id": 19, "suite_id": 20,
-             "classification_id": 21}
+             "classification_id": 21, "version_id": 22}
     in_table = {(resolve(fill(e.url, dummy)).route, e.method) for e in ENDPOINTS}
     assert in_url_conf, "found no project-scoped API routes: the walk above is broken"
     assert in_url_conf - in_table == set(), "project-scoped endpoints without a row in ENDPOINTS"

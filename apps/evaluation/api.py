@@ -27,12 +27,16 @@ from apps.evaluation.serializers import (
     JudgeSourceSerializer,
     ModelChoiceSerializer,
     NextOutputSerializer,
+    NextRowSerializer,
     RatingSerializer,
     RatingSubmitSerializer,
+    RowRatingColumnsSerializer,
+    RowRatingSubmitSerializer,
     TeacherEstimateSerializer,
     TeacherRunRequestSerializer,
     TeacherRunSerializer,
     blind_output,
+    blind_row,
 )
 from apps.projects import policy
 
@@ -180,6 +184,36 @@ class RatingApi(APIView):
         data.is_valid(raise_exception=True)
         rating, created = services.rating_submit(user=request.user, judge=judge, comparison=comparison,
                                                  token=request.auth, **data.validated_data)
+        return Response(RatingSerializer(rating).data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+
+
+class RowRatingNextApi(APIView):
+    """The next row of the dataset version for you to rate on the judge's rubric, blind: its
+    prompt and response, read in the columns a run of the judge over the version reads
+    (?prompt_column=&response_column=, by default prompt and response). Needs what voters need
+    and dataset.view on the version's dataset."""
+
+    @extend_schema(parameters=[RowRatingColumnsSerializer], responses=NextRowSerializer)
+    def get(self, request: Request, project_id: int, judge_id: int, version_id: int) -> Response:
+        judge = policy.get_object(request.user, Judge, judge_id, "compare.vote", request.auth, project_id=project_id)
+        columns = RowRatingColumnsSerializer(data=request.query_params)
+        columns.is_valid(raise_exception=True)
+        found = services.row_rating_next(user=request.user, judge=judge, version=version_id, token=request.auth,
+                                         **columns.validated_data)
+        return Response({**found, "row": blind_row(found["row"]), "criteria": judge.rubric["criteria"]})
+
+
+class RowRatingApi(APIView):
+    """Rate one row's response of the dataset version on the judge's rubric: a score and a reason
+    for every criterion. Rating the same row (in the same columns) again replaces your rating (200)."""
+
+    @extend_schema(request=RowRatingSubmitSerializer, responses={201: RatingSerializer, 200: RatingSerializer})
+    def post(self, request: Request, project_id: int, judge_id: int, version_id: int) -> Response:
+        judge = policy.get_object(request.user, Judge, judge_id, "compare.vote", request.auth, project_id=project_id)
+        data = RowRatingSubmitSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        rating, created = services.row_rating_submit(user=request.user, judge=judge, version=version_id,
+                                                     token=request.auth, **data.validated_data)
         return Response(RatingSerializer(rating).data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
 

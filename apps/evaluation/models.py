@@ -126,13 +126,20 @@ class Verdict(models.Model):
 
 
 class Rating(models.Model):
-    """A person's rating of one output of a comparison on a pointwise judge's rubric: `answer` has
-    the shape of the judge's answer ({criterion: {score, reason}}, valid against the rubric's
-    schema), so the two can be set side by side. One per person, output and judge: rating again
-    replaces it. Raters see the output blind, as voters do."""
+    """A person's rating of one response on a pointwise judge's rubric: `answer` has the shape of
+    the judge's answer ({criterion: {score, reason}}, valid against the rubric's schema), so the
+    two can be set side by side. What is rated is exactly one of: an output of a comparison, or a
+    dataset version's row (`position`) read in two of its columns, as a run of the judge over the
+    version reads them (prompt_column, response_column). One per person, response and judge:
+    rating again replaces it. Raters see the response blind, as voters do."""
 
     judge = models.ForeignKey(Judge, on_delete=models.CASCADE, related_name="ratings")
-    output = models.ForeignKey("comparison.Output", on_delete=models.CASCADE, related_name="+")
+    output = models.ForeignKey("comparison.Output", null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    dataset_version = models.ForeignKey("datasets.DatasetVersion", null=True, blank=True, on_delete=models.CASCADE,
+                                        related_name="+")
+    position = models.PositiveIntegerField(null=True, blank=True)  # the version's row
+    prompt_column = models.CharField(max_length=200, blank=True)  # a version's columns; "" for an output
+    response_column = models.CharField(max_length=200, blank=True)
     rater = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
     answer = models.JSONField()
     created_at = models.DateTimeField(auto_now_add=True)
@@ -141,7 +148,17 @@ class Rating(models.Model):
     class Meta:
         ordering = ["judge", "id"]
         default_permissions = ()
-        constraints = [models.UniqueConstraint(fields=["judge", "output", "rater"], name="rating_unique_rater")]
+        constraints = [
+            models.UniqueConstraint(fields=["judge", "output", "rater"], name="rating_unique_rater"),
+            models.UniqueConstraint(fields=["judge", "dataset_version", "position", "prompt_column",
+                                            "response_column", "rater"], name="rating_row_unique_rater"),
+            models.CheckConstraint(
+                condition=(models.Q(output__isnull=False, dataset_version__isnull=True, position__isnull=True,
+                                    prompt_column="", response_column="")
+                           | models.Q(output__isnull=True, dataset_version__isnull=False, position__isnull=False)
+                           & ~models.Q(prompt_column="") & ~models.Q(response_column="")),
+                name="rating_one_target"),
+        ]
 
 
 class CalibrationPolicy(models.Model):

@@ -204,23 +204,31 @@ def agreement(run: JudgeRun, rules: CalibrationPolicy | None = None) -> dict | N
     the same pair are one person-vs-person item. Per side: Cohen's kappa (None when undefined)
     with a 95% bootstrap interval over the items, the raw agreement, and the confusion table
     (people's label → the judge's; for two people, the earlier vote → the later)."""
-    if run.state != JudgeRun.State.SUCCEEDED or "rubric" not in run.config or run.comparison_id is None:
-        return None  # people vote on a comparison's outputs: a run over a version has none to agree with
-    votes = Vote.objects.filter(comparison=run.comparison_id)
-    stamp = votes.aggregate(n=Count("id"), last=Max("id"))
-    figures = memoized("judge-agreement", [run.pk, stamp["n"], stamp["last"], 2], lambda: _agreement(run))
+    if run.state != JudgeRun.State.SUCCEEDED or "rubric" not in run.config:
+        return None
+    if run.comparison_id is None:
+        # A run over a version: people vote on no pair of it, but rate its responses (pointwise).
+        if check_rubric(run.config["rubric"]).kind == PAIRWISE:
+            return None
+        figures = {"labels": list(LABELS), "judge_vs_people": None, "people_vs_people": None}
+    else:
+        votes = Vote.objects.filter(comparison=run.comparison_id)
+        stamp = votes.aggregate(n=Count("id"), last=Max("id"))
+        figures = memoized("judge-agreement", [run.pk, stamp["n"], stamp["last"], 2], lambda: _agreement(run))
     ratings = rating_agreement(run)
     rules = rules or calibration_policy(run.project)
     checked = calibration(_calibration_figures(figures["judge_vs_people"], ratings, rules), min_items=rules.min_items)
     return {**figures, "ratings": ratings, "calibration": {**checked, **_thresholds(rules)}}
 
 
-def _calibration_figures(votes: dict, ratings: dict | None, rules: CalibrationPolicy) -> list[dict]:
-    """What calibration weighs: kappa with the votes and, once people rated the judge's outputs,
-    each criterion's rho (1-5) or kappa (pass/fail) with the ratings, each with its threshold."""
-    figures = [{"label": "kappa", "items_label": "items judged and voted on", "value": votes["kappa"],
-                "items": votes["items"], "threshold": rules.min_kappa}]
-    for criterion in ratings["criteria"] if ratings and ratings["ratings"] else []:
+def _calibration_figures(votes: dict | None, ratings: dict | None, rules: CalibrationPolicy) -> list[dict]:
+    """What calibration weighs: kappa with the votes (a run over a comparison) and, once people
+    rated the judge's outputs or a version's responses, each criterion's rho (1-5) or kappa
+    (pass/fail) with the ratings, each with its threshold."""
+    figures = [] if votes is None else [{"label": "kappa", "items_label": "items judged and voted on",
+                                         "value": votes["kappa"], "items": votes["items"],
+                                         "threshold": rules.min_kappa}]
+    for criterion in ratings["criteria"] if ratings and (ratings["ratings"] or votes is None) else []:
         side, scaled = criterion["judge_vs_people"], criterion["scale"] == SCALE_1_5
         figures.append({"label": f"{criterion['name']} {'Spearman rho' if scaled else 'kappa'}",
                         "items_label": f"items judged and rated on {criterion['name']}",
@@ -280,26 +288,43 @@ def _agreement(run: JudgeRun) -> dict:
 
 # --- agreement with people (judges vs people's pointwise ratings) ---------------------------------
 
+def run_ratings(run: JudgeRun):
+    """People's ratings of what the run judged, for its judge: of the comparison's outputs, or of
+    the version's rows read in the run's prompt and response columns."""
+    ratings = Rating.objects.filter(judge=run.judge_id)
+    if run.comparison_id is not None:
+        return ratings.filter(output__comparison=run.comparison_id)
+    return ratings.filter(dataset_version=run.dataset_version_id, prompt_column=run.config.get("prompt_column"),
+                          response_column=run.config.get("response_column"))
+
+
 def rating_agreement(run: JudgeRun) -> dict | None:
-    """A pointwise run's scores against people's ratings (Rating) of the same outputs on the
-    judge's rubric, per criterion (workers.judging.stats.rating_agreement: rho, tau and MAE, or
-    kappa, TPR and TNR, with intervals and item counts), judge vs people beside people vs people.
-    None for a pairwise run. Outputs the judge could not score are left out of judge-vs-people."""
+    """A pointwise run's scores against people's ratings (Rating) of the same outputs (or of the
+    same rows of a version, in the same columns) on the judge's rubric, per criterion
+    (workers.judging.stats.rating_agreement: rho, tau and MAE, or kappa, TPR and TNR, with
+    intervals and item counts), judge vs people beside people vs people. None for a pairwise run.
+    Responses the judge could not score are left out of judge-vs-people."""
     rubric = check_rubric(run.config["rubric"])
     if rubric.kind == PAIRWISE:
         return None
-    ratings = Rating.objects.filter(judge=run.judge_id, output__comparison=run.comparison_id)
+    ratings = run_ratings(run)
     stamp = ratings.aggregate(n=Count("id"), last=Max("id"), changed=Max("updated_at"))
     return memoized("judge-rating-agreement", [run.pk, stamp["n"], stamp["last"], str(stamp["changed"])],
                     lambda: _rating_agreement(run, rubric, ratings))
 
 
 def _rating_agreement(run: JudgeRun, rubric: Rubric, ratings) -> dict:
-    judged = {(v["prompt_id"], v["first_id"]): v["answer"] for v in
-              Verdict.objects.filter(run=run, answer__isnull=False).values("prompt_id", "first_id", "answer")}
-    rated: dict[tuple[int, int], list] = defaultdict(list)
-    for r in ratings.order_by("id").values("output__prompt_id", "output__contestant_id", "rater_id", "answer"):
-        rated[(r["output__prompt_id"], r["output__contestant_id"])].append((r["rater_id"], r["answer"]))
+    verdicts = Verdict.objects.filter(run=run, answer__isnull=False)
+    rated: dict[tuple, list] = defaultdict(list)
+    if run.comparison_id is None:  # a version's rows, by position
+        judged = {(v["position"],): v["answer"] for v in verdicts.values("position", "answer")}
+        for r in ratings.order_by("id").values("position", "rater_id", "answer"):
+            rated[(r["position"],)].append((r["rater_id"], r["answer"]))
+    else:
+        judged = {(v["prompt_id"], v["first_id"]): v["answer"] for v in
+                  verdicts.values("prompt_id", "first_id", "answer")}
+        for r in ratings.order_by("id").values("output__prompt_id", "output__contestant_id", "rater_id", "answer"):
+            rated[(r["output__prompt_id"], r["output__contestant_id"])].append((r["rater_id"], r["answer"]))
     return {"ratings": sum(len(people) for people in rated.values()), "outputs_rated": len(rated),
             "raters": len({rater for people in rated.values() for rater, _ in people}),
             "criteria": workers_rating_agreement(rubric, judged, dict(rated))}
@@ -317,6 +342,19 @@ def outputs_to_rate(judge: Judge, comparison: Comparison, rater) -> tuple[list[O
             if o.pk not in mine]
     random.SystemRandom().shuffle(left)
     return sorted(left, key=lambda o: counts.get(o.pk, 0)), len(mine)
+
+
+def rows_to_rate(judge: Judge, version, columns: dict, rows: dict, rater) -> tuple[list[dict], int]:
+    """A version's rows (rows: position → the judge's item, prompt and response) `rater` has not
+    rated for the judge in these columns, the least-rated first and in a random order among equals,
+    as {position, prompt, response}; and how many the rater has rated."""
+    ratings = Rating.objects.filter(judge=judge, dataset_version=version, **columns)
+    counts = dict(ratings.values("position").annotate(n=Count("id")).values_list("position", "n"))
+    mine = set(ratings.filter(rater=rater).values_list("position", flat=True))
+    left = [{"position": position, "prompt": item.prompt, "response": item.response}
+            for position, item in rows.items() if position not in mine]
+    random.SystemRandom().shuffle(left)
+    return sorted(left, key=lambda row: counts.get(row["position"], 0)), len(mine)
 
 
 # --- judges on the leaderboard -----------------------------------------------------------------
@@ -408,11 +446,12 @@ def gate_refusal(project_id: int, alias: str, version_id: int) -> str | None:
 def judge_calibration(judge: Judge) -> dict:
     """Whether the judge counts as calibrated: its newest succeeded run's agreement with the blind
     votes (and people's ratings, pointwise) against the project's thresholds (`calibrated`, and
-    `reason` when not)."""
+    `reason` when not). A run over a dataset version counts once people rated its responses."""
     rules = calibration_policy(judge.project)
-    for run in JudgeRun.objects.filter(judge=judge, state=JudgeRun.State.SUCCEEDED,
-                                       comparison__isnull=False).select_related(
+    for run in JudgeRun.objects.filter(judge=judge, state=JudgeRun.State.SUCCEEDED).select_related(
             "project", "comparison").order_by("-finished_at", "-id"):
+        if run.comparison_id is None and not run_ratings(run).exists():
+            continue  # no one rated that version's responses: no people to agree with
         figures = agreement(run, rules)
         if figures is not None:
             return figures["calibration"]

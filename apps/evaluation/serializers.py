@@ -195,10 +195,27 @@ class RatingSubmitSerializer(serializers.Serializer):
                                              "criterion of the judge's rubric, as the judge answers")
 
 
+class RowRatingColumnsSerializer(serializers.Serializer):
+    """Types only: the service checks the columns against the version, as a judge run's."""
+
+    prompt_column = serializers.CharField(default="prompt", max_length=200,
+                                          help_text="the column a run of the judge read the prompt in")
+    response_column = serializers.CharField(default="response", max_length=200,
+                                            help_text="the column a run of the judge read the response in")
+
+
+class RowRatingSubmitSerializer(RowRatingColumnsSerializer):
+    position = serializers.IntegerField(min_value=0, max_value=2**31 - 1,
+                                        help_text="the row's position, as served by ratings/next/")
+    answer = serializers.JSONField(help_text="{criterion: {score: 1-5 | pass | fail, reason: text}} for every "
+                                             "criterion of the judge's rubric, as the judge answers")
+
+
 class RatingSerializer(serializers.ModelSerializer):
     class Meta:
         model = Rating
-        fields = ["id", "judge", "output", "answer", "created_at", "updated_at"]
+        fields = ["id", "judge", "output", "dataset_version", "position", "prompt_column", "response_column",
+                  "answer", "created_at", "updated_at"]
 
 
 class NextOutputSerializer(serializers.Serializer):
@@ -208,6 +225,23 @@ class NextOutputSerializer(serializers.Serializer):
                                                                               "scale}")
     rated = serializers.IntegerField(help_text="outputs you rated for this judge on this comparison")
     remaining = serializers.IntegerField()
+
+
+class NextRowSerializer(serializers.Serializer):
+    row = serializers.DictField(allow_null=True, help_text="position, prompt, text and their Markdown as HTML "
+                                                           "(raw HTML shown as text); nothing else of the row")
+    criteria = serializers.ListField(child=serializers.DictField(), help_text="the rubric's {name, description, "
+                                                                              "scale}")
+    rated = serializers.IntegerField(help_text="rows you rated for this judge on this version, in these columns")
+    remaining = serializers.IntegerField()
+
+
+def blind_row(row: dict | None) -> dict | None:
+    """A version's row to rate: its prompt and response, as text and as HTML."""
+    if row is None:
+        return None
+    return {"position": row["position"], "prompt": row["prompt"], "text": row["response"],
+            "prompt_html": render_markdown(row["prompt"]), "text_html": render_markdown(row["response"])}
 
 
 def blind_output(output) -> dict | None:

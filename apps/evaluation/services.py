@@ -293,17 +293,66 @@ def rating_submit(*, user, judge: Judge, comparison: Comparison, output, answer,
         target = Output.objects.get(pk=int(output), comparison=comparison, error="")
     except (Output.DoesNotExist, ValueError, TypeError, OverflowError):
         raise NotFound("No such output in this comparison.") from None
+    _check_rating(answer, rubric)
+    with transaction.atomic():
+        rating, created = Rating.objects.update_or_create(judge=judge, output=target, rater=user,
+                                                          defaults={"answer": answer})
+        audit_record(actor=user, action="judge.rate", project=judge.project, target=judge, publish=False,
+                     after={"output": target.pk, "replaced": not created})
+    return rating, created
+
+
+def _check_rating(answer, rubric: Rubric) -> None:
+    """The answer against the rubric's schema, and each reason's length (Invalid naming `answer.<criterion>.<key>`)."""
     where, why = check_answer(answer, rubric)
     if why:
         raise Invalid(why, field="answer" if where == "answer" else "answer." + where.replace("/", "."))
     for criterion in rubric.criteria:
         if len(answer[criterion.name]["reason"]) > MAX_REASON:
             raise Invalid(f"A reason is at most {MAX_REASON} characters.", field=f"answer.{criterion.name}.reason")
+
+
+def _ratable_rows(user, judge: Judge, version, prompt_column, response_column, token) -> tuple[DatasetVersion, dict,
+                                                                                                 dict[int, object]]:
+    """A pointwise judge's items over the version as a run of it reads them (the same checks, each
+    refusal naming its field; a version the principal may not read, or another project's: 404):
+    the version, its columns, and the rows to rate by position."""
+    if check_rubric(judge.rubric).kind != POINTWISE:
+        raise Conflict(f"“{judge.name}” compares two answers; people rate responses for a pointwise judge.")
+    version, columns, items = _dataset_source(user, judge, version=version, prompt_column=prompt_column,
+                                              response_column=response_column, second_response_column=None,
+                                              token=token)
+    return version, columns, {int(item.key[1:]): item for item in items}
+
+
+def row_rating_next(*, user, judge: Judge, version, prompt_column="prompt", response_column="response",
+                    token=None) -> dict:
+    """The next row of the version for this person to rate on the judge's rubric, blind (the
+    prompt and the response read in the columns a run of the judge reads, nothing else of the
+    row), the least-rated first; None when none is left. With how many they rated and how many are
+    left. compare.vote, as comparison ratings, and dataset.view on the version's dataset."""
+    policy.require(user, "compare.vote", judge.project, token)
+    version, columns, rows = _ratable_rows(user, judge, version, prompt_column, response_column, token)
+    left, rated = selectors.rows_to_rate(judge, version, columns, rows, user)
+    return {"row": left[0] if left else None, "rated": rated, "remaining": len(left)}
+
+
+def row_rating_submit(*, user, judge: Judge, version, position, answer, prompt_column="prompt",
+                      response_column="response", token=None) -> tuple[Rating, bool]:
+    """Record this person's rating of one row's response of the version on the judge's rubric (a
+    row with no text in either column, or none at `position`: Invalid naming `position`); a second
+    rating of the same row and columns replaces the first. Returns (rating, created)."""
+    policy.require(user, "compare.vote", judge.project, token)
+    version, columns, rows = _ratable_rows(user, judge, version, prompt_column, response_column, token)
+    if isinstance(position, bool) or not isinstance(position, int) or position not in rows:
+        raise Invalid(f"Version {version.number} has no row {str(position)[:20]} with text in "
+                      f"{columns['prompt_column']!r} and {columns['response_column']!r}.", field="position")
+    _check_rating(answer, check_rubric(judge.rubric))
     with transaction.atomic():
-        rating, created = Rating.objects.update_or_create(judge=judge, output=target, rater=user,
-                                                          defaults={"answer": answer})
+        rating, created = Rating.objects.update_or_create(judge=judge, dataset_version=version, position=position,
+                                                          rater=user, **columns, defaults={"answer": answer})
         audit_record(actor=user, action="judge.rate", project=judge.project, target=judge, publish=False,
-                     after={"output": target.pk, "replaced": not created})
+                     after={"version": version.pk, "position": position, **columns, "replaced": not created})
     return rating, created
 
 

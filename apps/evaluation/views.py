@@ -3,6 +3,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from apps.comparison.models import Comparison
+from apps.core.errors import NotFound
 from apps.datasets.models import Dataset, DatasetVersion
 from apps.evaluation import selectors
 from apps.evaluation.models import EvalRun, Judge
@@ -63,6 +64,27 @@ def rate_outputs(request: HttpRequest, project_id: int, comparison_id: int) -> H
     return render(request, "evaluation/rate.html", {
         "project": comparison.project, "comparison": comparison, "tab": "compare", "judges": judges,
         "judge": chosen, "perms": policy.permissions_on(request.user, comparison)})
+
+
+@login_required
+def rate_rows(request: HttpRequest, project_id: int, judge_id: int, version_id: int) -> HttpResponse:
+    """Rate a dataset version's responses blind on a pointwise judge's rubric, one row after the
+    other, read in the columns a run of the judge read (?prompt_column=&response_column=); the
+    page's script talks to the row ratings API. Raters need what voters need and dataset.view."""
+    judge = policy.get_object(request.user, Judge, judge_id, "compare.vote", project_id=project_id)
+    version = (DatasetVersion.objects.select_related("dataset")
+               .filter(pk=version_id, dataset__project=judge.project, dataset__deleted_at__isnull=True,
+                       status=DatasetVersion.Status.READY).first())
+    if version is None:
+        raise NotFound()
+    policy.require(request.user, "dataset.view", version.dataset)
+    request.nav_section = "compare"
+    return render(request, "evaluation/rate.html", {
+        "project": judge.project, "version": version, "tab": "compare",
+        "judges": [judge] if judge.kind == POINTWISE else [], "judge": judge,
+        "prompt_column": request.GET.get("prompt_column", "prompt")[:200],
+        "response_column": request.GET.get("response_column", "response")[:200],
+        "perms": policy.project_permissions(request.user, judge.project)})
 
 
 @login_required

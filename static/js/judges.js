@@ -138,11 +138,14 @@
       if (f.kappa === null) return "—";
       return f.kappa.toFixed(3) + (f.kappa_ci ? " [" + f.kappa_ci[0].toFixed(2) + ", " + f.kappa_ci[1].toFixed(2) + "]" : "");
     };
-    el.appendChild(line("Agreement with blind votes: κ " + k(a.judge_vs_people) + ", " +
-                        pct(a.judge_vs_people.agreement) + " over " + a.judge_vs_people.items +
-                        " items · people with each other: κ " + k(a.people_vs_people) + ", " +
-                        pct(a.people_vs_people.agreement) + " over " + a.people_vs_people.items + " items",
-                        "agreement"));
+    // A run over a dataset version has no votes (judge_vs_people null): only people's ratings.
+    if (a.judge_vs_people) {
+      el.appendChild(line("Agreement with blind votes: κ " + k(a.judge_vs_people) + ", " +
+                          pct(a.judge_vs_people.agreement) + " over " + a.judge_vs_people.items +
+                          " items · people with each other: κ " + k(a.people_vs_people) + ", " +
+                          pct(a.people_vs_people.agreement) + " over " + a.people_vs_people.items + " items",
+                          "agreement"));
+    }
     renderRatings(el, a.ratings);
     var c = a.calibration;
     var verdict = line(c.calibrated ? "Calibrated (κ ≥ " + c.min_kappa + ", ρ ≥ " + c.min_correlation +
@@ -151,6 +154,7 @@
     verdict.className = c.calibrated ? "badge ok" : "badge warn";
     verdict.dataset.calibrated = String(c.calibrated);
     el.appendChild(verdict);
+    if (!a.judge_vs_people) return;
     var confusion = a.judge_vs_people.confusion;
     el.appendChild(table(["People \\ judge"].concat(a.labels), a.labels.map(function (label) {
       return [label].concat(a.labels.map(function (other) { return confusion[label][other]; }));

@@ -15,7 +15,7 @@ from apps.evaluation import services
 from apps.evaluation.models import Judge, Rating
 from tests.comparison.factories import make_comparison, placeholder_model
 from tests.conftest import browser_login
-from tests.evaluation.fixtures import point_answer, scored_run
+from tests.evaluation.fixtures import point_answer, scored_run, scored_version_run
 from tests.evaluation.test_ratings import ANNA, BEN, JUDGE, RUBRIC
 from tests.factories import MembershipFactory, UserFactory
 
@@ -88,3 +88,63 @@ def test_an_annotator_rates_outputs_blind_and_the_scientist_reads_the_judge_agai
     expect(run.get_by_test_id("calibration")).to_have_text(
         "Not calibrated: 0 items judged and voted on; 8 items judged and rated on correct; 8 items judged and rated "
         "on clarity; the project asks for at least 20. It cannot gate anything.")
+
+
+def test_a_scientist_rates_a_versions_responses_blind_and_reads_the_judge_run_over_it_against_them(
+        page, live_asgi, owner, scientist, project):
+    from tests.evaluation.test_judge_dataset_runs import make_version
+    from tests.evaluation.test_judge_runs import POINTWISE
+    from tests.evaluation.test_row_ratings import OWNER, SCIENTIST
+
+    version = make_version(project, owner)
+    judge = Judge.objects.create(project=project, name="Points", rubric=POINTWISE, local_model=placeholder_model(project))
+    # The judge's scores of rows 0-2; its answer on row 3 unreadable (as in tests/evaluation/test_row_ratings.py).
+    scored_version_run(judge, version, {0: point_answer(correct="pass", clarity=4),
+                                        1: point_answer(correct="pass", clarity=5),
+                                        2: point_answer(correct="fail", clarity=3), 3: None})
+    for position, (correct, clarity) in OWNER.items():
+        services.row_rating_submit(user=owner, judge=judge, version=version.pk, position=position,
+                                   answer=point_answer(correct=correct, clarity=clarity))
+
+    browser_login(page, "sofia")
+    page.goto(f"/projects/{project.pk}/judges/")
+    run = page.get_by_test_id("judge-run")
+    expect(run.get_by_test_id("ratings-totals")).to_have_text("People's ratings: 2 ratings of 2 outputs by 1 raters")
+    run.get_by_test_id("rate-rows-link").click()
+    rate = page.get_by_test_id("rate")
+    expect(rate.get_by_test_id("rate-source")).to_have_text("Answers v1 (prompt → response)")
+    for done in range(4):
+        expect(rate.get_by_test_id("rate-progress")).to_have_text(f"{done} rated · {4 - done} left")
+        text = rate.get_by_test_id("rate-output").inner_text().strip()
+        expect(rate.get_by_test_id("rate-prompt")).to_contain_text("?")
+        assert "answer_b" not in rate.inner_text() and "Bonn" not in rate.inner_text()  # only the run's columns
+        correct, clarity = SCIENTIST[text]
+        rate.locator("fieldset[data-criterion=correct]").get_by_label(correct, exact=True).check()
+        rate.locator("fieldset[data-criterion=clarity]").get_by_label(str(clarity), exact=True).check()
+        if done == 0:
+            rate.locator("fieldset[data-criterion=clarity]").get_by_label("Reason").fill("<b>so</b> clear")
+        rate.get_by_role("button", name="Save and next").click()
+        if done == 0:  # shown back as text, never as markup
+            expect(rate.get_by_test_id("rate-saved")).to_have_text(
+                f"Saved: correct {correct}, clarity {clarity} (<b>so</b> clear)")
+            expect(rate.get_by_test_id("rate-saved").locator("b")).to_have_count(0)
+    expect(rate.get_by_test_id("rate-done")).to_be_visible()
+    assert Rating.objects.filter(rater=scientist, dataset_version=version).count() == 4
+
+    page.goto(f"/projects/{project.pk}/judges/")
+    run = page.get_by_test_id("judge-run")
+    expect(run.get_by_test_id("ratings-totals")).to_have_text("People's ratings: 6 ratings of 4 outputs by 2 raters")
+    expect(run.get_by_test_id("agreement")).to_have_count(0)  # no votes on a version's rows
+    rows = run.get_by_test_id("ratings-agreement").locator("tr")
+    expect(rows).to_have_count(5)
+    # clarity, the judge against the people over the 5 ratings of rows it scored: ρ 0.730, MAE 0.600;
+    # the two raters on the rows they share: ρ 1, MAE 1 (worked out in tests/evaluation/test_row_ratings.py).
+    judge_side, people_side = rows.nth(3).locator("td"), rows.nth(4).locator("td")
+    for j, value in enumerate(["clarity", "judge vs people", "5", "0.730"]):
+        expect(judge_side.nth(j)).to_have_text(interval(value) if j >= 3 else value)
+    expect(judge_side.nth(5)).to_have_text(interval("0.600"))
+    for j, value in enumerate(["clarity", "people vs people", "2", "1.000"]):
+        expect(people_side.nth(j)).to_have_text(interval(value) if j >= 3 else value)
+    expect(run.get_by_test_id("calibration")).to_have_text(
+        "Not calibrated: 5 items judged and rated on correct; 5 items judged and rated on clarity; the project asks "
+        "for at least 20. It cannot gate anything.")

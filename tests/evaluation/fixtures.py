@@ -110,3 +110,19 @@ def scored_run(judge, comparison, answers: dict) -> JudgeRun:
     run.summary = summarize(run)  # as the worker writes it when a run succeeds
     run.save(update_fields=["summary"])
     return run
+
+
+def scored_version_run(judge, version, answers: dict, prompt_column="prompt", response_column="response") -> JudgeRun:
+    """A succeeded run of a pointwise judge over a version's rows, its verdicts as given (the run
+    itself is tested with a worker in test_judge_dataset_runs.py): answers[row position] = the
+    judge's answer, or None for an unparseable one."""
+    run = JudgeRun.objects.create(project=judge.project, judge=judge, dataset_version=version, state="succeeded",
+                                  finished_at=timezone.now(),
+                                  config={"rubric": judge.rubric, "model": judge.model_label,
+                                          "prompt_column": prompt_column, "response_column": response_column})
+    Verdict.objects.bulk_create([
+        Verdict(run=run, item=f"r{position}", position=position, answer=answer, parse_error="" if answer else "not JSON")
+        for position, answer in answers.items()])
+    run.summary = summarize(run)  # as the worker writes it when a run succeeds
+    run.save(update_fields=["summary"])
+    return run

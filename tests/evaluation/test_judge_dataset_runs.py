@@ -84,7 +84,8 @@ def test_a_pointwise_judge_scores_each_rows_response_and_counts_unparseable_answ
     assert summary["prompt_tokens"] == 40 and summary["completion_tokens"] == 20  # 10 + 5 a call
     assert summary["columns"]["0"] == {"judged": 3, "unparseable": 1, "criteria": {
         "correct": {"pass_rate": 0.6667, "n": 3}, "clarity": {"mean": 4.0, "n": 3}}}
-    assert run["agreement"] is None  # people vote on comparisons' outputs, not on a version's rows
+    # People vote on comparisons' outputs, not on a version's rows; they rate them (test_row_ratings.py).
+    assert run["agreement"]["judge_vs_people"] is None and run["agreement"]["ratings"]["ratings"] == 0
     verdicts = {v.position: v for v in Verdict.objects.filter(run_id=run["id"])}
     assert sorted(verdicts) == [0, 1, 2, 3]
     assert all(v.prompt_id is None and v.first_id is None for v in verdicts.values())
