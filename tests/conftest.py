@@ -59,11 +59,15 @@ def _flush_by_delete(ops, style, tables, *, reset_sequences=False, allow_cascade
     """PostgreSQL's flush between transactional tests, as DELETEs in one transaction with the foreign keys
     deferred (Django creates them all DEFERRABLE) instead of one TRUNCATE: TRUNCATE gives each of the
     ~80 tables and their indexes new files, half a second a test across the suite's ~700 such tests,
-    while deleting the few rows a test wrote takes milliseconds. The tables end as empty; sequences go
-    on counting, as they do after TRUNCATE without RESTART IDENTITY."""
+    while deleting the few rows a test wrote takes milliseconds. The tables are locked first, as
+    TRUNCATE locks them: a writer still busy from the test before (a worker's task, a server thread)
+    is waited for and cannot add a row behind the deletes. The tables end as empty; sequences go on
+    counting, as they do after TRUNCATE without RESTART IDENTITY."""
     if reset_sequences or not tables:
         return _truncate_flush(ops, style, tables, reset_sequences=reset_sequences, allow_cascade=allow_cascade)
-    return ["SET CONSTRAINTS ALL DEFERRED", *(f"DELETE FROM {ops.quote_name(table)}" for table in tables)]
+    quoted = [ops.quote_name(table) for table in tables]
+    return ["SET CONSTRAINTS ALL DEFERRED", f"LOCK TABLE {', '.join(quoted)} IN ACCESS EXCLUSIVE MODE",
+            *(f"DELETE FROM {table}" for table in quoted)]
 
 
 _truncate_flush = PostgresOperations.sql_flush
