@@ -144,6 +144,9 @@ class FieldType:
         """The suggested answer in the model's reply to `suggestion_question` (None: none)."""
         return None
 
+    # Whether the classifier that fills this type's fields predicts a list of classes (multi-label).
+    multi_label_classes = False
+
     def classifier_labels(self, field: dict) -> list[str] | None:
         """The labels a classifier's classes must be to suggest this field's answer (None: a
         classifier does not fill fields of this type)."""
@@ -273,6 +276,7 @@ class SingleLabel(FieldType):
 class MultiLabel(FieldType):
     name = "multi_label"
     agreement_level = "nominal"  # on the label set as one value
+    multi_label_classes = True
 
     def clean_spec(self, spec, where, keys):
         return {"labels": labels_spec(spec.get("labels"), where, keys, auto_hotkeys=True)}
@@ -285,6 +289,13 @@ class MultiLabel(FieldType):
         if bad is not None:
             raise not_a_label(bad, field, where)
         return sorted(set(value), key=allowed.index)
+
+    def classifier_labels(self, field):
+        return label_values(field)
+
+    def suggestion_from_classes(self, field, probabilities):
+        """The classes a multi-label classifier puts above one half, in the field's order."""
+        return [label for label in label_values(field) if probabilities.get(label, 0) > 0.5]
 
 
 @register

@@ -62,7 +62,8 @@ class CampaignForm(forms.Form):
                                               label="Model suggestions",
                                               help_text="Pre-fill answers from this model; annotators correct them. "
                                                         "A classifier suggests the label of the single-label field "
-                                                        "whose labels are its classes, with its confidence.")
+                                                        "whose labels are its classes (a multi-label one: the "
+                                                        "multi-label field's), with its confidence.")
     order = forms.TypedChoiceField(choices=Campaign.Order.choices, required=False, empty_value=Campaign.Order.DEFAULT,
                                    initial=Campaign.Order.DEFAULT, label="Item order",
                                    help_text="Least confident first (active learning): with a classifier's "

@@ -26,7 +26,7 @@ from apps.datasets.selectors import readable_version, with_metadata
 from apps.projects import policy
 from apps.projects.audit import audit_record
 from apps.projects.models import Membership, Project
-from apps.serving.services import classifier_labels, is_classifier
+from apps.serving.services import classifier_labels, is_classifier, is_multi_label_classifier
 
 MAX_OVERLAP = 10
 MAX_ITEMS = 1_000_000
@@ -169,17 +169,21 @@ def campaign_create(*, user, project: Project, name: str, dataset_version_id, sc
 
 def classifier_fields(model, fields: list[dict]) -> list[str]:
     """The names of the form's fields that the classifier adapter `model` suggests answers for: those
-    whose labels are its classes (in any order). Invalid, naming the labels that differ, when none is
+    whose labels are its classes (in any order), single-label fields for a classifier of one class per
+    text, multi-label ones for a multi-label classifier. Invalid, naming the labels that differ, when none is
     or when the form starts a text from the model's response (a classifier writes none)."""
     classes = classifier_labels(model)
     writes = [f["name"] for f in fields if field_type(f).fills_from_model_response(f)]
     if writes:
         raise Invalid(f"the classifier “{model.name}” writes no text, and this form starts '{writes[0]}' from the "
                       "model's response: choose a generative model", field="suggestion_model")
-    labelled = [(f["name"], labels) for f in fields if (labels := field_type(f).classifier_labels(f)) is not None]
+    multi_label = is_multi_label_classifier(model)
+    labelled = [(f["name"], labels) for f in fields
+                if (labels := field_type(f).classifier_labels(f)) is not None
+                and field_type(f).multi_label_classes == multi_label]
     if not labelled:
-        raise Invalid(f"the classifier “{model.name}” suggests labels, and this form has no single-label field",
-                      field="suggestion_model")
+        kind = "lists of labels, and this form has no multi-label" if multi_label else "one label, and this form has no single-label"
+        raise Invalid(f"the classifier “{model.name}” suggests {kind} field", field="suggestion_model")
     matching = [name for name, labels in labelled if set(labels) == set(classes)]
     if matching:
         return matching

@@ -4,9 +4,11 @@ For each item the campaign's model writes a response (pre-filling the fields who
 from it: text fields whose prefill is "suggestion") and answers each field's type's question
 (a single_label field: name one label; a reply that names no label gives no suggestion rather
 than a guess). A classifier adapter instead scores the items' text in batches (the engine of the
-classify endpoint): its most probable class fills the fields whose labels are its classes, and
-the suggestion keeps the class probabilities and the top one as `confidence` (also on the item,
-which the queue orders by when the campaign asks for the least confident first). Suggestions are
+classify endpoint): its most probable class fills the single-label fields whose labels are its
+classes (a multi-label classifier: its classes above one half fill the multi-label fields), and
+the suggestion keeps the class probabilities and the classifier's `confidence` (the top probability;
+multi-label: that of its least sure class; also on the item, which the queue orders by when the
+campaign asks for the least confident first). Suggestions are
 stored on the item; the
 annotator's answer and the suggestion are both kept on the annotation. Stopping the
 suggestions, or closing the campaign, ends the job between chunks. The run is a SuggestionRun
@@ -93,8 +95,7 @@ def _classify(run: JobRun, campaign: Campaign) -> None:
         for item in chunk:
             suggestion, confidence = {"model": model.pk, "values": {}}, None  # no text: nothing to suggest
             if (result := results.get(item.pk)) is not None:
-                probabilities = result["probabilities"]
-                confidence = max(probabilities.values())
+                probabilities, confidence = result["probabilities"], result["confidence"]
                 suggestion = {"model": model.pk, "probabilities": probabilities, "confidence": confidence,
                               "values": {name: field_type(fields[name]).suggestion_from_classes(fields[name],
                                                                                                 probabilities)

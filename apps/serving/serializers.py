@@ -191,7 +191,13 @@ class ClassifyRequestSerializer(serializers.Serializer):
 
 class ClassificationResultSerializer(serializers.Serializer):
     label = serializers.CharField(help_text="the most probable class")
-    probabilities = serializers.DictField(child=serializers.FloatField(), help_text="each class's probability")
+    labels = serializers.ListField(child=serializers.CharField(), required=False,
+                                   help_text="the predicted classes: the most probable one, or for a multi-label "
+                                             "classifier every class above 0.5 (none, one or several)")
+    probabilities = serializers.DictField(child=serializers.FloatField(),
+                                          help_text="each class's probability (multi-label: each on its own)")
+    confidence = serializers.FloatField(required=False, help_text="the top probability; multi-label: max(p, 1 - p) "
+                                                                  "of its least sure class")
 
 
 class ClassificationSerializer(serializers.ModelSerializer):

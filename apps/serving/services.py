@@ -150,6 +150,11 @@ def classifier_labels(model: RegisteredModel) -> list[str]:
     return list(model.lineage["config"].get("class_labels") or []) if is_classifier(model) else []
 
 
+def is_multi_label_classifier(model: RegisteredModel) -> bool:
+    """Whether `model` is a classifier that predicts a list of classes (none, one or several) per text."""
+    return is_classifier(model) and bool(model.lineage["config"].get("multi_label"))
+
+
 def classification_start(*, user, model: RegisteredModel, texts: list[str], token=None) -> Classification:
     """Queue `texts` (already checked: 1..MAX_CLASSIFY_TEXTS non-empty strings of at most MAX_CLASSIFY_CHARS)
     for the classifier `model` on an `inference` worker. Invalid (field "model") when it is not a ready

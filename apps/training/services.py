@@ -132,8 +132,12 @@ def _checked_inputs(user, project: Project, token, *, name, base_model, dataset_
     if isinstance(config, dict) and config.get("method") == "classify" and not config.get("class_labels"):
         # The classes are the training rows' (the split checked first, so a wrong one is named as such).
         _checked_splits(version, train_split, "", "prompt_response", "sft", check_rows=False)
-        config = {**config, "class_labels": class_labels(version, (train_split or "").strip(),
-                                                         config.get("label_column", "label"))}
+        label_column = config.get("label_column", "label")
+        classes, multi_label = class_labels(version, (train_split or "").strip(), label_column)
+        if config.get("multi_label") is True and not multi_label:
+            raise Invalid(f"multi_label: “{label_column}” holds one class per row, not lists of classes; train a "
+                          "single-label classifier on it.", field="config.multi_label")
+        config = {**config, "class_labels": classes, "multi_label": multi_label}
     train_config = _checked_config(config, model)
     train_split, eval_split = _checked_splits(version, train_split, eval_split, train_config.format,
                                               train_config.method, label_column=train_config.label_column)
@@ -281,12 +285,15 @@ def usable_rows(version: DatasetVersion, split: str, fmt: str, method: str = "sf
 
 MAX_CLASSES = 200         # a classifier's outputs: beyond this a "label" column is more likely free text
 MAX_LABEL_COLUMN = 200    # characters of a label column's name (a metadata key)
+MAX_LABEL_VALUES = 20_000  # distinct values (class lists, for multi-label) read to find the classes
 
 
-def class_labels(version: DatasetVersion, split: str, label_column) -> list[str]:
+def class_labels(version: DatasetVersion, split: str, label_column) -> tuple[list[str], bool]:
     """The classes a classifier on `split` of `version` learns: the distinct non-empty texts of
-    `label_column` (the row's label, else that metadata key), sorted. Raises Invalid naming
-    config.label_column when the rows have fewer than two classes, or too many to be classes."""
+    `label_column` (the row's label, else that metadata key), sorted, and whether the column holds lists
+    of them (a multi-label annotation field's export: the classes are the texts in the lists). Raises
+    Invalid naming config.label_column when the rows have fewer than two classes, too many to be
+    classes, or mix lists and single classes."""
     if not isinstance(label_column, str) or not label_column.strip() or len(label_column) > MAX_LABEL_COLUMN:
         raise Invalid(f"label_column: name the column that holds each row's class (at most {MAX_LABEL_COLUMN} "
                       "characters): label, or a metadata key.", field="config.label_column")
@@ -298,16 +305,27 @@ def class_labels(version: DatasetVersion, split: str, label_column) -> list[str]
     else:
         values = (rows.filter(metadata__has_key=label_column)
                   .values_list(f"metadata__{label_column}", flat=True).distinct())
-    classes = sorted({value for value in values[:MAX_CLASSES * 4] if isinstance(value, str) and value.strip()})
     where = f"the “{split}” split of version {version.number}" if split else f"version {version.number}"
-    if len(classes) > MAX_CLASSES:
-        raise Invalid(f"label_column: “{label_column}” of {where} has more than {MAX_CLASSES} distinct values; "
-                      "a classifier needs a column of classes.", field="config.label_column")
+    singles, listed, lists = set(), set(), False
+    for value in values[:MAX_LABEL_VALUES].iterator():
+        if isinstance(value, list):
+            lists = True
+            listed.update(c for c in value if isinstance(c, str) and c.strip())
+        elif isinstance(value, str) and value.strip():
+            singles.add(value)
+        if len(singles) + len(listed) > MAX_CLASSES:
+            raise Invalid(f"label_column: “{label_column}” of {where} has more than {MAX_CLASSES} distinct values; "
+                          "a classifier needs a column of classes.", field="config.label_column")
+    if lists and singles:
+        raise Invalid(f"label_column: “{label_column}” of {where} holds both lists of classes and single classes "
+                      f"(such as “{min(singles)}”); a classifier needs one class per row, or a list per row.",
+                      field="config.label_column")
+    classes = sorted(listed or singles)
     if len(classes) < 2:
         found = f"only the class “{classes[0]}”" if classes else "no labels"
         raise Invalid(f"label_column: “{label_column}” of {where} has {found}; a classifier needs rows of at "
                       "least two classes.", field="config.label_column")
-    return classes
+    return classes, lists
 
 
 def _check_quota(user, project: Project, adding: int = 1) -> None:

@@ -57,13 +57,17 @@
     }).sort(function (a, b) { return a - b; });
     if (!steps.length) return;
     var counts = points.eval[steps[steps.length - 1]].eval_confusion;
-    var heat = layout("true class");
-    heat.xaxis = { title: { text: "predicted class" }, type: "category" };
-    heat.yaxis = { title: { text: "true class" }, type: "category", autorange: "reversed" };
+    // Multi-label: one row per class, its outcomes as columns (workers.training.methods.classify).
+    var multiLabel = document.getElementById("chart-confusion").dataset.multiLabel === "true";
+    var columns = multiLabel ? ["true positive", "false positive", "false negative", "true negative"] : classes;
+    var heat = layout(multiLabel ? "class" : "true class");
+    heat.xaxis = { title: { text: multiLabel ? "outcome" : "predicted class" }, type: "category" };
+    heat.yaxis = { title: { text: multiLabel ? "class" : "true class" }, type: "category", autorange: "reversed" };
     heat.height = Math.max(260, 40 * classes.length + 80);
-    Plotly.react("chart-confusion", [{ type: "heatmap", x: classes, y: classes, z: counts, colorscale: "Blues",
+    Plotly.react("chart-confusion", [{ type: "heatmap", x: columns, y: classes, z: counts, colorscale: "Blues",
                                        text: counts, texttemplate: "%{text}",
-                                       hovertemplate: "true %{y}, predicted %{x}: %{z}<extra></extra>" }],
+                                       hovertemplate: (multiLabel ? "%{y}: %{x}" : "true %{y}, predicted %{x}") +
+                                         ": %{z}<extra></extra>" }],
                  heat, config);
   }
 

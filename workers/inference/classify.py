@@ -4,7 +4,12 @@ workbench_train_config.json. Texts are read exactly as in training (methods.clas
 logits) and scored in batches.
 
     classifier = load_classifier(base_dir, adapter_dir)
-    classify_texts(classifier, ["what is paris ?"])  # [{"label": "city", "probabilities": {"city": 0.97, ...}}]
+    classify_texts(classifier, ["what is paris ?"])
+    # [{"label": "city", "labels": ["city"], "probabilities": {"city": 0.97, ...}, "confidence": 0.97}]
+
+A multi-label classifier (config.multi_label) scores each class on its own (sigmoid): "labels" are the
+classes above one half (none, one or several), "label" the most probable, and "confidence" how sure it is
+of its least sure class (max(p, 1 - p) over the classes), what least-confident-first ordering reads.
 
 A classifier holds its own copy of the base (the generation cache's models have no head); the inference
 worker keeps a few in memory (apps.serving.classify).
@@ -68,7 +73,8 @@ def load_classifier(base_dir: Path, adapter_dir: Path, *, device: str = "auto") 
 
 
 def classify_texts(classifier: Classifier, texts: list[str], *, batch_size: int = BATCH_SIZE) -> list[dict]:
-    """For each text (in order): {"label": the most probable class, "probabilities": {class: p}}."""
+    """For each text (in order): {"label": the most probable class, "labels": the predicted classes,
+    "probabilities": {class: p}, "confidence"}."""
     import torch
 
     from workers.training.methods import classify
@@ -84,7 +90,16 @@ def classify_texts(classifier: Classifier, texts: list[str], *, batch_size: int 
             chunk = order[start:start + batch_size]
             scores = classify.logits(classifier.model, [ids[i] for i in chunk], pad_id=pad_id,
                                      device=classifier.device, autocast=contextlib.nullcontext)
-            for i, row in zip(chunk, torch.softmax(scores, dim=-1).tolist()):
-                results[i] = {"label": classes[max(range(len(row)), key=row.__getitem__)],
-                              "probabilities": {name: round(p, 6) for name, p in zip(classes, row)}}
+            multi_label = classifier.config.multi_label
+            probabilities = torch.sigmoid(scores) if multi_label else torch.softmax(scores, dim=-1)
+            for i, row in zip(chunk, probabilities.tolist()):
+                results[i] = _result(classes, row, multi_label)
     return results
+
+
+def _result(classes: list[str], row: list[float], multi_label: bool) -> dict:
+    best = classes[max(range(len(row)), key=row.__getitem__)]
+    labels = [name for name, p in zip(classes, row) if p > 0.5] if multi_label else [best]
+    confidence = min(max(p, 1 - p) for p in row) if multi_label else max(row)
+    return {"label": best, "labels": labels, "probabilities": {name: round(p, 6) for name, p in zip(classes, row)},
+            "confidence": round(confidence, 6)}

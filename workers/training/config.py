@@ -71,6 +71,11 @@ class TrainConfig:
     # as much as common ones
     class_weights: bool = option(False, label="Class weights (inverse frequency)", section="Inputs",
                                  help="Classifier only: rare classes weigh as much as common ones in the loss.")
+    # classify: each row has a list of classes (none, one or several: what a multi-label annotation field
+    # exports) and each class is a yes/no of its own (sigmoid, binary cross-entropy) instead of one of many
+    multi_label: bool = option(False, label="Multi-label", section="Inputs",
+                               help="Classifier only: each row has a list of classes (none, one or several). "
+                                    "The launch sets it when the label column holds lists.")
     # data
     # "prompt_response" (rows: prompt, response) or "chat" (rows: messages)
     format: str = option("prompt_response", label="Format", section="Data format",
@@ -180,6 +185,7 @@ class TrainConfig:
         if not isinstance(self.class_labels, list) or not all(isinstance(c, str) and c for c in self.class_labels):
             raise ConfigError("class_labels", "must be a list of non-empty strings.")
         _boolean(self, "class_weights")
+        _boolean(self, "multi_label")
         METHODS[self.method].check(self)  # what the method cannot take (dpo: the chat format)
         _choice(self, "format")
         _choice(self, "loss_on")
