@@ -49,12 +49,17 @@ def free_port(host: str) -> int:
         return sock.getsockname()[1]
 
 
+def new_run_id(job: TrainingJob) -> str:
+    """A rendezvous id of its own for a new run of `job` (c10d keeps one run's state under it)."""
+    return f"job-{job.pk}-{uuid.uuid4().hex[:12]}"
+
+
 def open_run(job: TrainingJob) -> Rendezvous:
     """Node 0's side: a new rendezvous for this run of `job` (its endpoint and run id on the row) and its
     nodes-1 slots, whose messages are sent once committed. Returns the rendezvous, as host."""
     host = settings.WORKER_RENDEZVOUS_HOST
     endpoint = f"{host}:{free_port(host)}"
-    run_id = f"job-{job.pk}-{uuid.uuid4().hex[:12]}"
+    run_id = new_run_id(job)
     with transaction.atomic():
         TrainingJob.objects.filter(pk=job.pk).update(rendezvous_endpoint=endpoint, rendezvous_id=run_id)
         job.rendezvous_endpoint, job.rendezvous_id = endpoint, run_id

@@ -95,7 +95,9 @@ class Rendezvous:
 
     endpoint: str  # HOST:PORT of the c10d store, on the node that hosts it
     run_id: str  # the same on every node of one run; a new run (a resume) takes a new one
-    is_host: bool  # this node runs the store (the first to claim the job)
+    # This node runs the store (the first to claim the job). None: torchrun decides, hosting it where the
+    # endpoint's host is this machine (a cluster's pods all run one command: apps.training.manifests).
+    is_host: bool | None
 
 
 def available_devices(device: str = "auto") -> int:
@@ -121,18 +123,34 @@ def check_devices(config: TrainConfig, have: int | None = None) -> None:
 
 
 def launch_command(devices: int, run_dir: Path, *, nodes: int = 1, rendezvous: Rendezvous | None = None,
-                   join_timeout_s: float = RENDEZVOUS_TIMEOUT_S) -> list[str]:
+                   join_timeout_s: float = RENDEZVOUS_TIMEOUT_S, python: str = sys.executable) -> list[str]:
     """The torchrun command line (PyTorch's own launcher: elastic agent, c10d rendezvous): on localhost
-    for one machine, at `rendezvous` for `nodes` machines."""
+    for one machine, at `rendezvous` for `nodes` machines. `python`: the interpreter as the machine that
+    runs the command names it (a container's is on its PATH)."""
     if nodes == 1 or rendezvous is None:
         where = ["--standalone"]
     else:
+        conf = f"join_timeout={max(1, round(join_timeout_s))}"
+        if rendezvous.is_host is not None:
+            conf += f",is_host={str(rendezvous.is_host).lower()}"
         where = ["--nnodes", str(nodes), "--rdzv-backend", "c10d", "--rdzv-endpoint", rendezvous.endpoint,
-                 "--rdzv-id", rendezvous.run_id,
-                 "--rdzv-conf", f"join_timeout={max(1, round(join_timeout_s))},"
-                                f"is_host={str(rendezvous.is_host).lower()}"]
-    return [sys.executable, "-m", "torch.distributed.run", *where, "--nproc-per-node", str(devices),
+                 "--rdzv-id", rendezvous.run_id, "--rdzv-conf", conf]
+    return [python, "-m", "torch.distributed.run", *where, "--nproc-per-node", str(devices),
             "--max-restarts", "0", "-m", "workers.training.distributed", str(run_dir)]
+
+
+def prepare_run(config: TrainConfig, *, model_dir: Path, output_dir: Path, train_rows: Sequence[dict],
+                eval_rows: Sequence[dict], lineage: dict | None = None) -> Path:
+    """A fresh run folder, output_dir/ddp, holding the run's inputs (spec.json) and an empty events.jsonl;
+    returns it. A previous run's events, stop file and pids are removed (its checkpoints are not)."""
+    run_dir = Path(output_dir) / RUN_DIR
+    shutil.rmtree(run_dir, ignore_errors=True)
+    run_dir.mkdir(parents=True)
+    spec = {"config": config.as_dict(), "model_dir": str(model_dir), "output_dir": str(output_dir),
+            "train_rows": list(train_rows), "eval_rows": list(eval_rows), "lineage": lineage}
+    (run_dir / SPEC).write_text(json.dumps(spec, default=str))
+    (run_dir / EVENTS).touch()
+    return run_dir
 
 
 def train_distributed(config: TrainConfig, *, model_dir: Path, output_dir: Path, train_rows: Sequence[dict],
@@ -160,13 +178,8 @@ def train_distributed(config: TrainConfig, *, model_dir: Path, output_dir: Path,
                      eval_rows=eval_rows, callbacks=callbacks, lineage=lineage)
     check_devices(config, devices_here)
     callbacks = callbacks or TrainCallbacks()
-    run_dir = Path(output_dir) / RUN_DIR
-    shutil.rmtree(run_dir, ignore_errors=True)  # a previous run's events, stop file and pids
-    run_dir.mkdir(parents=True)
-    spec = {"config": config.as_dict(), "model_dir": str(model_dir), "output_dir": str(output_dir),
-            "train_rows": list(train_rows), "eval_rows": list(eval_rows), "lineage": lineage}
-    (run_dir / SPEC).write_text(json.dumps(spec, default=str))
-    (run_dir / EVENTS).touch()
+    run_dir = prepare_run(config, model_dir=model_dir, output_dir=output_dir, train_rows=train_rows,
+                          eval_rows=eval_rows, lineage=lineage)
     follower = _Follower(run_dir, callbacks, world_size=config.devices, rendezvous_timeout_s=rendezvous_timeout_s,
                          across_machines=config.nodes > 1)
     command = launch_command(config.devices, run_dir, nodes=config.nodes, rendezvous=rendezvous,
