@@ -257,6 +257,9 @@ TRAINING_WORKER_DEVICES = env_int("TRAINING_WORKER_DEVICES", 0)
 # reason (a hung rendezvous would hold the worker forever). Importing torch and starting the process
 # group takes seconds; a loaded machine takes longer.
 TRAINING_RENDEZVOUS_TIMEOUT_S = env_float("TRAINING_RENDEZVOUS_TIMEOUT_S", 300.0)
+# A job run by a cluster's training operator (apps.training.manifests) fails when its relay has read no
+# event from the pods for this long: they never started, or died with no restart left.
+TRAINING_CLUSTER_SILENCE_S = env_float("TRAINING_CLUSTER_SILENCE_S", 1800.0)
 # Jobs across machines (config `nodes`): the most machines one job may ask for. 1 (the default): off, a
 # launch asking for more is refused; set it to the number of gpu workers on separate machines that can
 # reach each other (each node's torchrun listens on a free port; gloo/NCCL connect between them).

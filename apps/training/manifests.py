@@ -9,8 +9,10 @@ replicas, the GPUs and the container command, which is the gpu workers' own torc
 (launch_command) meeting at the cluster's rendezvous endpoint. Each pod's torchrun hosts c10d's store
 where the endpoint is its own address (Rendezvous.is_host None), as every pod runs one command.
 
-The job row is not relayed here: its rank 0 writes ddp/events.jsonl, checkpoints and the adapter on the
-shared volume, where the product reads them, but no worker claims the job while the cluster runs it.
+After the training job comes its relay (relay.yaml: `manage.py training_relay <job>`, runner.run_on_cluster):
+one pod that claims the job as a worker would and relays rank 0's ddp/events.jsonl from the shared volume
+to the job's row, writes STOP when the job is cancelled and registers the adapter. Rendering marks the job
+(info["cluster"]), so that gpu workers leave its queued message to the relay.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from workers.training.distributed import Rendezvous, launch_command, prepare_run
 
 TEMPLATES = Path(settings.BASE_DIR) / "deploy" / "k8s-training"
 KINDS = {"pytorchjob": "pytorchjob.yaml", "jobset": "jobset.yaml"}
+RELAY = "relay.yaml"
 RENDEZVOUS_PORT = 29400  # the templates' container port (PyTorchJob: MASTER_PORT)
 REPLICATED_JOB = "node"  # the JobSet's one replicated job, as named in its template
 # An image reference: [registry/]name[:tag][@digest], no spaces or quotes (it goes into the YAML as is).
@@ -57,6 +60,10 @@ def render_manifest(job: TrainingJob, *, kind: str, nodes: int, devices: int, im
     _check_resumable(job)
     config = _config(job, nodes=nodes, devices=devices)
     name = f"workbench-job-{job.pk}"
+    # Marked before its run folder is written: from now on gpu workers leave the job to the relay.
+    if not TrainingJob.objects.filter(pk=job.pk, state=TrainingJob.State.QUEUED).update(
+            info={**job.info, "cluster": f"{kind}/{name}"}):
+        raise ManifestError("job", f"job {job.pk} was taken by a worker meanwhile; it runs there.")
     document = yaml.safe_load((TEMPLATES / KINDS[kind]).read_text())
     document["metadata"]["name"] = name
     document["metadata"]["labels"]["workbench/job"] = str(job.pk)
@@ -85,7 +92,12 @@ def render_manifest(job: TrainingJob, *, kind: str, nodes: int, devices: int, im
         container["resources"]["limits"]["nvidia.com/gpu"] = devices
         if image:
             container["image"] = image
-    return yaml.safe_dump(document, sort_keys=False)
+    relay = yaml.safe_load((TEMPLATES / RELAY).read_text())
+    relay["metadata"]["name"] = f"{name}-relay"
+    relay["metadata"]["labels"]["workbench/job"] = relay["spec"]["template"]["metadata"]["labels"]["workbench/job"] = \
+        str(job.pk)
+    relay["spec"]["template"]["spec"]["containers"][0]["command"][-1] = str(job.pk)
+    return yaml.safe_dump_all([document, relay], sort_keys=False)
 
 
 def cluster_command(job: TrainingJob, config: TrainConfig, *, endpoint: str) -> list[str]:
@@ -108,20 +120,19 @@ def prepare_job_run(job: TrainingJob, config: TrainConfig) -> Path:
 
 
 def _check_resumable(job: TrainingJob) -> None:
-    """A queued job, or one that ended without an adapter after a checkpoint (it resumes from it)."""
+    """A queued job: its relay claims it (one that failed or was cancelled after a checkpoint is resumed
+    first, which queues it again, and resumes from the checkpoint)."""
     if job.state == TrainingJob.State.QUEUED:
-        return
-    if job.state in (TrainingJob.State.FAILED, TrainingJob.State.CANCELLED) and job.checkpoint_step \
-            and job.adapter_id is None:
         return
     if job.state == TrainingJob.State.RUNNING:
         reason = f"it is running on worker {job.worker or '?'}"
     elif job.state == TrainingJob.State.SUCCEEDED:
         reason = "it already succeeded"
+    elif job.checkpoint_step and job.adapter_id is None:
+        reason = f"it {job.state}; resume it first (it resumes from its checkpoint at step {job.checkpoint_step})"
     else:
         reason = f"it {job.state} with no checkpoint to resume from"
-    raise ManifestError("job", f"job {job.pk} cannot be run on the cluster: {reason}. Only a queued job, or one "
-                               "that failed or was cancelled after a checkpoint, can.")
+    raise ManifestError("job", f"job {job.pk} cannot be run on the cluster: {reason}. Only a queued job can.")
 
 
 def _config(job: TrainingJob, *, nodes: int, devices: int) -> TrainConfig:

@@ -40,6 +40,7 @@ from workers.training.distributed import (
     DistributedTrainingError,
     RendezvousTimeout,
     ReportedElsewhere,
+    follow_run,
     train_distributed,
 )
 
@@ -79,13 +80,32 @@ def run_job(job_id: int, *, worker: str, pid: int) -> None:
                 close_run(run.job)
 
 
+def run_on_cluster(job_id: int, *, worker: str, pid: int) -> bool:
+    """Relay a job that a cluster's training operator runs (apps.training.manifests): claim it as a worker
+    would, hand its rank 0's events from the shared volume to the row, write STOP when it is cancelled,
+    and end it as a worker ends a job (the adapter registered). False when it could not be claimed."""
+    run = JobRun.claim(TrainingJob, job_id, worker=worker, what="job", worker_pid=pid,
+                       on_given_up=lambda lost: transaction.on_commit(lambda: events.job_state(lost)),
+                       publish=lambda job, **_: events.job_state(job), every_s=0)
+    if run is None:
+        return False
+    events.job_state(run.job)
+    with run:
+        _train(run, on_cluster=True)
+    return True
+
+
 def _leave_for_another(job_id: int, worker: str) -> bool:
-    """True when the job needs more devices than this worker advertises: its message is sent on to the
-    job's device queue (which only workers with enough devices consume) and the job is not claimed, so
-    it stays queued and no run is counted. A message reaches such a worker only when sent to plain `gpu`
-    by hand or by an older release (apps.training.capacity routes every launch)."""
-    job = TrainingJob.objects.filter(pk=job_id, state=TrainingJob.State.QUEUED).only("config").first()
-    if job is None or job.devices <= worker_devices():
+    """True when the job is not this worker's to run: a cluster runs it (apps.training.manifests: its relay
+    claims it), or it needs more devices than this worker advertises (its message is sent on to the
+    job's device queue, which only workers with enough devices consume). The job is not claimed, so it
+    stays queued and no run is counted. A message reaches a worker with too few devices only when sent
+    to plain `gpu` by hand or by an older release (apps.training.capacity routes every launch)."""
+    job = TrainingJob.objects.filter(pk=job_id).only("state", "config", "info").first()
+    if job is not None and job.info.get("cluster"):  # queued, or running with its relay's heartbeat stale
+        logger.info("job %s runs on the cluster as %s: worker %s leaves it", job_id, job.info["cluster"], worker)
+        return True
+    if job is None or job.state != TrainingJob.State.QUEUED or job.devices <= worker_devices():
         return False
     logger.info("job %s needs %s devices; worker %s has %s: sent on to %s", job_id, job.devices, worker,
                 worker_devices(), TrainingJob.broker_queue(job_id))
@@ -124,12 +144,13 @@ def version_rows(version, split: str, method: str, limit: int | None = None, *, 
     return list(rows[:limit] if limit else rows)
 
 
-def _train(run: JobRun) -> None:
+def _train(run: JobRun, *, on_cluster: bool = False) -> None:
     from apps.registry.services import adapter_lineage
     from apps.training.speed import preload_engine
 
     job = run.job
-    preload_engine()  # once per worker process; not part of the setup time this job records
+    if not on_cluster:
+        preload_engine()  # once per worker process; not part of the setup time this job records
     callbacks = JobCallbacks(job, run)
     try:
         lineage = adapter_lineage(job)  # hashes the base's weights the first time: before the run, not after
@@ -142,15 +163,7 @@ def _train(run: JobRun) -> None:
             if fetched:
                 callbacks.log(f"took the checkpoint at step {fetched} from the artifact bucket")
         config, arguments = engine_arguments(job, callbacks, lineage)
-        if config.nodes > 1:  # this worker is node 0: it opens the run's rendezvous and its slots
-            from apps.training.nodes import open_run
-
-            arguments["rendezvous"] = open_run(job)
-        if config.devices > 1 or config.nodes > 1:
-            result = train_distributed(config, devices_here=worker_devices(),
-                                       rendezvous_timeout_s=settings.TRAINING_RENDEZVOUS_TIMEOUT_S, **arguments)
-        else:
-            result = train(config, **arguments)
+        result = _run_engine(job, config, arguments, on_cluster=on_cluster)
         timing = {"rows": arguments["train_rows"], "setup_s": callbacks.setup_s,
                   "eval_seconds": callbacks.eval_seconds}
         callbacks.check_claim()
@@ -185,7 +198,8 @@ def _train(run: JobRun) -> None:
     except Exception as exc:  # the scientist sees a summary and the traceback on the job page
         logger.exception("job %s failed", job.pk)
         close_old_connections()
-        if job.nodes > 1 and isinstance(exc, DistributedTrainingError) and not isinstance(exc, RendezvousTimeout):
+        if (job.nodes > 1 and not on_cluster and isinstance(exc, DistributedTrainingError)
+                and not isinstance(exc, RendezvousTimeout)):
             from apps.training.nodes import run_again
 
             if run_again(run, callbacks, str(exc)):
@@ -193,6 +207,20 @@ def _train(run: JobRun) -> None:
         run.fail(f"{type(exc).__name__}: {exc}"[:2000], traceback=traceback.format_exc())
         return
     _succeed(run, result, timing, bucket_prefix=uploaded or "")
+
+
+def _run_engine(job: TrainingJob, config: TrainConfig, arguments: dict, *, on_cluster: bool):
+    if on_cluster:  # the cluster's pods train (apps.training.manifests); this process relays their events
+        return follow_run(output_dir(job) / "ddp", arguments["callbacks"],
+                          silent_after_s=settings.TRAINING_CLUSTER_SILENCE_S)
+    if config.nodes > 1:  # this worker is node 0: it opens the run's rendezvous and its slots
+        from apps.training.nodes import open_run
+
+        arguments["rendezvous"] = open_run(job)
+    if config.devices > 1 or config.nodes > 1:
+        return train_distributed(config, devices_here=worker_devices(),
+                                 rendezvous_timeout_s=settings.TRAINING_RENDEZVOUS_TIMEOUT_S, **arguments)
+    return train(config, **arguments)
 
 
 def engine_arguments(job: TrainingJob, callbacks: TrainCallbacks, lineage: dict) -> tuple[TrainConfig, dict]:

@@ -17,6 +17,7 @@ import re
 import subprocess
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import kubernetes_validate
@@ -24,12 +25,13 @@ import pytest
 import yaml
 from django.conf import settings as django_settings
 from django.core.management import CommandError, call_command
+from django.utils import timezone
 from torch.distributed.run import get_args_parser
 
 from apps.registry.weights import local_weights
-from apps.training.models import TrainingJob
+from apps.training.models import MetricPoint, TrainingJob
 from apps.training.runner import output_dir
-from tests.conftest import die_with_the_test_run, free_port
+from tests.conftest import child_process_env, die_with_the_test_run, free_port, wait_for
 from tests.deploy.entry_points import DEPLOY, known_variables
 from tests.deploy.test_kubernetes import KUBERNETES_VERSION
 from tests.training.fixtures import FAST
@@ -122,10 +124,15 @@ def queued_job(project, owner, tiny_model, qa_version, settings, tmp_path):
     return make
 
 
-def render(job_id, *args) -> dict:
+def render_documents(job_id, *args) -> list[dict]:
+    """The training job and its relay, as the command prints them."""
     out = io.StringIO()
     call_command("training_manifest", str(job_id), *args, stdout=out)
-    return yaml.safe_load(out.getvalue())
+    return list(yaml.safe_load_all(out.getvalue()))
+
+
+def render(job_id, *args) -> dict:
+    return render_documents(job_id, *args)[0]
 
 
 def gpu_worker_pod() -> dict:
@@ -256,11 +263,14 @@ def test_bad_arguments_are_refused_naming_the_argument_and_nothing_is_written(qu
     assert words in str(caught.value), str(caught.value)
     assert len(str(caught.value)) < 400
     assert not (output_dir(job) / "ddp").exists()
+    job.refresh_from_db()
+    assert "cluster" not in job.info  # gpu workers still take it
 
 
 @pytest.mark.parametrize("state, checkpoint, words", [
     ("running", None, "it is running on worker"), ("succeeded", 10, "it already succeeded"),
-    ("failed", None, "it failed with no checkpoint"), ("cancelled", None, "it cancelled with no checkpoint")])
+    ("failed", None, "it failed with no checkpoint"), ("cancelled", None, "it cancelled with no checkpoint"),
+    ("failed", 10, "it failed; resume it first (it resumes from its checkpoint at step 10)")])
 def test_a_job_that_cannot_run_now_is_refused(queued_job, state, checkpoint, words):
     job = queued_job()
     TrainingJob.objects.filter(pk=job.pk).update(state=state, checkpoint_step=checkpoint, worker="gpu@host-a")
@@ -270,10 +280,59 @@ def test_a_job_that_cannot_run_now_is_refused(queued_job, state, checkpoint, wor
     assert not (output_dir(job) / "ddp").exists()
 
 
-def test_a_job_that_failed_after_a_checkpoint_can_resume_on_the_cluster(queued_job):
+@pytest.mark.parametrize("kind", ["pytorchjob", "jobset"])
+def test_the_relay_comes_with_it_and_gpu_workers_leave_the_job_to_it(queued_job, kind):
+    from apps.training.runner import run_job
+
     job = queued_job()
-    TrainingJob.objects.filter(pk=job.pk).update(state="failed", checkpoint_step=10)
-    assert validate(render(job.pk, "--kind", "pytorchjob", "--nodes", "2", "--devices", "1"))
+    training, relay = render_documents(job.pk, "--kind", kind, "--nodes", "2", "--devices", "1")
+    name = training["metadata"]["name"]
+    assert relay["kind"] == "Job" and relay["metadata"]["name"] == f"{name}-relay"
+    try:
+        kubernetes_validate.validate(relay, KUBERNETES_VERSION, strict=True)
+    except kubernetes_validate.ValidationError as exc:
+        pytest.fail(f"relay: {exc.message} at {list(exc.path)}")
+    pod = relay["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["command"] == ["python", "manage.py", "training_relay", str(job.pk)]
+    workers = yaml.safe_load_all((DEPLOY / "k8s" / "workers.yaml").read_text())
+    default = next(d for d in workers if d["metadata"]["name"] == "workbench-worker-default")["spec"]["template"]["spec"]
+    for key in ("securityContext", "volumes"):
+        assert pod[key] == default[key], key  # the shared volume where the pods write their events
+    for key in ("image", "envFrom", "securityContext", "volumeMounts"):
+        assert container[key] == default["containers"][0][key], key
+    job.refresh_from_db()
+    assert job.info["cluster"] == f"{kind}/{name}"
+    # A gpu worker given the job's message (sent at launch) leaves it queued for the relay.
+    run_job(job.pk, worker="gpu@host-a", pid=1)
+    job.refresh_from_db()
+    assert (job.state, job.runs, job.worker) == ("queued", 0, "")
+    # Nor does it take the job over when its relay's heartbeat is stale (the pods may still train): a
+    # relay pod started again does.
+    TrainingJob.objects.filter(pk=job.pk).update(state="running", worker="cluster-relay@gone", runs=1,
+                                                 heartbeat_at=timezone.now() - timedelta(hours=1))
+    run_job(job.pk, worker="gpu@host-a", pid=1)
+    job.refresh_from_db()
+    assert (job.state, job.runs, job.worker) == ("running", 1, "cluster-relay@gone")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_relay_refuses_what_it_cannot_relay_and_fails_a_job_whose_pods_never_speak(queued_job, settings):
+    plain = queued_job()
+    for args, words in ((["x"], "job: a job id"), (["999999"], "job: no fine-tune job 999999"),
+                        ([str(plain.pk)], "is not run by a cluster")):
+        with pytest.raises(CommandError, match=words):
+            call_command("training_relay", *args, stdout=io.StringIO())
+    settings.TRAINING_CLUSTER_SILENCE_S = 1
+    job = queued_job()
+    render(job.pk, "--kind", "jobset", "--nodes", "2", "--devices", "1")
+    out = io.StringIO()
+    call_command("training_relay", str(job.pk), stdout=out)  # no pod ever runs: silence
+    job.refresh_from_db()
+    assert job.state == "failed" and "No event from the training processes for 1 s" in job.error
+    assert out.getvalue().startswith(f"job {job.pk} failed: ")
+    with pytest.raises(CommandError, match="could not be claimed"):
+        call_command("training_relay", str(job.pk), stdout=io.StringIO())
 
 
 def operator_environment(role: str, index: int, *, nodes: int, devices: int, port: int) -> dict[str, str]:
@@ -292,12 +351,18 @@ def expand(command: list[str], env: dict[str, str]) -> list[str]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
+@pytest.mark.django_db(transaction=True)
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="2 gloo processes need 2 CPU cores")
 def test_the_rendered_replicas_train_the_job_to_its_adapter(queued_job):
     """Each replica's rendered command runs as a process of its own (two pods on one machine), with the
-    operator's variables; the job's rank 0 writes its events, checkpoints and adapter in the job's folder."""
+    operator's variables; the job's rank 0 writes its events, checkpoints and adapter in the job's folder,
+    and the rendered relay, a process of its own too, ends the job's row with its metrics and adapter."""
     job = queued_job()
-    document = render(job.pk, "--kind", "pytorchjob", "--nodes", "2", "--devices", "1")
+    document, relay_job = render_documents(job.pk, "--kind", "pytorchjob", "--nodes", "2", "--devices", "1")
+    relay_command = relay_job["spec"]["template"]["spec"]["containers"][0]["command"]
+    relay = subprocess.Popen([sys.executable, *relay_command[1:]], cwd=django_settings.BASE_DIR,
+                             env={**child_process_env(), "ARTIFACT_ROOT": str(django_settings.ARTIFACT_ROOT)},
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, preexec_fn=die_with_the_test_run)
     port = free_port()
     # The image's PATH finds its python; here that of this environment.
     base = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
@@ -335,3 +400,17 @@ def test_the_rendered_replicas_train_the_job_to_its_adapter(queued_job):
     assert any((output_dir(job) / "checkpoints").glob("step-*"))
     # The ranks wrote no more than the product reads: one events file (rank 0), one adapter.
     assert sorted(p.name for p in (output_dir(job) / "ddp").glob("rank-*.pid")) == ["rank-0.pid", "rank-1.pid"]
+
+    try:
+        wait_for(lambda: relay.poll() is not None, timeout=120, interval=0.5, what="the relay to end the job")
+    finally:
+        if relay.poll() is None:
+            relay.kill()
+    said = relay.stdout.read().decode(errors="replace")
+    job.refresh_from_db()
+    assert relay.returncode == 0 and job.state == "succeeded", (said, job.error, job.log_tail)
+    assert said.strip().endswith(f"job {job.pk} succeeded")
+    assert job.worker.startswith("cluster-relay@") and job.current_step == FAST["max_steps"]
+    assert job.adapter is not None and job.adapter.status == "ready"
+    relayed = MetricPoint.objects.filter(job=job, kind="train").order_by("step").values_list("step", flat=True)
+    assert list(relayed) == steps

@@ -212,6 +212,30 @@ def train_distributed(config: TrainConfig, *, model_dir: Path, output_dir: Path,
     return _result(outcome, process.returncode, run_dir)
 
 
+def follow_run(run_dir: Path, callbacks: TrainCallbacks, *, silent_after_s: float) -> TrainResult:
+    """The result of a run whose processes something else starts and restarts (a cluster's training
+    operator, apps.training.manifests) over the run folder `run_dir` (prepare_run's): rank 0's events
+    handed to the callbacks as train_distributed hands them, STOP written once should_stop() says so,
+    until its outcome. A crash is logged and followed on: the operator may start the processes again,
+    and they resume from the checkpoint. Raises as train_distributed does, and DistributedTrainingError
+    when no event came for `silent_after_s` (the processes never started, or died with no restart left)."""
+    follower = _Follower(run_dir, callbacks)
+    last_event, crash = time.monotonic(), ""
+    while True:
+        outcome, any_event = follower.read()
+        if any_event:
+            last_event = time.monotonic()
+        if outcome is not None and outcome["event"] != "crash":
+            return _result(outcome, 0, run_dir)
+        if outcome is not None:
+            crash = f"; the last failure: {outcome['type']}: {outcome['message']}"
+        if time.monotonic() - last_event > silent_after_s:
+            raise DistributedTrainingError(f"No event from the training processes for {silent_after_s:g} s: they "
+                                           f"did not start, or ended with no restart left{crash}.")
+        follower.stop_if_asked()
+        time.sleep(POLL_S)
+
+
 # --- the caller's side -----------------------------------------------------------------------------
 
 _ROOT = str(Path(__file__).resolve().parents[2])  # the directory holding the `workers` package
@@ -269,14 +293,7 @@ class _Follower:
         all_joined = False
         while True:
             exited = process.poll() is not None
-            with open(self.run_dir / EVENTS, "rb") as fh:
-                fh.seek(self.offset)
-                data = fh.read()
-            self.offset += len(data)
-            *lines, self.pending = (self.pending + data).split(b"\n")
-            for line in lines:
-                if line.strip():
-                    outcome = _dispatch(json.loads(line), self.callbacks) or outcome
+            outcome = self.read()[0] or outcome
             if exited and self.across_machines and not all_joined and not self._joined_all():
                 raise RendezvousTimeout(self._timeout_message())
             if exited:
@@ -285,10 +302,28 @@ class _Follower:
                 all_joined = self._joined_all()
                 if not all_joined and time.monotonic() > joined_by:
                     raise RendezvousTimeout(self._timeout_message())
-            if not self.stop_sent and self.callbacks.should_stop():
-                (self.run_dir / STOP).write_text("")
-                self.stop_sent = True
+            self.stop_if_asked()
             time.sleep(POLL_S)
+
+    def read(self) -> tuple[dict | None, bool]:
+        """Hand the events written since the last read to the callbacks: (the last outcome among them or
+        None, whether there was any event)."""
+        with open(self.run_dir / EVENTS, "rb") as fh:
+            fh.seek(self.offset)
+            data = fh.read()
+        self.offset += len(data)
+        *lines, self.pending = (self.pending + data).split(b"\n")
+        outcome, any_event = None, False
+        for line in lines:
+            if line.strip():
+                any_event = True
+                outcome = _dispatch(json.loads(line), self.callbacks) or outcome
+        return outcome, any_event
+
+    def stop_if_asked(self) -> None:
+        if not self.stop_sent and self.callbacks.should_stop():
+            (self.run_dir / STOP).write_text("")
+            self.stop_sent = True
 
     def _joined(self) -> int:
         return sum((self.run_dir / JOINED.format(rank=r)).exists() for r in range(self.world_size))
