@@ -7,7 +7,8 @@ import random
 from collections import defaultdict
 from itertools import combinations
 
-from django.db.models import Count, Max
+from django.db.models import Count, Exists, Max, OuterRef
+from django.db.models.fields.json import KT
 
 from apps.comparison.models import Comparison, Output, Vote
 from apps.comparison.selectors import contestants, entrant, leaderboard_of
@@ -82,20 +83,48 @@ def column_texts(version, columns: list[str]) -> tuple[list[tuple[int, list[str 
     is its row field (a text role's; `messages` and the others are never text), a metadata key
     its value."""
     not_text = {c for c in columns if c in ROLES and c not in TEXT_ROLES}
-    rows = []
-    for position, prompt, response, reference, label, metadata in (
-            version.rows.order_by("position").values_list("position", "prompt", "response", "reference", "label",
-                                                          "metadata").iterator(chunk_size=2000)):
-        fields = {"prompt": prompt, "response": response, "reference": reference, "label": label}
-        texts = []
-        for column in columns:
-            value = fields.get(column) if column in ROLES else (metadata or {}).get(column)
-            if value is not None and not isinstance(value, str):
-                not_text.add(column)
-                value = None
-            texts.append(value)
-        rows.append((position, texts))
+    rows = [(row[0], _texts(columns, row[1:], not_text))
+            for row in version.rows.order_by("position").values_list("position", *_ROW_FIELDS).iterator(chunk_size=2000)]
     return rows, not_text
+
+
+_ROW_FIELDS = ("prompt", "response", "reference", "label", "metadata")
+
+
+def _texts(columns: list[str], values: tuple, not_text: set[str]) -> list[str | None]:
+    """A row's text in each column (values: its _ROW_FIELDS); a column holding something else is
+    None there and added to `not_text`."""
+    *fields, metadata = values
+    by_role = dict(zip(_ROW_FIELDS, fields))
+    texts = []
+    for column in columns:
+        value = by_role.get(column) if column in ROLES else (metadata or {}).get(column)
+        if value is not None and not isinstance(value, str):
+            not_text.add(column)
+            value = None
+        texts.append(value)
+    return texts
+
+
+def _all_text(texts: list[str | None]) -> bool:
+    return all(t is not None and t.strip() for t in texts)
+
+
+def rows_with_text(version, columns: list[str]) -> dict:
+    """The positions of the rows with text in every one of `columns` (the rows a run reading them
+    judges) and the columns holding something else than text in some row. Kept per version and
+    columns: a version never changes, and people rating it ask on every row served."""
+    def scan() -> dict:
+        rows, not_text = column_texts(version, columns)
+        return {"positions": [position for position, texts in rows if _all_text(texts)], "not_text": sorted(not_text)}
+
+    return memoized("version-rows-with-text", [version.pk, version.content_hash, columns], scan)
+
+
+def row_texts(version, position: int, columns: list[str]) -> list[str | None]:
+    """One row's text in `columns` (read alone: people are served one row at a time)."""
+    values = version.rows.filter(position=position).values_list(*_ROW_FIELDS).get()
+    return _texts(columns, values, set())
 
 
 def dataset_columns(config: dict) -> list[str]:
@@ -110,7 +139,7 @@ def dataset_judge_items(version, rubric: Rubric, config: dict) -> list:
     rows, _ = column_texts(version, dataset_columns(config))
     items = []
     for position, texts in rows:
-        if any(t is None or not t.strip() for t in texts):
+        if not _all_text(texts):
             continue
         if rubric.kind == PAIRWISE:
             items.append(PairItem(key=f"r{position}", prompt=texts[0], first=texts[1], second=texts[2]))
@@ -344,17 +373,16 @@ def outputs_to_rate(judge: Judge, comparison: Comparison, rater) -> tuple[list[O
     return sorted(left, key=lambda o: counts.get(o.pk, 0)), len(mine)
 
 
-def rows_to_rate(judge: Judge, version, columns: dict, rows: dict, rater) -> tuple[list[dict], int]:
-    """A version's rows (rows: position → the judge's item, prompt and response) `rater` has not
-    rated for the judge in these columns, the least-rated first and in a random order among equals,
-    as {position, prompt, response}; and how many the rater has rated."""
-    ratings = Rating.objects.filter(judge=judge, dataset_version=version, **columns)
-    counts = dict(ratings.values("position").annotate(n=Count("id")).values_list("position", "n"))
-    mine = set(ratings.filter(rater=rater).values_list("position", flat=True))
-    left = [{"position": position, "prompt": item.prompt, "response": item.response}
-            for position, item in rows.items() if position not in mine]
+def rows_to_judge(model, judge: Judge, version, columns: dict, positions: list[int], rater) -> tuple[list[int], int]:
+    """Of a version's rows (`positions`: those with text in `columns`), those `rater` has not rated
+    or chosen on (model: Rating or Preference) for the judge in these columns, the least-judged
+    first and in a random order among equals; and how many the rater has done."""
+    given = model.objects.filter(judge=judge, dataset_version=version, **columns)
+    counts = dict(given.values("position").annotate(n=Count("id")).values_list("position", "n"))
+    mine = set(given.filter(rater=rater).values_list("position", flat=True))
+    left = [position for position in positions if position not in mine]
     random.SystemRandom().shuffle(left)
-    return sorted(left, key=lambda row: counts.get(row["position"], 0)), len(mine)
+    return sorted(left, key=lambda position: counts.get(position, 0)), len(mine)
 
 
 # --- judges on the leaderboard -----------------------------------------------------------------
@@ -446,11 +474,17 @@ def gate_refusal(project_id: int, alias: str, version_id: int) -> str | None:
 def judge_calibration(judge: Judge) -> dict:
     """Whether the judge counts as calibrated: its newest succeeded run's agreement with the blind
     votes (and people's ratings, pointwise) against the project's thresholds (`calibrated`, and
-    `reason` when not). A run over a dataset version counts once people rated its responses."""
+    `reason` when not). A run over a dataset version counts once people rated its responses in
+    the run's columns."""
     rules = calibration_policy(judge.project)
-    for run in JudgeRun.objects.filter(judge=judge, state=JudgeRun.State.SUCCEEDED).select_related(
-            "project", "comparison").order_by("-finished_at", "-id"):
-        if run.comparison_id is None and not run_ratings(run).exists():
+    read = {f"read_{k}": KT(f"config__{k}") for k in ("prompt_column", "response_column")}
+    same_rows = {"judge": OuterRef("judge"), "dataset_version": OuterRef("dataset_version"),
+                 "prompt_column": OuterRef("read_prompt_column"), "response_column": OuterRef("read_response_column")}
+    runs = (JudgeRun.objects.filter(judge=judge, state=JudgeRun.State.SUCCEEDED).annotate(**read).annotate(
+        rated=Exists(Rating.objects.filter(**same_rows)))
+            .select_related("project", "comparison").order_by("-finished_at", "-id"))
+    for run in runs:
+        if run.comparison_id is None and not run.rated:
             continue  # no one rated that version's responses: no people to agree with
         figures = agreement(run, rules)
         if figures is not None:

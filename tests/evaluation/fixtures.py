@@ -126,3 +126,22 @@ def scored_version_run(judge, version, answers: dict, prompt_column="prompt", re
     run.summary = summarize(run)  # as the worker writes it when a run succeeds
     run.save(update_fields=["summary"])
     return run
+
+
+def judge_all(client, next_url: str, submit_url: str, *, key: str, counted: str, body) -> list[dict]:
+    """Rate (or choose on) through the API whatever `next_url` serves until nothing is left, each
+    served item as body(item) gives it (a POST to `submit_url`, created: 201). key: where the
+    response holds the item ("output", "row"); counted: where it counts what this person did
+    ("rated", "chosen"), checked to go up by one each time. Returns the items served, in order."""
+    served = []
+    while True:
+        found = client.get(next_url)
+        assert found.status_code == 200, found.content
+        found = found.json()
+        assert found[counted] == len(served)
+        if found[key] is None:
+            assert found["remaining"] == 0
+            return served
+        made = client.post(submit_url, json.dumps(body(found[key])), content_type="application/json")
+        assert made.status_code == 201, made.content
+        served.append(found[key])

@@ -13,7 +13,7 @@ from apps.evaluation import selectors
 from apps.evaluation.models import Judge, Rating
 from apps.projects import services as project_services
 from tests.comparison.factories import placeholder_model
-from tests.evaluation.fixtures import point_answer
+from tests.evaluation.fixtures import judge_all, point_answer
 from tests.evaluation.test_judge_dataset_runs import ROWS, body, launch_and_wait, make_version
 from tests.evaluation.test_judge_runs import PAIRWISE, POINTWISE, make_judge, post
 from workers.judging.stats import spearman
@@ -29,27 +29,13 @@ def urls(project, judge_id: int, version) -> tuple[str, str]:
 def rate_all(client, project, judge_id: int, version, scores: dict) -> int:
     """Rate through the API whatever it serves until nothing is left: scores[response text] =
     (correct, clarity). Returns how many were rated."""
-    next_url, rate_url = urls(project, judge_id, version)
-    rated = 0
-    while True:
-        served = client.get(next_url)
-        assert served.status_code == 200, served.content
-        found = served.json()
-        assert found["rated"] == rated
-        if found["row"] is None:
-            assert found["remaining"] == 0
-            return rated
-        row = found["row"]
-        # Blind: the prompt and the response in the run's columns, nothing else of the row.
+    served = judge_all(client, *urls(project, judge_id, version), key="row", counted="rated", body=lambda row: {
+        "position": row["position"], "answer": point_answer(correct=scores[row["text"]][0],
+                                                            clarity=scores[row["text"]][1])})
+    for row in served:  # blind: the prompt and the response in the run's columns, nothing else of the row
         assert set(row) == {"position", "prompt", "text", "prompt_html", "text_html"}
         assert ROWS[row["position"]][:2] == (row["prompt"], row["text"])
-        assert [c["name"] for c in found["criteria"]] == ["correct", "clarity"]
-        correct, clarity = scores[row["text"]]
-        made = post(client, rate_url, {"position": row["position"],
-                                       "answer": point_answer(correct=correct, clarity=clarity)})
-        assert made.status_code == 201, made.content
-        assert (made.json()["dataset_version"], made.json()["output"]) == (version.pk, None)
-        rated += 1
+    return len(served)
 
 
 def scores(correct, clarity) -> dict:
