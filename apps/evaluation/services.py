@@ -13,6 +13,7 @@ import re
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
+from django.utils.crypto import salted_hmac
 
 from apps.comparison.models import Comparison, Output
 from apps.core.errors import Conflict, Invalid, NotFound
@@ -25,6 +26,7 @@ from apps.evaluation.models import (
     EvalSuite,
     Judge,
     JudgeRun,
+    Preference,
     Rating,
     TeacherRun,
 )
@@ -395,6 +397,57 @@ def row_rating_submit(*, user, judge: Judge, version, position, answer, prompt_c
     return _save_rating(Rating, user=user, judge=judge, given={"answer": answer},
                         target={"dataset_version": version, "position": position, **columns},
                         action="judge.rate", audited={"version": version.pk, "position": position, **columns})
+
+
+def shown_swapped(user, judge: Judge, version: DatasetVersion, position: int, columns: dict) -> bool:
+    """Whether this person is shown the row's second response as A: random to them (a keyed hash
+    of who, which judge, row and columns), and the same each time, so that what they chose maps
+    back to a column without storing what was served."""
+    subject = ":".join(str(part) for part in (user.pk, judge.pk, version.pk, position, *columns.values()))
+    return salted_hmac("evaluation.preference-order", subject).digest()[0] & 1 == 1
+
+
+CHOICES = {"a": ("first", "second"), "b": ("second", "first"), "tie": ("tie", "tie")}  # A/B → (in order, swapped)
+
+
+def row_preference_next(*, user, judge: Judge, version, prompt_column="prompt", response_column="response",
+                        second_response_column, token=None) -> dict:
+    """The next row of the version for this person to choose on for the pairwise judge, blind:
+    the prompt and the row's two responses as A and B in an order random to them (never which
+    column each is), the rows with fewest preferences first; None when none is left. With how
+    many they chose on and how many are left. Who may: as for row ratings."""
+    policy.require(user, "compare.vote", judge.project, token)
+    version, columns, positions = _version_rows(user, judge, PAIRWISE, version, {
+        "prompt_column": prompt_column, "response_column": response_column,
+        "second_response_column": second_response_column}, token)
+    left, chosen = selectors.rows_to_judge(Preference, judge, version, columns, positions, user)
+    row = None
+    if left:
+        prompt, first, second = selectors.row_texts(version, left[0], list(columns.values()))
+        a, b = (second, first) if shown_swapped(user, judge, version, left[0], columns) else (first, second)
+        row = {"position": left[0], "prompt": prompt, "a": a, "b": b}
+    return {"row": row, "chosen": chosen, "remaining": len(left)}
+
+
+def row_preference_submit(*, user, judge: Judge, version, position, choice, prompt_column="prompt",
+                          response_column="response", second_response_column,
+                          token=None) -> tuple[Preference, bool]:
+    """Record which of the row's two responses this person prefers (choice a, b or tie, as they
+    were shown by row_preference_next), mapped back to first (response_column), second or tie; a
+    second choice on the same row and columns replaces the first. Returns (preference, created)."""
+    policy.require(user, "compare.vote", judge.project, token)
+    version, columns, positions = _version_rows(user, judge, PAIRWISE, version, {
+        "prompt_column": prompt_column, "response_column": response_column,
+        "second_response_column": second_response_column}, token)
+    position = _check_position(version, columns, positions, position)
+    if choice not in CHOICES:
+        raise Invalid("choice is a, b or tie.", field="choice")
+    swapped = shown_swapped(user, judge, version, position, columns)
+    preferred = CHOICES[choice][swapped]
+    return _save_rating(Preference, user=user, judge=judge, given={"choice": preferred, "swapped": swapped},
+                        target={"dataset_version": version, "position": position, **columns},
+                        action="judge.prefer",
+                        audited={"version": version.pk, "position": position, **columns, "choice": preferred})
 
 
 # --- eval suites ----------------------------------------------------------------------------------

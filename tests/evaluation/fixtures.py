@@ -112,17 +112,22 @@ def scored_run(judge, comparison, answers: dict) -> JudgeRun:
     return run
 
 
-def scored_version_run(judge, version, answers: dict, prompt_column="prompt", response_column="response") -> JudgeRun:
-    """A succeeded run of a pointwise judge over a version's rows, its verdicts as given (the run
-    itself is tested with a worker in test_judge_dataset_runs.py): answers[row position] = the
-    judge's answer, or None for an unparseable one."""
+def scored_version_run(judge, version, answers: dict, prompt_column="prompt", response_column="response",
+                       second_response_column: str | None = None) -> JudgeRun:
+    """A succeeded run of the judge over a version's rows, its verdicts as given (the run itself is
+    tested with a worker in test_judge_dataset_runs.py): answers[row position] = the judge's
+    answer, or None for an unparseable one; a pairwise judge's (reading second_response_column
+    too) answers[(row position, swapped)]."""
+    columns = {"prompt_column": prompt_column, "response_column": response_column}
+    if second_response_column:
+        columns["second_response_column"] = second_response_column
     run = JudgeRun.objects.create(project=judge.project, judge=judge, dataset_version=version, state="succeeded",
                                   finished_at=timezone.now(),
-                                  config={"rubric": judge.rubric, "model": judge.model_label,
-                                          "prompt_column": prompt_column, "response_column": response_column})
+                                  config={"rubric": judge.rubric, "model": judge.model_label, **columns})
     Verdict.objects.bulk_create([
-        Verdict(run=run, item=f"r{position}", position=position, answer=answer, parse_error="" if answer else "not JSON")
-        for position, answer in answers.items()])
+        Verdict(run=run, item=f"r{position}", position=position, swapped=swapped, answer=answer,
+                parse_error="" if answer else "not JSON")
+        for key, answer in answers.items() for position, swapped in [key if isinstance(key, tuple) else (key, False)]])
     run.summary = summarize(run)  # as the worker writes it when a run succeeds
     run.save(update_fields=["summary"])
     return run
@@ -145,3 +150,27 @@ def judge_all(client, next_url: str, submit_url: str, *, key: str, counted: str,
         made = client.post(submit_url, json.dumps(body(found[key])), content_type="application/json")
         assert made.status_code == 201, made.content
         served.append(found[key])
+
+
+def check_who_may_judge_rows(client, *, owner, admin, scientist, annotator, viewer, outsider, version, next_url: str,
+                             submit_url: str, body: dict) -> None:
+    """Who may rate (or choose on) a version's rows, through the API: what voters need and
+    dataset.view on the version's dataset. The owner, an admin and a scientist may (201); a viewer
+    sees the version but does not vote, an annotator votes but may not read the dataset until
+    granted that one dataset (403 naming the permission); an outsider does not see the project (404)."""
+    from apps.projects import services as project_services
+
+    for user, expected in [(owner, 201), (admin, 201), (scientist, 201), (viewer, 403), (annotator, 403),
+                           (outsider, 404)]:
+        client.force_login(user)
+        assert client.get(next_url).status_code == (200 if expected == 201 else expected), user
+        made = client.post(submit_url, json.dumps(body), content_type="application/json")
+        assert made.status_code == expected, (user, made.content)
+    client.force_login(viewer)
+    assert "compare.vote" in client.post(submit_url, json.dumps(body), content_type="application/json").json()["detail"]
+    client.force_login(annotator)
+    refused = client.post(submit_url, json.dumps(body), content_type="application/json")
+    assert refused.json()["missing_permission"] == "dataset.view"
+    project_services.grant_create(actor=owner, obj=version.dataset, username=annotator.username,
+                                  permission="dataset.view")
+    assert client.post(submit_url, json.dumps(body), content_type="application/json").status_code == 201

@@ -11,9 +11,8 @@ import pytest
 
 from apps.evaluation import selectors
 from apps.evaluation.models import Judge, Rating
-from apps.projects import services as project_services
 from tests.comparison.factories import placeholder_model
-from tests.evaluation.fixtures import judge_all, point_answer
+from tests.evaluation.fixtures import check_who_may_judge_rows, judge_all, point_answer
 from tests.evaluation.test_judge_dataset_runs import ROWS, body, launch_and_wait, make_version
 from tests.evaluation.test_judge_runs import PAIRWISE, POINTWISE, make_judge, post
 from workers.judging.stats import spearman
@@ -195,21 +194,10 @@ def test_a_reason_with_html_is_kept_as_written(client, scientist, project, versi
 @pytest.mark.django_db
 def test_who_may_rate_a_versions_responses(client, owner, admin, scientist, annotator, viewer, outsider, project,
                                            version, judge):
-    next_url, rate_url = urls(project, judge.pk, version)
-    for user, expected in [(owner, 201), (admin, 201), (scientist, 201), (viewer, 403), (annotator, 403),
-                           (outsider, 404)]:
-        client.force_login(user)
-        assert client.get(next_url).status_code == (200 if expected == 201 else expected), user
-        made = post(client, rate_url, {"position": 0, "answer": GOOD})
-        assert made.status_code == expected, (user, made.content)
-    client.force_login(viewer)  # sees the version but does not vote
-    assert "compare.vote" in post(client, rate_url, {"position": 0, "answer": GOOD}).json()["detail"]
-    client.force_login(annotator)  # votes, but may not read the dataset ...
-    assert post(client, rate_url, {"position": 0, "answer": GOOD}).json()["missing_permission"] == "dataset.view"
-    # ... until granted that one dataset.
-    project_services.grant_create(actor=owner, obj=version.dataset, username=annotator.username,
-                                  permission="dataset.view")
-    assert post(client, rate_url, {"position": 0, "answer": GOOD}).status_code == 201
+    next_url, submit_url = urls(project, judge.pk, version)
+    check_who_may_judge_rows(client, owner=owner, admin=admin, scientist=scientist, annotator=annotator, viewer=viewer,
+                             outsider=outsider, version=version, next_url=next_url, submit_url=submit_url,
+                             body={"position": 0, "answer": GOOD})
     assert Rating.objects.count() == 4
 
 
