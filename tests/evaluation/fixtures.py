@@ -133,6 +133,18 @@ def scored_version_run(judge, version, answers: dict, prompt_column="prompt", re
     return run
 
 
+# Positions no row of tests.evaluation.test_judge_dataset_runs.ROWS answers to, for people rating or
+# choosing on it: (the request's change, the field refused).
+BAD_POSITIONS = [
+    ({"position": 4}, "position"),  # the row without a response
+    ({"position": 99}, "position"),  # past the last row
+    ({"position": -1}, "position"),
+    ({"position": 2**40}, "position"),
+    ({"position": "first"}, "position"),
+    ({"position": None}, "position"),
+]
+
+
 def judge_all(client, next_url: str, submit_url: str, *, key: str, counted: str, body) -> list[dict]:
     """Rate (or choose on) through the API whatever `next_url` serves until nothing is left, each
     served item as body(item) gives it (a POST to `submit_url`, created: 201). key: where the

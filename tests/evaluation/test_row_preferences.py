@@ -13,7 +13,7 @@ from apps.evaluation.models import Judge, Preference
 from apps.evaluation.services import shown_swapped
 from apps.projects.models import AuditEvent
 from tests.comparison.factories import placeholder_model
-from tests.evaluation.fixtures import check_who_may_judge_rows, judge_all
+from tests.evaluation.fixtures import BAD_POSITIONS, check_who_may_judge_rows, judge_all
 from tests.evaluation.test_judge_dataset_runs import ROWS, body, launch_and_wait, make_version
 from tests.evaluation.test_judge_runs import PAIRWISE, POINTWISE, make_judge, post, shown, winner
 
@@ -156,12 +156,7 @@ HOSTILE = "<script>alert(1)</script>'; DROP TABLE evaluation_preference; --"
 
 @pytest.mark.django_db
 @pytest.mark.parametrize(("change", "field"), [
-    ({"position": 4}, "position"),  # the row without a response
-    ({"position": 99}, "position"),  # past the last row
-    ({"position": -1}, "position"),
-    ({"position": 2**40}, "position"),
-    ({"position": "first"}, "position"),
-    ({"position": None}, "position"),
+    *BAD_POSITIONS,
     ({"choice": "first"}, "choice"),  # people press A, B or tie: never a column
     ({"choice": "A"}, "choice"),
     ({"choice": 1}, "choice"),

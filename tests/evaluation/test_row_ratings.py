@@ -12,7 +12,7 @@ import pytest
 from apps.evaluation import selectors
 from apps.evaluation.models import Judge, Rating
 from tests.comparison.factories import placeholder_model
-from tests.evaluation.fixtures import check_who_may_judge_rows, judge_all, point_answer
+from tests.evaluation.fixtures import BAD_POSITIONS, check_who_may_judge_rows, judge_all, point_answer
 from tests.evaluation.test_judge_dataset_runs import ROWS, body, launch_and_wait, make_version
 from tests.evaluation.test_judge_runs import PAIRWISE, POINTWISE, make_judge, post
 from workers.judging.stats import spearman
@@ -137,12 +137,7 @@ HOSTILE = "<script>alert(1)</script>'; DROP TABLE evaluation_rating; --"
 
 @pytest.mark.django_db
 @pytest.mark.parametrize(("change", "field"), [
-    ({"position": 4}, "position"),  # the row without a response
-    ({"position": 99}, "position"),  # past the last row
-    ({"position": -1}, "position"),
-    ({"position": 2**40}, "position"),
-    ({"position": "first"}, "position"),
-    ({"position": None}, "position"),
+    *BAD_POSITIONS,
     ({"answer": {**GOOD, "clarity": {"score": 6, "reason": ""}}}, "answer.clarity.score"),
     ({"answer": {**GOOD, "correct": {"score": True, "reason": ""}}}, "answer.correct.score"),
     ({"answer": {"correct": GOOD["correct"]}}, "answer"),
