@@ -292,3 +292,23 @@ def test_the_choosing_page_asks_the_same_policy(client, scientist, annotator, ou
     assert client.get(page).status_code == 403
     client.force_login(outsider)
     assert client.get(page).status_code == 404
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("change", "constraint"), [
+    # the same person, row, columns and judge twice (SQLite names the columns, PostgreSQL the constraint)
+    ({}, "preference_unique_rater|UNIQUE constraint failed: evaluation_preference.judge_id"),
+    ({"position": 1, "choice": "both"}, "preference_choice"),
+    ({"position": 1, "second_response_column": "response"}, "preference_two_columns"),
+    ({"position": 1, "prompt_column": ""}, "preference_two_columns"),
+])
+def test_the_database_keeps_one_sane_preference_per_person_row_and_columns(scientist, version, judge, change,
+                                                                           constraint):
+    from django.db import IntegrityError, transaction
+
+    row = {"judge": judge, "dataset_version": version, "position": 0, "rater": scientist, "choice": "first",
+           "swapped": False, **COLUMNS}
+    Preference.objects.create(**row)
+    with pytest.raises(IntegrityError, match=constraint), transaction.atomic():
+        Preference.objects.create(**{**row, **change})
+    assert Preference.objects.count() == 1
