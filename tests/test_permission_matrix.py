@@ -404,22 +404,30 @@ def _arrange_judge(run_state: str | None = None, kind: str = "pairwise"):
     return arrange
 
 
-def _arrange_judge_version(world: World) -> dict:
-    """A pointwise judge (on a placeholder model) and a ready version of world.dataset with a
-    prompt and a response to judge (tests/evaluation/test_judge_dataset_runs.py runs it for real)."""
-    from apps.datasets.models import DatasetRow, DatasetVersion
-    from apps.evaluation.models import Judge
-    from tests.comparison.factories import placeholder_model
+def _arrange_judge_version(kind: str = "pointwise"):
+    """A judge of `kind` (on a placeholder model) and a ready version of world.dataset with a
+    prompt and two responses to judge, the second in the metadata key "second"
+    (tests/evaluation/test_judge_dataset_runs.py runs it for real)."""
+    def arrange(world: World) -> dict:
+        from apps.datasets.models import DatasetRow, DatasetVersion
+        from apps.evaluation.models import Judge
+        from tests.comparison.factories import placeholder_model
 
-    version = DatasetVersion.objects.create(dataset=world.dataset, number=1, status="ready", row_count=1,
-                                            schema={"roles": {"prompt": "prompt", "response": "response"},
-                                                    "metadata_keys": []})
-    DatasetRow.objects.create(version=version, position=0, row_hash="0" * 64, prompt="2+2?", response="4")
-    judge = Judge.objects.create(project=world.project, name="Judge", created_by=world.owner,
-                                 local_model=placeholder_model(world.project),
-                                 rubric={"kind": "pointwise", "instructions": "",
-                                         "criteria": [{"name": "correct", "description": "", "scale": "pass_fail"}]})
-    return {"judge_id": judge.pk, "version_id": version.pk}
+        version = DatasetVersion.objects.create(dataset=world.dataset, number=1, status="ready", row_count=1,
+                                                schema={"roles": {"prompt": "prompt", "response": "response"},
+                                                        "metadata_keys": ["second"]})
+        DatasetRow.objects.create(version=version, position=0, row_hash="0" * 64, prompt="2+2?", response="4",
+                                  metadata={"second": "5"})
+        criterion = {"name": "correct", "description": "", "scale": "pass_fail"}
+        judge = Judge.objects.create(project=world.project, name="Judge", created_by=world.owner,
+                                     local_model=placeholder_model(world.project),
+                                     rubric={"kind": kind, "instructions": "", "criteria": [criterion]})
+        return {"judge_id": judge.pk, "version_id": version.pk}
+    return arrange
+
+
+def _row_preference_body(world: World) -> dict:
+    return {"position": 0, "choice": "a", "second_response_column": "second"}
 
 
 def _row_rating_body(world: World) -> dict:
@@ -850,10 +858,10 @@ ENDPOINTS = [
              checks=("compare.view", "compare.run"), arrange=_arrange_judge()),
     # the same two over a dataset version's responses: reading the version takes dataset.view too
     Endpoint("judge-estimate-version", "POST", f"{P}/judges/<int:judge_id>/estimate/", "compare.view",
-             _judge_version_body, 200, checks=("compare.view", "dataset.view"), arrange=_arrange_judge_version,
+             _judge_version_body, 200, checks=("compare.view", "dataset.view"), arrange=_arrange_judge_version(),
              audit_writes=0),
     Endpoint("judge-launch-version", "POST", f"{P}/judges/<int:judge_id>/runs/", "compare.run", _judge_version_body,
-             201, checks=("compare.view", "compare.run", "dataset.view"), arrange=_arrange_judge_version),
+             201, checks=("compare.view", "compare.run", "dataset.view"), arrange=_arrange_judge_version()),
     # people rate a pointwise judge's outputs blind, with the voters' permission
     Endpoint("judge-rating-next", "GET", f"{P}/judges/<int:judge_id>/comparisons/<int:comparison_id>/ratings/next/",
              "compare.vote", _no_body, 200, arrange=_arrange_judge(kind="pointwise")),
@@ -862,10 +870,18 @@ ENDPOINTS = [
     # ... and a dataset version's responses, which takes dataset.view on it too
     Endpoint("judge-row-rating-next", "GET", f"{P}/judges/<int:judge_id>/versions/<int:version_id>/ratings/next/",
              "compare.vote", _no_body, 200, checks=("compare.vote", "dataset.view"),
-             arrange=_arrange_judge_version),
+             arrange=_arrange_judge_version()),
     Endpoint("judge-row-rating-submit", "POST", f"{P}/judges/<int:judge_id>/versions/<int:version_id>/ratings/",
              "compare.vote", _row_rating_body, 201, checks=("compare.vote", "dataset.view"),
-             arrange=_arrange_judge_version),
+             arrange=_arrange_judge_version()),
+    # ... and choose between a version row's two responses for a pairwise judge, as they rate rows
+    Endpoint("judge-row-preference-next", "GET",
+             f"{P}/judges/<int:judge_id>/versions/<int:version_id>/preferences/next/?second_response_column=second",
+             "compare.vote", _no_body, 200, checks=("compare.vote", "dataset.view"),
+             arrange=_arrange_judge_version("pairwise")),
+    Endpoint("judge-row-preference-submit", "POST", f"{P}/judges/<int:judge_id>/versions/<int:version_id>/preferences/",
+             "compare.vote", _row_preference_body, 201, checks=("compare.vote", "dataset.view"),
+             arrange=_arrange_judge_version("pairwise")),
     Endpoint("judge-runs-list", "GET", f"{P}/judge-runs/", "compare.view", _no_body, 200),
     Endpoint("judge-run-get", "GET", f"{P}/judge-runs/<int:run_id>/", "compare.view", _no_body, 200,
              arrange=_arrange_judge("succeeded")),
@@ -1091,7 +1107,7 @@ def test_every_project_scoped_endpoint_in_the_url_conf_has_a_row():
              "export_id": 13, "model_id": 14, "entry_id": 15, "target_id": 16, "alias": "production",
              "judge_id": 17, "run_id": 18, "sweep_id": 19, "suite_id": 20,
              "classification_id": 21, "version_id": 22}
-    in_table = {(resolve(fill(e.url, dummy)).route, e.method) for e in ENDPOINTS}
+    in_table = {(resolve(fill(e.url, dummy).partition("?")[0]).route, e.method) for e in ENDPOINTS}
     assert in_url_conf, "found no project-scoped API routes: the walk above is broken"
     assert in_url_conf - in_table == set(), "project-scoped endpoints without a row in ENDPOINTS"
     assert in_table - in_url_conf == set(), "rows in ENDPOINTS for endpoints that do not exist"

@@ -27,15 +27,20 @@ from apps.evaluation.serializers import (
     JudgeSourceSerializer,
     ModelChoiceSerializer,
     NextOutputSerializer,
+    NextPairSerializer,
     NextRowSerializer,
+    PreferenceSerializer,
     RatingSerializer,
     RatingSubmitSerializer,
+    RowPreferenceColumnsSerializer,
+    RowPreferenceSubmitSerializer,
     RowRatingColumnsSerializer,
     RowRatingSubmitSerializer,
     TeacherEstimateSerializer,
     TeacherRunRequestSerializer,
     TeacherRunSerializer,
     blind_output,
+    blind_pair,
     blind_row,
 )
 from apps.projects import policy
@@ -215,6 +220,38 @@ class RowRatingApi(APIView):
         rating, created = services.row_rating_submit(user=request.user, judge=judge, version=version_id,
                                                      token=request.auth, **data.validated_data)
         return Response(RatingSerializer(rating).data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+
+
+class RowPreferenceNextApi(APIView):
+    """The next row of the dataset version for you to choose on for a pairwise judge, blind: its
+    prompt and its two responses as A and B in an order random to you, read in the columns a run
+    of the judge over the version reads (?prompt_column=&response_column=&second_response_column=).
+    The rows with fewest preferences come first. Who may: as for row ratings."""
+
+    @extend_schema(parameters=[RowPreferenceColumnsSerializer], responses=NextPairSerializer)
+    def get(self, request: Request, project_id: int, judge_id: int, version_id: int) -> Response:
+        judge = policy.get_object(request.user, Judge, judge_id, "compare.vote", request.auth, project_id=project_id)
+        columns = RowPreferenceColumnsSerializer(data=request.query_params)
+        columns.is_valid(raise_exception=True)
+        found = services.row_preference_next(user=request.user, judge=judge, version=version_id, token=request.auth,
+                                             **columns.validated_data)
+        return Response({**found, "row": blind_pair(found["row"])})
+
+
+class RowPreferenceApi(APIView):
+    """Choose which of a row's two responses is better (a or b, as shown by preferences/next/, or
+    tie). Choosing on the same row (in the same columns) again replaces your preference (200)."""
+
+    @extend_schema(request=RowPreferenceSubmitSerializer, responses={201: PreferenceSerializer,
+                                                                     200: PreferenceSerializer})
+    def post(self, request: Request, project_id: int, judge_id: int, version_id: int) -> Response:
+        judge = policy.get_object(request.user, Judge, judge_id, "compare.vote", request.auth, project_id=project_id)
+        data = RowPreferenceSubmitSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        preference, created = services.row_preference_submit(user=request.user, judge=judge, version=version_id,
+                                                             token=request.auth, **data.validated_data)
+        return Response(PreferenceSerializer(preference).data,
+                        status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
 
 # --- eval suites ----------------------------------------------------------------------------------

@@ -161,6 +161,45 @@ class Rating(models.Model):
         ]
 
 
+class Preference(models.Model):
+    """A person's blind choice between a dataset version's row's two responses for a pairwise
+    judge: the row (`position`) read in three of its columns, as a run of the judge over the
+    version reads them (prompt_column, response_column = first, second_response_column = second).
+    `swapped` when the second was shown as A. One per person, row, columns and judge: choosing
+    again replaces it."""
+
+    class Choice(models.TextChoices):
+        FIRST = "first"
+        SECOND = "second"
+        TIE = "tie"
+
+    judge = models.ForeignKey(Judge, on_delete=models.CASCADE, related_name="preferences")
+    dataset_version = models.ForeignKey("datasets.DatasetVersion", on_delete=models.CASCADE, related_name="+")
+    position = models.PositiveIntegerField()  # the version's row
+    prompt_column = models.CharField(max_length=200)
+    response_column = models.CharField(max_length=200)
+    second_response_column = models.CharField(max_length=200)
+    rater = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    choice = models.CharField(max_length=8, choices=Choice.choices)
+    swapped = models.BooleanField()
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["judge", "id"]
+        default_permissions = ()
+        constraints = [
+            models.UniqueConstraint(fields=["judge", "dataset_version", "position", "prompt_column", "response_column",
+                                            "second_response_column", "rater"], name="preference_unique_rater"),
+            models.CheckConstraint(condition=models.Q(choice__in=["first", "second", "tie"]),
+                                   name="preference_choice"),
+            models.CheckConstraint(
+                condition=~models.Q(prompt_column="") & ~models.Q(response_column="")
+                & ~models.Q(second_response_column="") & ~models.Q(response_column=models.F("second_response_column")),
+                name="preference_two_columns"),
+        ]
+
+
 class CalibrationPolicy(models.Model):
     """How well a judge must agree with the project's people before it counts as calibrated. Each
     figure with at least `min_items` judge-vs-person items must reach its threshold, and at least

@@ -7,7 +7,8 @@ import random
 from collections import defaultdict
 from itertools import combinations
 
-from django.db.models import Count, Max
+from django.db.models import Count, Exists, Max, OuterRef
+from django.db.models.fields.json import KT
 
 from apps.comparison.models import Comparison, Output, Vote
 from apps.comparison.selectors import contestants, entrant, leaderboard_of
@@ -18,6 +19,7 @@ from apps.evaluation.models import (
     EvalSuite,
     Judge,
     JudgeRun,
+    Preference,
     Rating,
     TeacherRun,
     Verdict,
@@ -82,20 +84,48 @@ def column_texts(version, columns: list[str]) -> tuple[list[tuple[int, list[str 
     is its row field (a text role's; `messages` and the others are never text), a metadata key
     its value."""
     not_text = {c for c in columns if c in ROLES and c not in TEXT_ROLES}
-    rows = []
-    for position, prompt, response, reference, label, metadata in (
-            version.rows.order_by("position").values_list("position", "prompt", "response", "reference", "label",
-                                                          "metadata").iterator(chunk_size=2000)):
-        fields = {"prompt": prompt, "response": response, "reference": reference, "label": label}
-        texts = []
-        for column in columns:
-            value = fields.get(column) if column in ROLES else (metadata or {}).get(column)
-            if value is not None and not isinstance(value, str):
-                not_text.add(column)
-                value = None
-            texts.append(value)
-        rows.append((position, texts))
+    rows = [(row[0], _texts(columns, row[1:], not_text))
+            for row in version.rows.order_by("position").values_list("position", *_ROW_FIELDS).iterator(chunk_size=2000)]
     return rows, not_text
+
+
+_ROW_FIELDS = ("prompt", "response", "reference", "label", "metadata")
+
+
+def _texts(columns: list[str], values: tuple, not_text: set[str]) -> list[str | None]:
+    """A row's text in each column (values: its _ROW_FIELDS); a column holding something else is
+    None there and added to `not_text`."""
+    *fields, metadata = values
+    by_role = dict(zip(_ROW_FIELDS, fields))
+    texts = []
+    for column in columns:
+        value = by_role.get(column) if column in ROLES else (metadata or {}).get(column)
+        if value is not None and not isinstance(value, str):
+            not_text.add(column)
+            value = None
+        texts.append(value)
+    return texts
+
+
+def _all_text(texts: list[str | None]) -> bool:
+    return all(t is not None and t.strip() for t in texts)
+
+
+def rows_with_text(version, columns: list[str]) -> dict:
+    """The positions of the rows with text in every one of `columns` (the rows a run reading them
+    judges) and the columns holding something else than text in some row. Kept per version and
+    columns: a version never changes, and people rating it ask on every row served."""
+    def scan() -> dict:
+        rows, not_text = column_texts(version, columns)
+        return {"positions": [position for position, texts in rows if _all_text(texts)], "not_text": sorted(not_text)}
+
+    return memoized("version-rows-with-text", [version.pk, version.content_hash, columns], scan)
+
+
+def row_texts(version, position: int, columns: list[str]) -> list[str | None]:
+    """One row's text in `columns` (read alone: people are served one row at a time)."""
+    values = version.rows.filter(position=position).values_list(*_ROW_FIELDS).get()
+    return _texts(columns, values, set())
 
 
 def dataset_columns(config: dict) -> list[str]:
@@ -110,7 +140,7 @@ def dataset_judge_items(version, rubric: Rubric, config: dict) -> list:
     rows, _ = column_texts(version, dataset_columns(config))
     items = []
     for position, texts in rows:
-        if any(t is None or not t.strip() for t in texts):
+        if not _all_text(texts):
             continue
         if rubric.kind == PAIRWISE:
             items.append(PairItem(key=f"r{position}", prompt=texts[0], first=texts[1], second=texts[2]))
@@ -206,26 +236,32 @@ def agreement(run: JudgeRun, rules: CalibrationPolicy | None = None) -> dict | N
     (people's label → the judge's; for two people, the earlier vote → the later)."""
     if run.state != JudgeRun.State.SUCCEEDED or "rubric" not in run.config:
         return None
-    if run.comparison_id is None:
-        # A run over a version: people vote on no pair of it, but rate its responses (pointwise).
-        if check_rubric(run.config["rubric"]).kind == PAIRWISE:
-            return None
+    if run.comparison_id is None and check_rubric(run.config["rubric"]).kind == PAIRWISE:
+        # A pairwise run over a version: people choose between the same rows' two responses.
+        preferences = run_preferences(run)
+        stamp = preferences.aggregate(n=Count("id"), last=Max("id"), changed=Max("updated_at"))
+        figures = memoized("judge-preference-agreement", [run.pk, stamp["n"], stamp["last"], str(stamp["changed"])],
+                           lambda: _preference_agreement(run, preferences))
+    elif run.comparison_id is None:
+        # A pointwise run over a version: people vote on no pair of it, but rate its responses.
         figures = {"labels": list(LABELS), "judge_vs_people": None, "people_vs_people": None}
     else:
         votes = Vote.objects.filter(comparison=run.comparison_id)
         stamp = votes.aggregate(n=Count("id"), last=Max("id"))
-        figures = memoized("judge-agreement", [run.pk, stamp["n"], stamp["last"], 2], lambda: _agreement(run))
+        figures = memoized("judge-agreement", [run.pk, stamp["n"], stamp["last"], 3], lambda: _agreement(run))
     ratings = rating_agreement(run)
     rules = rules or calibration_policy(run.project)
-    checked = calibration(_calibration_figures(figures["judge_vs_people"], ratings, rules), min_items=rules.min_items)
+    checked = calibration(_calibration_figures(figures, ratings, rules), min_items=rules.min_items)
     return {**figures, "ratings": ratings, "calibration": {**checked, **_thresholds(rules)}}
 
 
-def _calibration_figures(votes: dict | None, ratings: dict | None, rules: CalibrationPolicy) -> list[dict]:
-    """What calibration weighs: kappa with the votes (a run over a comparison) and, once people
-    rated the judge's outputs or a version's responses, each criterion's rho (1-5) or kappa
-    (pass/fail) with the ratings, each with its threshold."""
-    figures = [] if votes is None else [{"label": "kappa", "items_label": "items judged and voted on",
+def _calibration_figures(agreed: dict, ratings: dict | None, rules: CalibrationPolicy) -> list[dict]:
+    """What calibration weighs: kappa with the votes (a run over a comparison) or with people's
+    preferences (a pairwise run over a version) and, once people rated the judge's outputs or a
+    version's responses, each criterion's rho (1-5) or kappa (pass/fail) with the ratings, each
+    with its threshold."""
+    votes = agreed["judge_vs_people"]
+    figures = [] if votes is None else [{"label": "kappa", "items_label": f"items judged and {agreed['people']} on",
                                          "value": votes["kappa"], "items": votes["items"],
                                          "threshold": rules.min_kappa}]
     for criterion in ratings["criteria"] if ratings and (ratings["ratings"] or votes is None) else []:
@@ -245,17 +281,11 @@ def judged_pairs(run: JudgeRun) -> dict[tuple[int, int, int], str]:
     """The run's verdict on each pair of outputs it can speak for, (prompt, first contestant,
     second contestant) → first/second/tie (first: the lower column), as `agreement` reads it."""
     rubric = check_rubric(run.config["rubric"])
-    judged = {}
     if rubric.kind == PAIRWISE:
-        answers: dict[tuple, dict] = defaultdict(dict)
-        for v in Verdict.objects.filter(run=run).values("prompt_id", "first_id", "second_id", "swapped", "answer"):
-            answers[(v["prompt_id"], v["first_id"], v["second_id"])][v["swapped"]] = \
-                v["answer"]["winner"] if v["answer"] else None
-        for key, by_order in answers.items():
-            outcome = pair_outcome(by_order.get(False), by_order.get(True))
-            if outcome is not None:
-                judged[key] = "tie" if outcome == "inconsistent" else outcome
-        return judged
+        return _pair_labels(((v["prompt_id"], v["first_id"], v["second_id"]), v["swapped"], v["answer"]) for v in
+                            Verdict.objects.filter(run=run).values("prompt_id", "first_id", "second_id", "swapped",
+                                                                   "answer"))
+    judged = {}
     positions = dict(run.comparison.contestants.values_list("pk", "position"))
     scores: dict[int, list[tuple[int, int, float]]] = defaultdict(list)
     for v in Verdict.objects.filter(run=run, answer__isnull=False).values("prompt_id", "first_id", "answer"):
@@ -266,12 +296,36 @@ def judged_pairs(run: JudgeRun) -> dict[tuple[int, int, int], str]:
     return judged
 
 
+def _pair_labels(verdicts) -> dict:
+    """A pairwise judge's label of each pair it can speak for (verdicts: (key, swapped, answer)
+    for each order): first/second/tie, an inconsistent pair (its two orders disagree) a tie, an
+    unparseable one left out."""
+    answers: dict[tuple, dict] = defaultdict(dict)
+    for key, swapped, answer in verdicts:
+        answers[key][swapped] = answer["winner"] if answer else None
+    judged = {}
+    for key, by_order in answers.items():
+        outcome = pair_outcome(by_order.get(False), by_order.get(True))
+        if outcome is not None:
+            judged[key] = "tie" if outcome == "inconsistent" else outcome
+    return judged
+
+
 def _agreement(run: JudgeRun) -> dict:
-    judged = judged_pairs(run)
     people: dict[tuple, list[tuple[int, str]]] = defaultdict(list)
     for vote in Vote.objects.filter(comparison=run.comparison_id).select_related("pair").order_by("id"):
         pair = vote.pair
         people[(pair.prompt_id, pair.first_id, pair.second_id)].append((vote.voter_id, _human_label(vote, pair.first_id)))
+    figures = _label_agreement(judged_pairs(run), people)
+    return {**figures, "people": "voted", "pairs_with_votes": figures.pop("pairs_with_people"),
+            "pairs_judged_and_voted": figures.pop("pairs_judged_and_people")}
+
+
+def _label_agreement(judged: dict, people: dict[tuple, list[tuple[int, str]]]) -> dict:
+    """The judge's labels (judged: pair → first/second/tie) against people's (people: pair → their
+    (person, label), oldest first): each person's label on a judged pair one judge-vs-person item,
+    each two people's on the same pair one person-vs-person item; per side Cohen's kappa with its
+    bootstrap interval, the raw agreement and the confusion table."""
     judge_items = [(label, judged[key]) for key, labels in people.items() if key in judged for _, label in labels]
     human_items = [(a[1], b[1]) for labels in people.values() for a, b in combinations(labels, 2) if a[0] != b[0]]
 
@@ -282,8 +336,29 @@ def _agreement(run: JudgeRun) -> dict:
                 "confusion": confusion(items, LABELS)}
 
     return {"labels": list(LABELS), "judge_vs_people": figures(judge_items),
-            "people_vs_people": figures(human_items), "pairs_with_votes": len(people),
-            "pairs_judged_and_voted": sum(key in judged for key in people)}
+            "people_vs_people": figures(human_items), "pairs_with_people": len(people),
+            "pairs_judged_and_people": sum(key in judged for key in people)}
+
+
+def run_preferences(run: JudgeRun):
+    """People's preferences between the two responses of the rows a pairwise run over a version
+    judged, for its judge, in the run's columns."""
+    return Preference.objects.filter(judge=run.judge_id, dataset_version=run.dataset_version_id,
+                                     **{k: run.config.get(k) for k in ("prompt_column", "response_column",
+                                                                       "second_response_column")})
+
+
+def _preference_agreement(run: JudgeRun, preferences) -> dict:
+    judged = _pair_labels((v["position"], v["swapped"], v["answer"])
+                          for v in Verdict.objects.filter(run=run).values("position", "swapped", "answer"))
+    people: dict[int, list[tuple[int, str]]] = defaultdict(list)
+    for rater, position, choice in preferences.order_by("id").values_list("rater_id", "position", "choice"):
+        people[position].append((rater, choice))
+    figures = _label_agreement(judged, people)
+    return {**figures, "people": "chosen", "rows_with_preferences": figures.pop("pairs_with_people"),
+            "rows_judged_and_chosen": figures.pop("pairs_judged_and_people"),
+            "preferences": sum(len(labels) for labels in people.values()),
+            "raters": len({rater for labels in people.values() for rater, _ in labels})}
 
 
 # --- agreement with people (judges vs people's pointwise ratings) ---------------------------------
@@ -344,17 +419,16 @@ def outputs_to_rate(judge: Judge, comparison: Comparison, rater) -> tuple[list[O
     return sorted(left, key=lambda o: counts.get(o.pk, 0)), len(mine)
 
 
-def rows_to_rate(judge: Judge, version, columns: dict, rows: dict, rater) -> tuple[list[dict], int]:
-    """A version's rows (rows: position → the judge's item, prompt and response) `rater` has not
-    rated for the judge in these columns, the least-rated first and in a random order among equals,
-    as {position, prompt, response}; and how many the rater has rated."""
-    ratings = Rating.objects.filter(judge=judge, dataset_version=version, **columns)
-    counts = dict(ratings.values("position").annotate(n=Count("id")).values_list("position", "n"))
-    mine = set(ratings.filter(rater=rater).values_list("position", flat=True))
-    left = [{"position": position, "prompt": item.prompt, "response": item.response}
-            for position, item in rows.items() if position not in mine]
+def rows_to_judge(model, judge: Judge, version, columns: dict, positions: list[int], rater) -> tuple[list[int], int]:
+    """Of a version's rows (`positions`: those with text in `columns`), those `rater` has not rated
+    or chosen on (model: Rating or Preference) for the judge in these columns, the least-judged
+    first and in a random order among equals; and how many the rater has done."""
+    given = model.objects.filter(judge=judge, dataset_version=version, **columns)
+    counts = dict(given.values("position").annotate(n=Count("id")).values_list("position", "n"))
+    mine = set(given.filter(rater=rater).values_list("position", flat=True))
+    left = [position for position in positions if position not in mine]
     random.SystemRandom().shuffle(left)
-    return sorted(left, key=lambda row: counts.get(row["position"], 0)), len(mine)
+    return sorted(left, key=lambda position: counts.get(position, 0)), len(mine)
 
 
 # --- judges on the leaderboard -----------------------------------------------------------------
@@ -446,12 +520,20 @@ def gate_refusal(project_id: int, alias: str, version_id: int) -> str | None:
 def judge_calibration(judge: Judge) -> dict:
     """Whether the judge counts as calibrated: its newest succeeded run's agreement with the blind
     votes (and people's ratings, pointwise) against the project's thresholds (`calibrated`, and
-    `reason` when not). A run over a dataset version counts once people rated its responses."""
+    `reason` when not). A run over a dataset version counts once people rated its responses
+    (pointwise) or chose between its two responses (pairwise) in the run's columns."""
     rules = calibration_policy(judge.project)
-    for run in JudgeRun.objects.filter(judge=judge, state=JudgeRun.State.SUCCEEDED).select_related(
-            "project", "comparison").order_by("-finished_at", "-id"):
-        if run.comparison_id is None and not run_ratings(run).exists():
-            continue  # no one rated that version's responses: no people to agree with
+    read = {f"read_{k}": KT(f"config__{k}") for k in ("prompt_column", "response_column", "second_response_column")}
+    same_rows = {"judge": OuterRef("judge"), "dataset_version": OuterRef("dataset_version"),
+                 "prompt_column": OuterRef("read_prompt_column"), "response_column": OuterRef("read_response_column")}
+    runs = (JudgeRun.objects.filter(judge=judge, state=JudgeRun.State.SUCCEEDED).annotate(**read).annotate(
+        rated=Exists(Rating.objects.filter(**same_rows)),
+        chosen=Exists(Preference.objects.filter(**same_rows,
+                                                second_response_column=OuterRef("read_second_response_column"))))
+            .select_related("project", "comparison").order_by("-finished_at", "-id"))
+    for run in runs:
+        if run.comparison_id is None and not (run.rated or run.chosen):
+            continue  # no one rated or chose on that version's rows: no people to agree with
         figures = agreement(run, rules)
         if figures is not None:
             return figures["calibration"]

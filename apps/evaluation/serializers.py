@@ -1,7 +1,7 @@
 from rest_framework import serializers
 
 from apps.core.rendering import render_markdown
-from apps.evaluation.models import EvalItem, EvalRun, EvalSuite, Judge, JudgeRun, Rating, TeacherRun
+from apps.evaluation.models import EvalItem, EvalRun, EvalSuite, Judge, JudgeRun, Preference, Rating, TeacherRun
 
 
 class JudgeSerializer(serializers.ModelSerializer):
@@ -211,11 +211,36 @@ class RowRatingSubmitSerializer(RowRatingColumnsSerializer):
                                              "criterion of the judge's rubric, as the judge answers")
 
 
+class RowPreferenceColumnsSerializer(RowRatingColumnsSerializer):
+    second_response_column = serializers.CharField(max_length=200, help_text="the column a pairwise run of the "
+                                                                             "judge read the second response in")
+
+
+class RowPreferenceSubmitSerializer(RowPreferenceColumnsSerializer):
+    position = serializers.IntegerField(min_value=0, max_value=2**31 - 1,
+                                        help_text="the row's position, as served by preferences/next/")
+    choice = serializers.ChoiceField(choices=["a", "b", "tie"], help_text="the response shown as A or B is "
+                                                                          "better, or neither (tie)")
+
+    def validate(self, attrs: dict) -> dict:
+        unknown = sorted(set(self.initial_data) - set(self.fields)) if isinstance(self.initial_data, dict) else []
+        if unknown:
+            raise serializers.ValidationError({unknown[0][:80]: "not a field of a preference"})
+        return attrs
+
+
 class RatingSerializer(serializers.ModelSerializer):
     class Meta:
         model = Rating
         fields = ["id", "judge", "output", "dataset_version", "position", "prompt_column", "response_column",
                   "answer", "created_at", "updated_at"]
+
+
+class PreferenceSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Preference
+        fields = ["id", "judge", "dataset_version", "position", "prompt_column", "response_column",
+                  "second_response_column", "choice", "swapped", "created_at", "updated_at"]
 
 
 class NextOutputSerializer(serializers.Serializer):
@@ -242,6 +267,23 @@ def blind_row(row: dict | None) -> dict | None:
         return None
     return {"position": row["position"], "prompt": row["prompt"], "text": row["response"],
             "prompt_html": render_markdown(row["prompt"]), "text_html": render_markdown(row["response"])}
+
+
+class NextPairSerializer(serializers.Serializer):
+    row = serializers.DictField(allow_null=True, help_text="position, prompt, a and b (the two responses in an "
+                                                           "order random to you) and their Markdown as HTML (raw "
+                                                           "HTML shown as text); never which column each is")
+    chosen = serializers.IntegerField(help_text="rows you chose on for this judge on this version, in these columns")
+    remaining = serializers.IntegerField()
+
+
+def blind_pair(row: dict | None) -> dict | None:
+    """A version's row to choose on: its prompt and its two responses as A and B, as text and as HTML."""
+    if row is None:
+        return None
+    return {"position": row["position"], "prompt": row["prompt"], "a": row["a"], "b": row["b"],
+            "prompt_html": render_markdown(row["prompt"]), "a_html": render_markdown(row["a"]),
+            "b_html": render_markdown(row["b"])}
 
 
 def blind_output(output) -> dict | None:

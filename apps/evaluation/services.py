@@ -13,13 +13,23 @@ import re
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
+from django.utils.crypto import salted_hmac
 
 from apps.comparison.models import Comparison, Output
 from apps.core.errors import Conflict, Invalid, NotFound
 from apps.core.jobs import ask_to_cancel, enqueue
 from apps.datasets.models import DatasetVersion
 from apps.evaluation import selectors
-from apps.evaluation.models import CalibrationPolicy, EvalRun, EvalSuite, Judge, JudgeRun, Rating, TeacherRun
+from apps.evaluation.models import (
+    CalibrationPolicy,
+    EvalRun,
+    EvalSuite,
+    Judge,
+    JudgeRun,
+    Preference,
+    Rating,
+    TeacherRun,
+)
 from apps.evaluation.tasks import eval_run_task, judge_run_task, teacher_run_task
 from apps.projects import policy
 from apps.projects.audit import audit_record
@@ -126,12 +136,12 @@ def _column(version: DatasetVersion, value, field: str, known: list[str], not_te
     return value
 
 
-def _dataset_source(user, judge: Judge, *, version, prompt_column, response_column, second_response_column,
-                    token) -> tuple[DatasetVersion, dict, list]:
-    """The version (one of the project's that the principal may read, else 404 naming `version`),
-    the columns it is judged on (each refusal naming its field: an unknown column, one that holds
-    no text, the same column twice, a second response column for a pointwise judge or none for a
-    pairwise one) and the engine's items (none: refused, naming `version`)."""
+def _dataset_columns(user, judge: Judge, *, version, prompt_column, response_column, second_response_column,
+                     token) -> tuple[DatasetVersion, dict]:
+    """The version (one of the project's that the principal may read, else 404 naming `version`)
+    and the columns it is judged on (each refusal naming its field: an unknown column, one that
+    holds no text, the same column twice, a second response column for a pointwise judge or none
+    for a pairwise one)."""
     version = _teacher_version(user, judge.project, version, "dataset.view", token)
     rubric = check_rubric(judge.rubric)
     given = {"prompt_column": prompt_column, "response_column": response_column}
@@ -145,14 +155,23 @@ def _dataset_source(user, judge: Judge, *, version, prompt_column, response_colu
                       "judge).", field="second_response_column")
     known = selectors.version_columns(version)
     asked = [v for v in given.values() if isinstance(v, str) and v in known]
-    _, not_text = selectors.column_texts(version, asked)
+    not_text = set(selectors.rows_with_text(version, asked)["not_text"])
     columns = {field: _column(version, value, field, known, not_text) for field, value in given.items()}
     seen: dict[str, str] = {}
     for field, column in columns.items():
         if column in seen:
             raise Invalid(f"{field} is the column {seen[column]} reads already: choose another.", field=field)
         seen[column] = field
-    items = selectors.dataset_judge_items(version, rubric, columns)
+    return version, columns
+
+
+def _dataset_source(user, judge: Judge, *, version, prompt_column, response_column, second_response_column,
+                    token) -> tuple[DatasetVersion, dict, list]:
+    """_dataset_columns, and the engine's items (none: refused, naming `version`)."""
+    version, columns = _dataset_columns(user, judge, version=version, prompt_column=prompt_column,
+                                        response_column=response_column,
+                                        second_response_column=second_response_column, token=token)
+    items = selectors.dataset_judge_items(version, check_rubric(judge.rubric), columns)
     if not items:
         raise Invalid(f"No row of version {version.number} has text in every one of {', '.join(columns.values())}: "
                       "nothing to judge.", field="version")
@@ -294,12 +313,19 @@ def rating_submit(*, user, judge: Judge, comparison: Comparison, output, answer,
     except (Output.DoesNotExist, ValueError, TypeError, OverflowError):
         raise NotFound("No such output in this comparison.") from None
     _check_rating(answer, rubric)
+    return _save_rating(Rating, user=user, judge=judge, target={"output": target}, given={"answer": answer},
+                        action="judge.rate", audited={"output": target.pk})
+
+
+def _save_rating(model, *, user, judge: Judge, target: dict, given: dict, action: str, audited: dict) -> tuple:
+    """A person's rating or preference of `target` (the fields naming what was rated) for the
+    judge, `given` replacing theirs if they gave one before, and its audit record (not published:
+    people rate fast). Returns (the row, created)."""
     with transaction.atomic():
-        rating, created = Rating.objects.update_or_create(judge=judge, output=target, rater=user,
-                                                          defaults={"answer": answer})
-        audit_record(actor=user, action="judge.rate", project=judge.project, target=judge, publish=False,
-                     after={"output": target.pk, "replaced": not created})
-    return rating, created
+        saved, created = model.objects.update_or_create(judge=judge, rater=user, **target, defaults=given)
+        audit_record(actor=user, action=action, project=judge.project, target=judge, publish=False,
+                     after={**audited, "replaced": not created})
+    return saved, created
 
 
 def _check_rating(answer, rubric: Rubric) -> None:
@@ -312,17 +338,33 @@ def _check_rating(answer, rubric: Rubric) -> None:
             raise Invalid(f"A reason is at most {MAX_REASON} characters.", field=f"answer.{criterion.name}.reason")
 
 
-def _ratable_rows(user, judge: Judge, version, prompt_column, response_column, token) -> tuple[DatasetVersion, dict,
-                                                                                                 dict[int, object]]:
-    """A pointwise judge's items over the version as a run of it reads them (the same checks, each
-    refusal naming its field; a version the principal may not read, or another project's: 404):
-    the version, its columns, and the rows to rate by position."""
-    if check_rubric(judge.rubric).kind != POINTWISE:
-        raise Conflict(f"“{judge.name}” compares two answers; people rate responses for a pointwise judge.")
-    version, columns, items = _dataset_source(user, judge, version=version, prompt_column=prompt_column,
-                                              response_column=response_column, second_response_column=None,
-                                              token=token)
-    return version, columns, {int(item.key[1:]): item for item in items}
+# --- people's ratings and preferences of a version's rows, beside a judge's run over it ---------
+
+REFUSED_KIND = {
+    POINTWISE: "“{name}” scores one response; people choose between two responses for a pairwise judge.",
+    PAIRWISE: "“{name}” compares two answers; people rate responses for a pointwise judge.",
+}
+
+
+def _version_rows(user, judge: Judge, kind: str, version, columns: dict, token) -> tuple[DatasetVersion, dict,
+                                                                                          list[int]]:
+    """The rows of the version a run of the judge (of `kind`, else Conflict) reads in `columns`,
+    with the same checks (each refusal naming its field; a version the principal may not read, or
+    another project's: 404): the version, its columns, and the positions of the rows with text in
+    every one of them."""
+    judged = check_rubric(judge.rubric).kind
+    if judged != kind:
+        raise Conflict(REFUSED_KIND[judged].format(name=judge.name))
+    version, columns = _dataset_columns(user, judge, version=version, token=token,
+                                        **{"second_response_column": None, **columns})
+    return version, columns, selectors.rows_with_text(version, list(columns.values()))["positions"]
+
+
+def _check_position(version: DatasetVersion, columns: dict, positions: list[int], position) -> int:
+    if isinstance(position, bool) or not isinstance(position, int) or position not in set(positions):
+        raise Invalid(f"Version {version.number} has no row {str(position)[:20]} with text in "
+                      f"{', '.join(repr(c) for c in columns.values())}.", field="position")
+    return position
 
 
 def row_rating_next(*, user, judge: Judge, version, prompt_column="prompt", response_column="response",
@@ -332,9 +374,14 @@ def row_rating_next(*, user, judge: Judge, version, prompt_column="prompt", resp
     row), the least-rated first; None when none is left. With how many they rated and how many are
     left. compare.vote, as comparison ratings, and dataset.view on the version's dataset."""
     policy.require(user, "compare.vote", judge.project, token)
-    version, columns, rows = _ratable_rows(user, judge, version, prompt_column, response_column, token)
-    left, rated = selectors.rows_to_rate(judge, version, columns, rows, user)
-    return {"row": left[0] if left else None, "rated": rated, "remaining": len(left)}
+    version, columns, positions = _version_rows(user, judge, POINTWISE, version, {
+        "prompt_column": prompt_column, "response_column": response_column}, token)
+    left, rated = selectors.rows_to_judge(Rating, judge, version, columns, positions, user)
+    row = None
+    if left:
+        prompt, response = selectors.row_texts(version, left[0], list(columns.values()))
+        row = {"position": left[0], "prompt": prompt, "response": response}
+    return {"row": row, "rated": rated, "remaining": len(left)}
 
 
 def row_rating_submit(*, user, judge: Judge, version, position, answer, prompt_column="prompt",
@@ -343,17 +390,64 @@ def row_rating_submit(*, user, judge: Judge, version, position, answer, prompt_c
     row with no text in either column, or none at `position`: Invalid naming `position`); a second
     rating of the same row and columns replaces the first. Returns (rating, created)."""
     policy.require(user, "compare.vote", judge.project, token)
-    version, columns, rows = _ratable_rows(user, judge, version, prompt_column, response_column, token)
-    if isinstance(position, bool) or not isinstance(position, int) or position not in rows:
-        raise Invalid(f"Version {version.number} has no row {str(position)[:20]} with text in "
-                      f"{columns['prompt_column']!r} and {columns['response_column']!r}.", field="position")
+    version, columns, positions = _version_rows(user, judge, POINTWISE, version, {
+        "prompt_column": prompt_column, "response_column": response_column}, token)
+    position = _check_position(version, columns, positions, position)
     _check_rating(answer, check_rubric(judge.rubric))
-    with transaction.atomic():
-        rating, created = Rating.objects.update_or_create(judge=judge, dataset_version=version, position=position,
-                                                          rater=user, **columns, defaults={"answer": answer})
-        audit_record(actor=user, action="judge.rate", project=judge.project, target=judge, publish=False,
-                     after={"version": version.pk, "position": position, **columns, "replaced": not created})
-    return rating, created
+    return _save_rating(Rating, user=user, judge=judge, given={"answer": answer},
+                        target={"dataset_version": version, "position": position, **columns},
+                        action="judge.rate", audited={"version": version.pk, "position": position, **columns})
+
+
+def shown_swapped(user, judge: Judge, version: DatasetVersion, position: int, columns: dict) -> bool:
+    """Whether this person is shown the row's second response as A: random to them (a keyed hash
+    of who, which judge, row and columns), and the same each time, so that what they chose maps
+    back to a column without storing what was served."""
+    subject = ":".join(str(part) for part in (user.pk, judge.pk, version.pk, position, *columns.values()))
+    return salted_hmac("evaluation.preference-order", subject).digest()[0] & 1 == 1
+
+
+CHOICES = {"a": ("first", "second"), "b": ("second", "first"), "tie": ("tie", "tie")}  # A/B → (in order, swapped)
+
+
+def row_preference_next(*, user, judge: Judge, version, prompt_column="prompt", response_column="response",
+                        second_response_column, token=None) -> dict:
+    """The next row of the version for this person to choose on for the pairwise judge, blind:
+    the prompt and the row's two responses as A and B in an order random to them (never which
+    column each is), the rows with fewest preferences first; None when none is left. With how
+    many they chose on and how many are left. Who may: as for row ratings."""
+    policy.require(user, "compare.vote", judge.project, token)
+    version, columns, positions = _version_rows(user, judge, PAIRWISE, version, {
+        "prompt_column": prompt_column, "response_column": response_column,
+        "second_response_column": second_response_column}, token)
+    left, chosen = selectors.rows_to_judge(Preference, judge, version, columns, positions, user)
+    row = None
+    if left:
+        prompt, first, second = selectors.row_texts(version, left[0], list(columns.values()))
+        a, b = (second, first) if shown_swapped(user, judge, version, left[0], columns) else (first, second)
+        row = {"position": left[0], "prompt": prompt, "a": a, "b": b}
+    return {"row": row, "chosen": chosen, "remaining": len(left)}
+
+
+def row_preference_submit(*, user, judge: Judge, version, position, choice, prompt_column="prompt",
+                          response_column="response", second_response_column,
+                          token=None) -> tuple[Preference, bool]:
+    """Record which of the row's two responses this person prefers (choice a, b or tie, as they
+    were shown by row_preference_next), mapped back to first (response_column), second or tie; a
+    second choice on the same row and columns replaces the first. Returns (preference, created)."""
+    policy.require(user, "compare.vote", judge.project, token)
+    version, columns, positions = _version_rows(user, judge, PAIRWISE, version, {
+        "prompt_column": prompt_column, "response_column": response_column,
+        "second_response_column": second_response_column}, token)
+    position = _check_position(version, columns, positions, position)
+    if choice not in CHOICES:
+        raise Invalid("choice is a, b or tie.", field="choice")
+    swapped = shown_swapped(user, judge, version, position, columns)
+    preferred = CHOICES[choice][swapped]
+    return _save_rating(Preference, user=user, judge=judge, given={"choice": preferred, "swapped": swapped},
+                        target={"dataset_version": version, "position": position, **columns},
+                        action="judge.prefer",
+                        audited={"version": version.pk, "position": position, **columns, "choice": preferred})
 
 
 # --- eval suites ----------------------------------------------------------------------------------

@@ -66,11 +66,10 @@ def rate_outputs(request: HttpRequest, project_id: int, comparison_id: int) -> H
         "judge": chosen, "perms": policy.permissions_on(request.user, comparison)})
 
 
-@login_required
-def rate_rows(request: HttpRequest, project_id: int, judge_id: int, version_id: int) -> HttpResponse:
-    """Rate a dataset version's responses blind on a pointwise judge's rubric, one row after the
-    other, read in the columns a run of the judge read (?prompt_column=&response_column=); the
-    page's script talks to the row ratings API. Raters need what voters need and dataset.view."""
+def _rows_for_people(request: HttpRequest, project_id: int, judge_id: int, version_id: int) -> tuple[Judge,
+                                                                                                    DatasetVersion]:
+    """The judge and the project's ready version whose rows people rate or choose on: what voters
+    need, and dataset.view on the version's dataset (another project's version: 404)."""
     judge = policy.get_object(request.user, Judge, judge_id, "compare.vote", project_id=project_id)
     version = (DatasetVersion.objects.select_related("dataset")
                .filter(pk=version_id, dataset__project=judge.project, dataset__deleted_at__isnull=True,
@@ -79,11 +78,39 @@ def rate_rows(request: HttpRequest, project_id: int, judge_id: int, version_id: 
         raise NotFound()
     policy.require(request.user, "dataset.view", version.dataset)
     request.nav_section = "compare"
+    return judge, version
+
+
+def _columns(request: HttpRequest, *names: str) -> dict:
+    """The run's columns from the query, as the page's script sends them (the API checks them)."""
+    return {name: request.GET.get(name, default)[:200] for name, default in
+            (("prompt_column", "prompt"), ("response_column", "response"), ("second_response_column", ""))
+            if name in names}
+
+
+@login_required
+def rate_rows(request: HttpRequest, project_id: int, judge_id: int, version_id: int) -> HttpResponse:
+    """Rate a dataset version's responses blind on a pointwise judge's rubric, one row after the
+    other, read in the columns a run of the judge read (?prompt_column=&response_column=); the
+    page's script talks to the row ratings API. Raters need what voters need and dataset.view."""
+    judge, version = _rows_for_people(request, project_id, judge_id, version_id)
     return render(request, "evaluation/rate.html", {
         "project": judge.project, "version": version, "tab": "compare",
         "judges": [judge] if judge.kind == POINTWISE else [], "judge": judge,
-        "prompt_column": request.GET.get("prompt_column", "prompt")[:200],
-        "response_column": request.GET.get("response_column", "response")[:200],
+        **_columns(request, "prompt_column", "response_column"),
+        "perms": policy.project_permissions(request.user, judge.project)})
+
+
+@login_required
+def prefer_rows(request: HttpRequest, project_id: int, judge_id: int, version_id: int) -> HttpResponse:
+    """Choose blind between a dataset version's row's two responses for a pairwise judge, one row
+    after the other, read in the columns a run of the judge read
+    (?prompt_column=&response_column=&second_response_column=); the page's script talks to the row
+    preferences API. Who may: as for rating rows."""
+    judge, version = _rows_for_people(request, project_id, judge_id, version_id)
+    return render(request, "evaluation/prefer.html", {
+        "project": judge.project, "version": version, "tab": "compare", "judge": judge,
+        **_columns(request, "prompt_column", "response_column", "second_response_column"),
         "perms": policy.project_permissions(request.user, judge.project)})
 
 

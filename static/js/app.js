@@ -73,6 +73,16 @@ window.Workbench = (function () {
     });
   }
 
+  // An API response's JSON, or an Error saying what was refused (the field it names first).
+  function answered(response) {
+    return response.json().catch(function () { return {}; }).then(function (data) {
+      if (!response.ok) {
+        throw new Error((data.field ? data.field + ": " : "") + (data.detail || ("The server answered " + response.status + ".")));
+      }
+      return data;
+    });
+  }
+
   // A random (version 4) UUID. crypto.randomUUID exists only in secure contexts (HTTPS,
   // localhost); a server reached over plain HTTP still has crypto.getRandomValues.
   function uuid() {
@@ -140,6 +150,6 @@ window.Workbench = (function () {
     return key.length === 2 ? one(key[0]) + " then " + one(key[1]) : one(key);
   }
 
-  return { apiFetch: apiFetch, uuid: uuid, wordDiff: wordDiff, refreshElement: refreshElement,
+  return { apiFetch: apiFetch, answered: answered, uuid: uuid, wordDiff: wordDiff, refreshElement: refreshElement,
            refreshElements: refreshElements, keyName: keyName };
 })();

@@ -17,15 +17,6 @@
   var form = box.querySelector("[data-testid=rate-form]");
   var output = null, busy = false;
 
-  function answered(response) {
-    return response.json().catch(function () { return {}; }).then(function (data) {
-      if (!response.ok) {
-        throw new Error((data.field ? data.field + ": " : "") + (data.detail || ("The server answered " + response.status + ".")));
-      }
-      return data;
-    });
-  }
-
   function show(data) {
     field("progress").textContent = data.rated + " rated · " + data.remaining + " left";
     output = rows ? data.row : data.output;
@@ -39,7 +30,7 @@
   }
 
   function next() {
-    return Workbench.apiFetch("GET", nextUrl).then(answered).then(show).catch(function (error) {
+    return Workbench.apiFetch("GET", nextUrl).then(Workbench.answered).then(show).catch(function (error) {
       field("error").textContent = error.message;
     });
   }
@@ -59,7 +50,7 @@
     var target = rows ? { position: output.position, prompt_column: columns.prompt_column,
                           response_column: columns.response_column } : { output: output.id };
     target.answer = answer;
-    Workbench.apiFetch("POST", api, target).then(answered).then(function (rating) {
+    Workbench.apiFetch("POST", api, target).then(Workbench.answered).then(function (rating) {
       // What was saved, as text (a reason is never read as HTML).
       field("saved").textContent = "Saved: " + Object.keys(rating.answer).map(function (name) {
         var given = rating.answer[name];

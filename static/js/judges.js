@@ -138,9 +138,17 @@
       if (f.kappa === null) return "—";
       return f.kappa.toFixed(3) + (f.kappa_ci ? " [" + f.kappa_ci[0].toFixed(2) + ", " + f.kappa_ci[1].toFixed(2) + "]" : "");
     };
-    // A run over a dataset version has no votes (judge_vs_people null): only people's ratings.
-    if (a.judge_vs_people) {
-      el.appendChild(line("Agreement with blind votes: κ " + k(a.judge_vs_people) + ", " +
+    // A pairwise run over a dataset version is set against people's choices between the row's two
+    // responses, once someone chose; a pointwise one has no votes (judge_vs_people null), only ratings.
+    var chosen = a.people === "chosen";
+    if (chosen) {
+      el.appendChild(line("People's choices: " + a.preferences + " choices on " + a.rows_with_preferences +
+                          " rows by " + a.raters + " people", "preferences-totals"));
+    }
+    var shown = a.judge_vs_people && (!chosen || a.preferences > 0);
+    if (shown) {
+      el.appendChild(line((chosen ? "Agreement with people's choices" : "Agreement with blind votes") + ": κ " +
+                          k(a.judge_vs_people) + ", " +
                           pct(a.judge_vs_people.agreement) + " over " + a.judge_vs_people.items +
                           " items · people with each other: κ " + k(a.people_vs_people) + ", " +
                           pct(a.people_vs_people.agreement) + " over " + a.people_vs_people.items + " items",
@@ -154,7 +162,7 @@
     verdict.className = c.calibrated ? "badge ok" : "badge warn";
     verdict.dataset.calibrated = String(c.calibrated);
     el.appendChild(verdict);
-    if (!a.judge_vs_people) return;
+    if (!shown) return;
     var confusion = a.judge_vs_people.confusion;
     el.appendChild(table(["People \\ judge"].concat(a.labels), a.labels.map(function (label) {
       return [label].concat(a.labels.map(function (other) { return confusion[label][other]; }));

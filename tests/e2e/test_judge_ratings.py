@@ -148,3 +148,74 @@ def test_a_scientist_rates_a_versions_responses_blind_and_reads_the_judge_run_ov
     expect(run.get_by_test_id("calibration")).to_have_text(
         "Not calibrated: 5 items judged and rated on correct; 5 items judged and rated on clarity; the project asks "
         "for at least 20. It cannot gate anything.")
+
+
+def test_a_scientist_chooses_between_a_versions_two_responses_blind_and_reads_the_pairwise_run_against_them(
+        page, live_asgi, owner, scientist, project):
+    from apps.evaluation.models import Preference
+    from apps.evaluation.services import shown_swapped
+    from tests.evaluation.test_judge_dataset_runs import ROWS, make_version
+    from tests.evaluation.test_judge_runs import PAIRWISE
+    from tests.evaluation.test_row_preferences import COLUMNS, OWNER, SCIENTIST
+
+    hostile = ("<b>bold</b>?", "<script>x()</script>", {"answer_b": "<img src=x onerror=alert(1)>", "score": 9})
+    rows = [*ROWS[:4], hostile, ROWS[4]]  # the row without a response last: never served
+    version = make_version(project, owner, rows=rows)
+    responses = {position: (response, meta["answer_b"]) for position, (_, response, meta) in enumerate(rows[:5])}
+    judge = Judge.objects.create(project=project, name="Pairs", rubric=PAIRWISE, local_model=placeholder_model(project))
+
+    def said(winner):
+        return {"winner": winner, "reason": "stored"}
+
+    # The judge on rows 0-3 in both orders: 0 second, 1 inconsistent (a tie), 2 first, 3 unreadable;
+    # row 4 first (as in tests/evaluation/test_row_preferences.py, which runs it through a worker).
+    scored_version_run(judge, version, {(0, False): said("B"), (0, True): said("A"), (1, False): said("A"),
+                                        (1, True): said("A"), (2, False): said("A"), (2, True): said("B"),
+                                        (3, False): None, (3, True): said("B"), (4, False): said("A"),
+                                        (4, True): said("B")}, second_response_column="answer_b")
+    for position, preferred in {**OWNER, 1: "tie"}.items():
+        swapped = shown_swapped(owner, judge, version, position, COLUMNS)
+        choice = {"first": "b" if swapped else "a", "second": "a" if swapped else "b", "tie": "tie"}[preferred]
+        services.row_preference_submit(user=owner, judge=judge, version=version.pk, position=position, choice=choice,
+                                       **COLUMNS)
+
+    browser_login(page, "sofia")
+    page.goto(f"/projects/{project.pk}/judges/")
+    run = page.get_by_test_id("judge-run")
+    expect(run.get_by_test_id("preferences-totals")).to_have_text("People's choices: 3 choices on 3 rows by 1 people")
+    run.get_by_test_id("prefer-rows-link").click()
+    prefer = page.get_by_test_id("prefer")
+    wanted = {**SCIENTIST, 4: "second"}
+    for done in range(5):
+        expect(prefer.get_by_test_id("prefer-progress")).to_have_text(f"{done} chosen · {5 - done} left")
+        a = prefer.get_by_test_id("prefer-a").inner_text().strip()
+        position = next(p for p, pair in responses.items() if a in pair)
+        assert "answer_b" not in prefer.inner_text()  # blind: never which column a response is in
+        if position == 4:  # markup in a prompt or a response is shown as text, never run
+            expect(prefer.get_by_test_id("prefer-b")).to_contain_text("<")
+            expect(prefer.locator("img, [data-testid=prefer-prompt] b")).to_have_count(0)
+        first = responses[position][0]
+        preferred = wanted[position]
+        key = "t" if preferred == "tie" else ("a" if (a == first) == (preferred == "first") else "b")
+        if done % 2:
+            prefer.get_by_role("button", name={"a": "A is better (a)", "b": "B is better (b)",
+                                               "t": "Tie (t)"}[key]).click()
+        else:
+            page.keyboard.press(key)
+    expect(prefer.get_by_test_id("prefer-done")).to_be_visible()
+    expect(prefer.get_by_test_id("prefer-progress")).to_have_text("5 chosen · 0 left")
+    chosen = dict(Preference.objects.filter(rater=scientist).values_list("position", "choice"))
+    assert chosen == wanted
+
+    page.goto(f"/projects/{project.pk}/judges/")
+    run = page.get_by_test_id("judge-run")
+    expect(run.get_by_test_id("preferences-totals")).to_have_text("People's choices: 8 choices on 5 rows by 2 people")
+    # The judge against the people on rows 0-2 and 4 (worked out in tests/evaluation/test_row_preferences.py,
+    # plus row 4: the scientist's second against the judge's first): 5 of 7 agree; people with each other
+    # on rows 0-2: 2 of 3.
+    expect(run.get_by_test_id("agreement")).to_contain_text("Agreement with people's choices: κ ")
+    expect(run.get_by_test_id("agreement")).to_contain_text("71.4% over 7 items · people with each other: κ ")
+    expect(run.get_by_test_id("agreement")).to_contain_text("66.7% over 3 items")
+    expect(run.get_by_test_id("calibration")).to_have_text(
+        "Not calibrated: 7 items judged and chosen on; the project asks for at least 20. It cannot gate anything.")
+    expect(run.get_by_test_id("confusion")).to_be_visible()

@@ -112,17 +112,77 @@ def scored_run(judge, comparison, answers: dict) -> JudgeRun:
     return run
 
 
-def scored_version_run(judge, version, answers: dict, prompt_column="prompt", response_column="response") -> JudgeRun:
-    """A succeeded run of a pointwise judge over a version's rows, its verdicts as given (the run
-    itself is tested with a worker in test_judge_dataset_runs.py): answers[row position] = the
-    judge's answer, or None for an unparseable one."""
+def scored_version_run(judge, version, answers: dict, prompt_column="prompt", response_column="response",
+                       second_response_column: str | None = None) -> JudgeRun:
+    """A succeeded run of the judge over a version's rows, its verdicts as given (the run itself is
+    tested with a worker in test_judge_dataset_runs.py): answers[row position] = the judge's
+    answer, or None for an unparseable one; a pairwise judge's (reading second_response_column
+    too) answers[(row position, swapped)]."""
+    columns = {"prompt_column": prompt_column, "response_column": response_column}
+    if second_response_column:
+        columns["second_response_column"] = second_response_column
     run = JudgeRun.objects.create(project=judge.project, judge=judge, dataset_version=version, state="succeeded",
                                   finished_at=timezone.now(),
-                                  config={"rubric": judge.rubric, "model": judge.model_label,
-                                          "prompt_column": prompt_column, "response_column": response_column})
+                                  config={"rubric": judge.rubric, "model": judge.model_label, **columns})
     Verdict.objects.bulk_create([
-        Verdict(run=run, item=f"r{position}", position=position, answer=answer, parse_error="" if answer else "not JSON")
-        for position, answer in answers.items()])
+        Verdict(run=run, item=f"r{position}", position=position, swapped=swapped, answer=answer,
+                parse_error="" if answer else "not JSON")
+        for key, answer in answers.items() for position, swapped in [key if isinstance(key, tuple) else (key, False)]])
     run.summary = summarize(run)  # as the worker writes it when a run succeeds
     run.save(update_fields=["summary"])
     return run
+
+
+# Positions no row of tests.evaluation.test_judge_dataset_runs.ROWS answers to, for people rating or
+# choosing on it: (the request's change, the field refused).
+BAD_POSITIONS = [
+    ({"position": 4}, "position"),  # the row without a response
+    ({"position": 99}, "position"),  # past the last row
+    ({"position": -1}, "position"),
+    ({"position": 2**40}, "position"),
+    ({"position": "first"}, "position"),
+    ({"position": None}, "position"),
+]
+
+
+def judge_all(client, next_url: str, submit_url: str, *, key: str, counted: str, body) -> list[dict]:
+    """Rate (or choose on) through the API whatever `next_url` serves until nothing is left, each
+    served item as body(item) gives it (a POST to `submit_url`, created: 201). key: where the
+    response holds the item ("output", "row"); counted: where it counts what this person did
+    ("rated", "chosen"), checked to go up by one each time. Returns the items served, in order."""
+    served = []
+    while True:
+        found = client.get(next_url)
+        assert found.status_code == 200, found.content
+        found = found.json()
+        assert found[counted] == len(served)
+        if found[key] is None:
+            assert found["remaining"] == 0
+            return served
+        made = client.post(submit_url, json.dumps(body(found[key])), content_type="application/json")
+        assert made.status_code == 201, made.content
+        served.append(found[key])
+
+
+def check_who_may_judge_rows(client, *, owner, admin, scientist, annotator, viewer, outsider, version, next_url: str,
+                             submit_url: str, body: dict) -> None:
+    """Who may rate (or choose on) a version's rows, through the API: what voters need and
+    dataset.view on the version's dataset. The owner, an admin and a scientist may (201); a viewer
+    sees the version but does not vote, an annotator votes but may not read the dataset until
+    granted that one dataset (403 naming the permission); an outsider does not see the project (404)."""
+    from apps.projects import services as project_services
+
+    for user, expected in [(owner, 201), (admin, 201), (scientist, 201), (viewer, 403), (annotator, 403),
+                           (outsider, 404)]:
+        client.force_login(user)
+        assert client.get(next_url).status_code == (200 if expected == 201 else expected), user
+        made = client.post(submit_url, json.dumps(body), content_type="application/json")
+        assert made.status_code == expected, (user, made.content)
+    client.force_login(viewer)
+    assert "compare.vote" in client.post(submit_url, json.dumps(body), content_type="application/json").json()["detail"]
+    client.force_login(annotator)
+    refused = client.post(submit_url, json.dumps(body), content_type="application/json")
+    assert refused.json()["missing_permission"] == "dataset.view"
+    project_services.grant_create(actor=owner, obj=version.dataset, username=annotator.username,
+                                  permission="dataset.view")
+    assert client.post(submit_url, json.dumps(body), content_type="application/json").status_code == 201

@@ -12,7 +12,7 @@ from apps.comparison.models import Output
 from apps.evaluation import selectors
 from apps.evaluation.models import Judge, Rating
 from tests.comparison.factories import make_comparison, placeholder_model
-from tests.evaluation.fixtures import point_answer, scored_run
+from tests.evaluation.fixtures import judge_all, point_answer, scored_run
 from tests.factories import MembershipFactory, UserFactory
 from workers.judging.stats import kendall, spearman
 
@@ -46,24 +46,11 @@ def urls(project, judge, comparison):
 def rate_all(client, judge, comparison, scores: dict) -> int:
     """Rate through the API whatever it serves until nothing is left: scores[output text] =
     (correct, clarity). Returns how many were rated."""
-    next_url, rate_url = urls(judge.project, judge, comparison)
-    rated = 0
-    while True:
-        served = client.get(next_url)
-        assert served.status_code == 200, served.content
-        body = served.json()
-        assert body["rated"] == rated
-        if body["output"] is None:
-            assert body["remaining"] == 0
-            return rated
-        output = body["output"]
-        # Blind: the prompt and the text, never the model.
+    served = judge_all(client, *urls(judge.project, judge, comparison), key="output", counted="rated", body=lambda o: {
+        "output": o["id"], "answer": point_answer(correct=scores[o["text"]][0], clarity=scores[o["text"]][1])})
+    for output in served:  # blind: the prompt and the text, never the model
         assert set(output) == {"id", "prompt", "text", "prompt_html", "text_html"}
-        assert [c["name"] for c in body["criteria"]] == ["correct", "clarity"]
-        correct, clarity = scores[output["text"]]
-        made = post(client, rate_url, {"output": output["id"], "answer": point_answer(correct=correct, clarity=clarity)})
-        assert made.status_code == 201, made.content
-        rated += 1
+    return len(served)
 
 
 # The judge's scores and the people's, on the six outputs (prompt position, column): (correct, clarity).

@@ -11,9 +11,8 @@ import pytest
 
 from apps.evaluation import selectors
 from apps.evaluation.models import Judge, Rating
-from apps.projects import services as project_services
 from tests.comparison.factories import placeholder_model
-from tests.evaluation.fixtures import point_answer
+from tests.evaluation.fixtures import BAD_POSITIONS, check_who_may_judge_rows, judge_all, point_answer
 from tests.evaluation.test_judge_dataset_runs import ROWS, body, launch_and_wait, make_version
 from tests.evaluation.test_judge_runs import PAIRWISE, POINTWISE, make_judge, post
 from workers.judging.stats import spearman
@@ -29,27 +28,13 @@ def urls(project, judge_id: int, version) -> tuple[str, str]:
 def rate_all(client, project, judge_id: int, version, scores: dict) -> int:
     """Rate through the API whatever it serves until nothing is left: scores[response text] =
     (correct, clarity). Returns how many were rated."""
-    next_url, rate_url = urls(project, judge_id, version)
-    rated = 0
-    while True:
-        served = client.get(next_url)
-        assert served.status_code == 200, served.content
-        found = served.json()
-        assert found["rated"] == rated
-        if found["row"] is None:
-            assert found["remaining"] == 0
-            return rated
-        row = found["row"]
-        # Blind: the prompt and the response in the run's columns, nothing else of the row.
+    served = judge_all(client, *urls(project, judge_id, version), key="row", counted="rated", body=lambda row: {
+        "position": row["position"], "answer": point_answer(correct=scores[row["text"]][0],
+                                                            clarity=scores[row["text"]][1])})
+    for row in served:  # blind: the prompt and the response in the run's columns, nothing else of the row
         assert set(row) == {"position", "prompt", "text", "prompt_html", "text_html"}
         assert ROWS[row["position"]][:2] == (row["prompt"], row["text"])
-        assert [c["name"] for c in found["criteria"]] == ["correct", "clarity"]
-        correct, clarity = scores[row["text"]]
-        made = post(client, rate_url, {"position": row["position"],
-                                       "answer": point_answer(correct=correct, clarity=clarity)})
-        assert made.status_code == 201, made.content
-        assert (made.json()["dataset_version"], made.json()["output"]) == (version.pk, None)
-        rated += 1
+    return len(served)
 
 
 def scores(correct, clarity) -> dict:
@@ -152,12 +137,7 @@ HOSTILE = "<script>alert(1)</script>'; DROP TABLE evaluation_rating; --"
 
 @pytest.mark.django_db
 @pytest.mark.parametrize(("change", "field"), [
-    ({"position": 4}, "position"),  # the row without a response
-    ({"position": 99}, "position"),  # past the last row
-    ({"position": -1}, "position"),
-    ({"position": 2**40}, "position"),
-    ({"position": "first"}, "position"),
-    ({"position": None}, "position"),
+    *BAD_POSITIONS,
     ({"answer": {**GOOD, "clarity": {"score": 6, "reason": ""}}}, "answer.clarity.score"),
     ({"answer": {**GOOD, "correct": {"score": True, "reason": ""}}}, "answer.correct.score"),
     ({"answer": {"correct": GOOD["correct"]}}, "answer"),
@@ -209,21 +189,10 @@ def test_a_reason_with_html_is_kept_as_written(client, scientist, project, versi
 @pytest.mark.django_db
 def test_who_may_rate_a_versions_responses(client, owner, admin, scientist, annotator, viewer, outsider, project,
                                            version, judge):
-    next_url, rate_url = urls(project, judge.pk, version)
-    for user, expected in [(owner, 201), (admin, 201), (scientist, 201), (viewer, 403), (annotator, 403),
-                           (outsider, 404)]:
-        client.force_login(user)
-        assert client.get(next_url).status_code == (200 if expected == 201 else expected), user
-        made = post(client, rate_url, {"position": 0, "answer": GOOD})
-        assert made.status_code == expected, (user, made.content)
-    client.force_login(viewer)  # sees the version but does not vote
-    assert "compare.vote" in post(client, rate_url, {"position": 0, "answer": GOOD}).json()["detail"]
-    client.force_login(annotator)  # votes, but may not read the dataset ...
-    assert post(client, rate_url, {"position": 0, "answer": GOOD}).json()["missing_permission"] == "dataset.view"
-    # ... until granted that one dataset.
-    project_services.grant_create(actor=owner, obj=version.dataset, username=annotator.username,
-                                  permission="dataset.view")
-    assert post(client, rate_url, {"position": 0, "answer": GOOD}).status_code == 201
+    next_url, submit_url = urls(project, judge.pk, version)
+    check_who_may_judge_rows(client, owner=owner, admin=admin, scientist=scientist, annotator=annotator, viewer=viewer,
+                             outsider=outsider, version=version, next_url=next_url, submit_url=submit_url,
+                             body={"position": 0, "answer": GOOD})
     assert Rating.objects.count() == 4
 
 
