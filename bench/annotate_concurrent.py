@@ -476,7 +476,7 @@ def run() -> list[dict]:
         return rerun_in_child("bench.annotate_concurrent", names)
     executable = _label_studio()
     ls_info = {}
-    with live_stack(SMALL_DB, prefix="bench-annotate-") as stack:
+    with live_stack(SMALL_DB, prefix="bench-annotate-", pool=False) as stack:
         label_studio = None
         if executable:  # it migrates its database while ours is seeded
             ls_db = stack.fresh_database(LS_DB)

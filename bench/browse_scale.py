@@ -106,7 +106,7 @@ def run() -> list[dict]:
     names = [f"browse_{kind}_p99" for kind in ("first_page", "deep_page", "search", "label", "search_absent")]
     if django_already_set_up():
         return rerun_in_child("bench.browse_scale", names)
-    with live_stack(SMALL_DB, prefix="bench-browse-") as stack:
+    with live_stack(SMALL_DB, prefix="bench-browse-", pool=False) as stack:
         from django.contrib.auth import get_user_model
         from django.db import connection
         from django.test import Client

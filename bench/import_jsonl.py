@@ -248,7 +248,7 @@ def run() -> list[dict]:
     names = ["import_jsonl_time", "import_jsonl_peak_rss"]
     if django_already_set_up():
         return rerun_in_child("bench.import_jsonl", names)
-    with live_stack(DATABASE, prefix="bench-import-") as stack:
+    with live_stack(DATABASE, prefix="bench-import-", pool=False) as stack:
         data_dir = stack.data_dir
         from django.db import connection
 

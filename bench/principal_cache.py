@@ -31,7 +31,7 @@ NAME = "principal_cache_throughput"
 def run() -> list[dict]:
     if django_already_set_up():
         return rerun_in_child("bench.principal_cache", [NAME])
-    with live_stack(SMALL_DB, prefix="bench-principal-") as stack:
+    with live_stack(SMALL_DB, prefix="bench-principal-", pool=False) as stack:
         from django.db import connection
 
         from bench.report import percentile, publish, result

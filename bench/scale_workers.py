@@ -81,7 +81,7 @@ def _one_round(stack, count: int, files: list[Path], owner, project, round_: int
 def run() -> list[dict]:
     if django_already_set_up():
         return rerun_in_child("bench.scale_workers", [f"scale_workers_{n}" for n in WORKER_COUNTS])
-    with live_stack(DATABASE, prefix="bench-scale-") as stack:
+    with live_stack(DATABASE, prefix="bench-scale-", pool=False) as stack:
         from bench.report import publish, result
 
         owner, project, _ = seed_dataset()

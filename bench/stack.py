@@ -4,13 +4,14 @@
 database (BENCH_PG_URL; its name prefixed with BENCH_DB_PREFIX, empty by default, so that runs by
 several people against one server do not collide) and Redis BENCH_LIVE_REDIS_URL (db 5 by default:
 the benchmarks' own, flushed) as broker, channel layer and cache; Django set up in this process
-against them and migrated; a data folder of its own. The `Stack` it yields makes further databases
-(`copy_database`: a TEMPLATE copy, `fresh_database`: an empty one), and starts the production web
-server (`start_web`: uvicorn as `manage.py up` starts it), Celery workers (`start_worker`,
-`start_workers`) and any other child (`spawn`), each in a process group of its own. On leaving the
-block, however it is left (an error, Ctrl-C, SIGTERM), every process the stack started is stopped,
-last started first (SIGTERM to its group, SIGKILL after 15 s), every database it made dropped,
-Redis flushed and the data folder removed.
+against them and migrated (`pool=False`: without a connection pool in this process); a data folder
+of its own. The `Stack` it yields makes further databases (`copy_database`: a TEMPLATE copy,
+`fresh_database`: an empty one), and starts the production web server (`start_web`: uvicorn as
+`manage.py up` starts it), Celery workers (`start_worker`, `start_workers`) and any other child
+(`spawn`), each in a process group of its own. On leaving the block, however it is left (an error,
+Ctrl-C, SIGTERM), every process the stack started is stopped, last started first (SIGTERM to its
+group, SIGKILL after 15 s), every database it made dropped, Redis flushed and the data folder
+removed.
 
 `seed_demo` seeds what the serving benchmarks need: a user, a project, the demo model registered
 ready in it and a project API token; `seed_dataset` an owner, a project and an empty dataset.
@@ -65,24 +66,24 @@ def admin_execute(*statements: str) -> None:
             conn.execute(statement)
 
 
-def setup_django(database: str, data_dir: str) -> None:
+def setup_django(database: str, data_dir: str, *, pool: bool = True) -> None:
     """Django in this process on the fresh PostgreSQL database `database` and Redis REDIS_URL
-    (broker, channel layer and cache), migrated."""
+    (broker, channel layer and cache), migrated; with `pool` False, without a connection pool."""
     admin_execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)', f'CREATE DATABASE "{database}"')
     os.environ.update(WORKBENCH_DATA_DIR=data_dir, DJANGO_SETTINGS_MODULE="workbench.settings",
                       DATABASE_URL=f"{PG_URL}/{database}", REDIS_URL=REDIS_URL)
     os.environ.pop("CELERY_BROKER_URL", None)
     import django
 
-    # No connection pool in this process: its idle connections would block a TEMPLATE copy and
-    # keep it on one database (`use_database`). The stack's processes get the caller's DB_POOL.
+    # For this process only: the stack's processes get the caller's DB_POOL, as deployed.
     caller_pool = os.environ.get("DB_POOL")
-    os.environ["DB_POOL"] = "0"
+    if not pool:
+        os.environ["DB_POOL"] = "0"
     try:
         django.setup()
     finally:
         if caller_pool is None:
-            os.environ.pop("DB_POOL")
+            os.environ.pop("DB_POOL", None)
         else:
             os.environ["DB_POOL"] = caller_pool
     from django.core.management import call_command
@@ -207,7 +208,7 @@ class Stack:
     def copy_database(self, name: str) -> str:
         """A TEMPLATE copy of the stack's database as `name` (BENCH_DB_PREFIX before it), dropped with
         the stack; its full name. This process's connection is closed first: PostgreSQL copies only a
-        database nobody is connected to."""
+        database nobody is connected to (so the stack must be set up with `pool=False`)."""
         from django.db import connection
 
         connection.close()
@@ -293,15 +294,18 @@ def _exit_on_sigterm(signum, frame) -> None:
 
 
 @contextmanager
-def live_stack(database: str, *, prefix: str) -> Iterator[Stack]:
+def live_stack(database: str, *, prefix: str, pool: bool = True) -> Iterator[Stack]:
     """Set up the stack on the fresh database `database` (BENCH_DB_PREFIX before it; data folder
-    named after `prefix`); tear everything down when the block is left, however it is left."""
+    named after `prefix`); tear everything down when the block is left, however it is left.
+    `pool=False`: this process holds no idle connection (a pool's would block `copy_database`, and
+    keep it on one database after `use_database`); without a pool, each request of an in-process
+    client opens a connection of its own."""
     stack = Stack(database=DB_PREFIX + database, data_dir=tempfile.mkdtemp(prefix=prefix))
     stack.databases.append(stack.database)
     in_main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _exit_on_sigterm) if in_main else None
     try:
-        setup_django(stack.database, stack.data_dir)
+        setup_django(stack.database, stack.data_dir, pool=pool)
         clear_redis()
         yield stack
     finally:
