@@ -51,9 +51,9 @@ both return, at both sizes, is in annotate_cycle_p99.json (`plans`).
 Rows are written by one INSERT ... SELECT generate_series (about 120 bytes a row); the
 full-text GIN index on the row table is dropped first and not rebuilt (neither next nor submit
 reads or writes rows). Items are made by `services.campaign_create` (its one INSERT ... SELECT),
-then VACUUM ANALYZE. PostgreSQL at BENCH_PG_URL (postgresql://postgres@127.0.0.1:5432),
-Redis at BENCH_ANNOTATE_REDIS_URL (redis://127.0.0.1:6379/4); databases `bench_annotate_10k` and
-`bench_annotate_1m`, created fresh and dropped at the end. BENCH_ANNOTATE_ROWS changes the
+then VACUUM ANALYZE. PostgreSQL and Redis as bench/stack.py sets them up (`live_stack`, its
+`copy_database` and `fresh_database`: the databases `bench_annotate_10k`, `bench_annotate_1m` and
+Label Studio's, fresh, dropped at the end; the servers and Label Studio stopped with the stack). BENCH_ANNOTATE_ROWS changes the
 large size, BENCH_ANNOTATE_PHASE_S (seconds per side per round, default 20, in two phases) and
 BENCH_ANNOTATE_ROUNDS (default 2) the measuring time. About 6 minutes with Label Studio (its first
 start migrates for about a minute, in parallel with our seeding), 4 without.
@@ -62,20 +62,11 @@ start migrates for about a minute, in parallel with our seeding), 4 without.
 import os
 import shutil
 import subprocess
-import tempfile
 import threading
 import time
 import uuid
 
-from bench.import_jsonl import (
-    PG_URL,
-    admin_execute,
-    clear_redis,
-    django_already_set_up,
-    rerun_in_child,
-    tear_down,
-)
-from bench.server import free_port, start_web, stop_web
+from bench.stack import PG_URL, django_already_set_up, free_port, live_stack, rerun_in_child, use_database
 
 SMALL_ITEMS = 10_000
 LARGE_ITEMS = int(os.environ.get("BENCH_ANNOTATE_ROWS", "1000000"))
@@ -91,7 +82,6 @@ TARGET_P99_MS = 250.0
 TARGET_VS_LABEL_STUDIO = 5.0
 LABEL_STUDIO_REFERENCE = {"version": "1.23", "annotations_per_s": 18.0, "p99_ms": 1300.0, "clients": 16,
                           "database": "PostgreSQL", "source": "issue #8 (measured elsewhere, not in this run)"}
-REDIS_URL = os.environ.get("BENCH_ANNOTATE_REDIS_URL", "redis://127.0.0.1:6379/4")
 SMALL_DB = "bench_annotate_10k"
 LARGE_DB = "bench_annotate_1m"
 LS_DB = "bench_annotate_label_studio"
@@ -100,27 +90,6 @@ SCHEMA = [{"name": "sentiment", "type": "single_label", "labels": LABELS}]
 
 
 # --- set-up --------------------------------------------------------------------------------------
-
-def _setup_django(database: str, data_dir: str) -> None:
-    admin_execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)', f'CREATE DATABASE "{database}"')
-    # No connection pool in the harness: its idle connections would block the TEMPLATE copy.
-    os.environ.update(WORKBENCH_DATA_DIR=data_dir, DJANGO_SETTINGS_MODULE="workbench.settings",
-                      DATABASE_URL=f"{PG_URL}/{database}", REDIS_URL=REDIS_URL, DB_POOL="0")
-    os.environ.pop("CELERY_BROKER_URL", None)
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
-
-
-def _use(database: str) -> None:
-    from django.db import connection
-
-    connection.close()
-    connection.settings_dict["NAME"] = database
-
 
 def _insert_rows(version_id: int, count: int) -> float:
     """`count` rows in one INSERT ... SELECT generate_series; prompt/response ~100 bytes."""
@@ -198,14 +167,12 @@ def _seed_small() -> dict:
 
 # --- the server ----------------------------------------------------------------------------------
 
-def _start_server(database: str, data_dir: str) -> tuple[subprocess.Popen, str]:
-    env = {**os.environ, "DATABASE_URL": f"{PG_URL}/{database}", "REDIS_URL": REDIS_URL,
-           "WORKBENCH_DATA_DIR": data_dir, "TOKEN_RATE_LIMIT": "1000000/min", "USER_RATE_LIMIT": "1000000/min",
-           "DB_POOL": "1"}  # the server as deployed
-    if _web_workers() > 1:  # as manage.py up runs them: request metrics shared through files
-        env["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="prometheus-", dir=data_dir)
-    env.pop("DJANGO_SETTINGS_MODULE", None)
-    return start_web(env, workers=_web_workers())
+def _start_server(stack, database: str, env: dict | None = None) -> str:
+    """The production server on `database` as `manage.py up` starts it (see `_web_workers`), the
+    request throttles out of the way (the measurement is the queue), `env` added; its URL."""
+    return "http://" + stack.start_web(database=database, workers=_web_workers(),
+                                       env={"TOKEN_RATE_LIMIT": "1000000/min", "USER_RATE_LIMIT": "1000000/min",
+                                            **(env or {})})
 
 
 def _web_workers() -> int:
@@ -339,7 +306,7 @@ def _check(database: str, campaign_id: int, side: Side) -> dict:
     campaign's overlap of 1 (two annotators given the same item), listed."""
     from django.db import connection
 
-    _use(database)
+    use_database(database)
     with connection.cursor() as cursor:
         cursor.execute("SELECT count(*), count(DISTINCT a.item_id) FROM annotation_annotation a "
                        "JOIN annotation_item i ON i.id = a.item_id WHERE i.campaign_id = %s", [campaign_id])
@@ -365,7 +332,7 @@ def _explain_queue(database: str, campaign_id: int, username: str) -> dict:
     from apps.annotation import services
     from apps.annotation.models import Campaign
 
-    _use(database)
+    use_database(database)
     user = get_user_model().objects.get(username=username)
     campaign = Campaign.objects.get(pk=campaign_id)
     queries = []
@@ -408,25 +375,26 @@ def _label_studio() -> str | None:
     return shutil.which("label-studio")
 
 
-def _launch_label_studio(executable: str, data_dir: str) -> tuple[subprocess.Popen, str, float, str]:
-    """`label-studio start` (its own server, as its docs start it) on a fresh PostgreSQL database."""
-    admin_execute(f'DROP DATABASE IF EXISTS "{LS_DB}" WITH (FORCE)', f'CREATE DATABASE "{LS_DB}"')
+def _launch_label_studio(stack, executable: str, database: str) -> tuple[subprocess.Popen, str, float, str]:
+    """`label-studio start` (its own server, as its docs start it) on the fresh PostgreSQL database
+    `database`, stopped with the stack."""
+    data_dir = stack.data_dir
     port = free_port()
     credentials, _, host_port = PG_URL.split("//", 1)[1].rpartition("@")
     user, _, password = (credentials or "postgres").partition(":")
     host, _, pg_port = host_port.partition(":")
     env = {key: value for key, value in os.environ.items()
            if not key.startswith(("DJANGO_", "DATABASE_URL", "REDIS_URL", "WORKBENCH_"))}
-    env.update(DJANGO_DB="default", POSTGRE_NAME=LS_DB, POSTGRE_USER=user, POSTGRE_PASSWORD=password,
+    env.update(DJANGO_DB="default", POSTGRE_NAME=database, POSTGRE_USER=user, POSTGRE_PASSWORD=password,
                POSTGRE_HOST=host, POSTGRE_PORT=pg_port or "5432",
                LABEL_STUDIO_BASE_DATA_DIR=os.path.join(data_dir, "label-studio"), SECRET_KEY=uuid.uuid4().hex)
     log_path = os.path.join(data_dir, "label-studio.log")
     with open(log_path, "wb") as log:
-        process = subprocess.Popen(
+        process = stack.spawn(
             [executable, "start", "--no-browser", "--host", "127.0.0.1", "--port", str(port), "--log-level",
              "WARNING", "--username", "bench-owner@example.com", "--password", "x" * 12, "--user-token", LS_TOKEN,
-             "--enable-legacy-api-token"], env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True)
+             "--enable-legacy-api-token"], cwd=None, env=env, stdin=subprocess.DEVNULL, stdout=log,
+            stderr=subprocess.STDOUT)
     return process, f"http://127.0.0.1:{port}", time.perf_counter(), log_path
 
 
@@ -456,21 +424,7 @@ def _label_studio_version(executable: str) -> str:
         return "?"
 
 
-def _stop_label_studio(process: subprocess.Popen) -> None:
-    import signal
-
-    try:
-        os.killpg(process.pid, signal.SIGTERM)  # its own session: the server and any child it made
-        process.wait(15)
-    except (ProcessLookupError, subprocess.TimeoutExpired):
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        process.wait(5)
-
-
-def _seed_label_studio(url: str, tasks: int) -> tuple[int, list[str]]:
+def _seed_label_studio(url: str, database: str, tasks: int) -> tuple[int, list[str]]:
     """A project (one single-choice field, 1 annotation per task), `tasks` tasks imported through
     its API, and 50 annotators made through its API. Their tokens are read from its database and
     their active organization set there: the community edition has no API for either."""
@@ -494,7 +448,7 @@ def _seed_label_studio(url: str, tasks: int) -> tuple[int, list[str]]:
                                                          "password": "x" * 12}, timeout=60)
         response.raise_for_status()
         ids.append(response.json()["id"])
-    with psycopg.connect(f"{PG_URL}/{LS_DB}", autocommit=True) as conn:
+    with psycopg.connect(f"{PG_URL}/{database}", autocommit=True) as conn:
         organization = conn.execute("SELECT organization_id FROM organizations_organizationmember "
                                     "ORDER BY id LIMIT 1").fetchone()[0]
         conn.execute("UPDATE htx_user SET active_organization_id = %s WHERE id = ANY(%s)", [organization, ids])
@@ -502,10 +456,10 @@ def _seed_label_studio(url: str, tasks: int) -> tuple[int, list[str]]:
     return project, [tokens[pk] for pk in ids]
 
 
-def _check_label_studio(project: int, side: Side) -> dict:
+def _check_label_studio(database: str, project: int, side: Side) -> dict:
     import psycopg
 
-    with psycopg.connect(f"{PG_URL}/{LS_DB}") as conn:
+    with psycopg.connect(f"{PG_URL}/{database}") as conn:
         rows, distinct_tasks = conn.execute("SELECT count(*), count(DISTINCT task_id) FROM task_completion "
                                             "WHERE project_id = %s", [project]).fetchone()
     return {"submitted": len(side.submitted_items), "annotations_in_db": rows, "distinct_items": distinct_tasks,
@@ -520,14 +474,13 @@ def run() -> list[dict]:
              "annotate_paced_request_p99", "annotate_throughput_vs_label_studio"]
     if django_already_set_up():
         return rerun_in_child("bench.annotate_concurrent", names)
-    data_dir = tempfile.mkdtemp(prefix="bench-annotate-")
-    servers, label_studio = [], None
     executable = _label_studio()
     ls_info = {}
-    try:
+    with live_stack(SMALL_DB, prefix="bench-annotate-", pool=False) as stack:
+        label_studio = None
         if executable:  # it migrates its database while ours is seeded
-            label_studio = _launch_label_studio(executable, data_dir)
-        _setup_django(SMALL_DB, data_dir)
+            ls_db = stack.fresh_database(LS_DB)
+            label_studio = _launch_label_studio(stack, executable, ls_db)
         from django.db import connection
 
         from apps.projects.models import Project
@@ -535,10 +488,8 @@ def run() -> list[dict]:
 
         seeded = _seed_small()
         _vacuum()
-        connection.close()
-        admin_execute(f'DROP DATABASE IF EXISTS "{LARGE_DB}" WITH (FORCE)',
-                      f'CREATE DATABASE "{LARGE_DB}" TEMPLATE "{SMALL_DB}"')
-        _use(LARGE_DB)
+        large_db = stack.copy_database(LARGE_DB)
+        use_database(large_db)
         owner, project = seeded["owner"], Project.objects.get(pk=seeded["project"].pk)
         version, rows_s = _version_with_rows(owner, seeded["dataset"], 2, LARGE_ITEMS)
         large_campaign, items_s = _campaign(owner, project, seeded["schema"], version, "Sentiment 1M")
@@ -549,10 +500,8 @@ def run() -> list[dict]:
               f"VACUUM ANALYZE {vacuum_s:.1f} s", flush=True)
         connection.close()
 
-        small_server, small_url = _start_server(SMALL_DB, data_dir)
-        servers.append(small_server)
-        large_server, large_url = _start_server(LARGE_DB, data_dir)
-        servers.append(large_server)
+        small_url = _start_server(stack, stack.database)
+        large_url = _start_server(stack, large_db)
         sessions = _sessions(seeded["tokens"])
         sides = {"small": Side("small", small_url, seeded["small_campaign"], SMALL_ITEMS, sessions),
                  "large": Side("large", large_url, large_campaign.pk, LARGE_ITEMS, sessions)}
@@ -560,7 +509,7 @@ def run() -> list[dict]:
         if label_studio is not None:
             ls_url, ls_start_s = _wait_label_studio(*label_studio)
             seed_started = time.perf_counter()
-            ls_project, ls_tokens = _seed_label_studio(ls_url, SMALL_ITEMS)
+            ls_project, ls_tokens = _seed_label_studio(ls_url, ls_db, SMALL_ITEMS)
             ls_info = {"start_s": round(ls_start_s, 1), "seed_s": round(time.perf_counter() - seed_started, 1),
                        "version": _label_studio_version(executable), "tasks": SMALL_ITEMS,
                        "server": "label-studio start (its Django runserver, threaded), PostgreSQL"}
@@ -583,23 +532,15 @@ def run() -> list[dict]:
         paced = Side("large", large_url, large_campaign.pk, LARGE_ITEMS, sessions)
         _drive(paced, PHASE_S, record=True, think_s=THINK_S)
         print(f"  paced (think {THINK_S:g} s) large: {paced.annotations} annotations", flush=True)
-        for server in servers:
-            stop_web(server)
-        servers.clear()
+        stack.stop()  # every request answered and written before the checks
         sides["large"].submitted_items += paced.submitted_items  # both phases' answers are in that database
-        checks = {"small": _check(SMALL_DB, seeded["small_campaign"], sides["small"]),
-                  "large": _check(LARGE_DB, large_campaign.pk, sides["large"])}
+        checks = {"small": _check(stack.database, seeded["small_campaign"], sides["small"]),
+                  "large": _check(large_db, large_campaign.pk, sides["large"])}
         if "label_studio" in sides:
-            checks["label_studio"] = _check_label_studio(ls_project, sides["label_studio"])
-        explain = {"small": _explain_queue(SMALL_DB, seeded["small_campaign"], "bench-annotator-00"),
-                   "large": _explain_queue(LARGE_DB, large_campaign.pk, "bench-annotator-00")}
+            checks["label_studio"] = _check_label_studio(ls_db, ls_project, sides["label_studio"])
+        explain = {"small": _explain_queue(stack.database, seeded["small_campaign"], "bench-annotator-00"),
+                   "large": _explain_queue(large_db, large_campaign.pk, "bench-annotator-00")}
         connection.close()
-    finally:
-        for server in servers:
-            stop_web(server)
-        if label_studio is not None:
-            _stop_label_studio(label_studio[0])
-        tear_down(LARGE_DB, SMALL_DB, LS_DB, data_dir=data_dir, clear=lambda: clear_redis(REDIS_URL))
 
     small, large = sides["small"], sides["large"]
     clean = not small.errors and not large.errors and not paced.errors and checks["small"]["nothing_lost"] and \

@@ -20,28 +20,17 @@ a 4,000-word vocabulary); the full-text GIN index (migration 0003) is dropped du
 COPY and built again from that migration's own statement, then VACUUM ANALYZE, the state
 autovacuum leaves a table in after an import.
 
-PostgreSQL and Redis as for import_jsonl (databases `bench_browse_10k` and `bench_browse_1m`,
-created fresh, dropped at the end). BENCH_BROWSE_ROWS changes the large size.
+PostgreSQL and Redis as bench/stack.py sets them up (`live_stack` and its `copy_database`: the
+databases `bench_browse_10k` and `bench_browse_1m`, fresh, dropped at the end). BENCH_BROWSE_ROWS changes the large size.
 """
 
 import gc
 import hashlib
 import os
-import tempfile
 import time
 
-from bench.import_jsonl import (
-    COPY_COLUMNS,
-    NEEDLE,
-    PG_URL,
-    admin_execute,
-    django_already_set_up,
-    make_owner_dataset,
-    records,
-    rerun_in_child,
-    setup_django,
-    tear_down,
-)
+from bench.import_jsonl import COPY_COLUMNS, NEEDLE, records
+from bench.stack import PG_URL, django_already_set_up, live_stack, rerun_in_child, seed_dataset, use_database
 
 SMALL_ROWS = 10_000
 LARGE_ROWS = int(os.environ.get("BENCH_BROWSE_ROWS", "1000000"))
@@ -52,13 +41,6 @@ SMALL_DB = "bench_browse_10k"
 LARGE_DB = "bench_browse_1m"
 LABEL = "neutral"
 ABSENT = "zzqqxx"  # in no row: the vocabulary's words are at most 9 letters, chosen at random
-
-
-def _use(database: str) -> None:
-    from django.db import connection
-
-    connection.close()
-    connection.settings_dict["NAME"] = database
 
 
 def _copy_rows(version_id: int, count: int) -> float:
@@ -124,27 +106,25 @@ def run() -> list[dict]:
     names = [f"browse_{kind}_p99" for kind in ("first_page", "deep_page", "search", "label", "search_absent")]
     if django_already_set_up():
         return rerun_in_child("bench.browse_scale", names)
-    data_dir = tempfile.mkdtemp(prefix="bench-browse-")
-    try:
-        setup_django(SMALL_DB, data_dir)
+    with live_stack(SMALL_DB, prefix="bench-browse-", pool=False) as stack:
         from django.contrib.auth import get_user_model
         from django.db import connection
         from django.test import Client
+        from django.test.utils import setup_test_environment
 
         from apps.projects.services import member_add
         from bench.report import percentile, publish, result
 
-        owner, project, dataset = make_owner_dataset()
+        setup_test_environment()  # the in-process client's host, "testserver", allowed
+        owner, project, dataset = seed_dataset()
         scientist = get_user_model().objects.create_user("bench-scientist", password="x" * 12)
         member_add(actor=owner, project=project, username=scientist.username, role="scientist")
         client = Client()
         client.force_login(scientist)  # before the copy: the session is in both databases
 
         _copy_rows(_ready_version(dataset, owner, 1, SMALL_ROWS), SMALL_ROWS)
-        connection.close()
-        admin_execute(f'DROP DATABASE IF EXISTS "{LARGE_DB}" WITH (FORCE)',
-                      f'CREATE DATABASE "{LARGE_DB}" TEMPLATE "{SMALL_DB}"')
-        _use(LARGE_DB)
+        large_db = stack.copy_database(LARGE_DB)
+        use_database(large_db)
         large_pk = _ready_version(dataset, owner, 2, LARGE_ROWS)
         seed_s = _copy_rows(large_pk, LARGE_ROWS)
         print(f"browse_scale: {LARGE_ROWS:,} rows written, indexed and analyzed in {seed_s:.1f} s", flush=True)
@@ -159,14 +139,14 @@ def run() -> list[dict]:
             "search_absent": (lambda rows: f"?q={ABSENT}", 0, SLOW_REQUESTS),
         }
         # side -> (database, version number, row count)
-        sides = {"small": (SMALL_DB, 1, SMALL_ROWS), "large": (LARGE_DB, 2, LARGE_ROWS),
-                 "small_in_large": (LARGE_DB, 1, SMALL_ROWS)}
+        sides = {"small": (stack.database, 1, SMALL_ROWS), "large": (large_db, 2, LARGE_ROWS),
+                 "small_in_large": (large_db, 1, SMALL_ROWS)}
         measured = {}
         for kind, (query, expected, requests) in kinds.items():
             urls = {side: f"{base}/{number}/rows/{query(rows)}" for side, (_, number, rows) in sides.items()}
             info = {}
             for side, (database, _, _) in sides.items():
-                _use(database)
+                use_database(database)
                 for _ in range(5 if requests == REQUESTS else 1):  # warm caches, serializer, buffers
                     body = client.get(urls[side]).json()
                 assert len(body["results"]) == expected, (kind, side, len(body["results"]))
@@ -178,16 +158,14 @@ def run() -> list[dict]:
             gc.collect()
             for i in range(requests):
                 for side in order if i % 2 else reversed(order):
-                    _use(sides[side][0])
+                    use_database(sides[side][0])
                     started = time.perf_counter()
                     response = client.get(urls[side])
                     samples[side].append((time.perf_counter() - started) * 1000)
                     assert response.status_code == 200
             measured[kind] = (samples, info, requests)
-        _use(SMALL_DB)
+        use_database(stack.database)
         connection.close()
-    finally:
-        tear_down(LARGE_DB, SMALL_DB, data_dir=data_dir)
 
     what = {"first_page": "the first page", "deep_page": "a keyset page at the middle position",
             "search": f"a full-text search for a word in 1% of rows (q={NEEDLE})",

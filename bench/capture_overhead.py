@@ -20,7 +20,7 @@ import os
 import threading
 import time
 
-from bench.import_jsonl import django_already_set_up, rerun_in_child
+from bench.stack import django_already_set_up, rerun_in_child
 
 DATABASE = "bench_capture_overhead"
 CLIENTS = 16

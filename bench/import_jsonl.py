@@ -17,9 +17,8 @@ For reference only, the same COPY into a table made `LIKE datasets_datasetrow IN
 (the row table's indexes, the full-text GIN index among them) is timed too: it shows what
 the indexes alone cost any writer.
 
-PostgreSQL (postgresql://postgres@127.0.0.1:5432 unless BENCH_PG_URL) and Redis
-(redis://127.0.0.1:6379/2 unless BENCH_REDIS_URL) must be running. The benchmark creates the
-database `bench_workbench` fresh and drops it at the end. BENCH_IMPORT_ROWS changes the size
+PostgreSQL and Redis as bench/stack.py sets them up (`live_stack`: the database
+`bench_workbench`, fresh, dropped at the end with everything else). BENCH_IMPORT_ROWS changes the size
 (for trying things out). BENCH_IMPORT_PROFILE=cprofile runs the child under cProfile, and
 BENCH_IMPORT_PROFILE=py-spy under `py-spy record --idle` (waits on PostgreSQL included); both
 print the child's top costs.
@@ -30,108 +29,22 @@ import json
 import os
 import random
 import shutil
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
+from bench.stack import PG_URL, django_already_set_up, live_stack, rerun_in_child, seed_dataset
+
 ROWS = int(os.environ.get("BENCH_IMPORT_ROWS", "1000000"))
 TARGET_RATIO = 4.0
 TARGET_RSS_MB = 500
-PG_URL = os.environ.get("BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432")
-REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/2")
 DATABASE = "bench_workbench"
-ROOT = Path(__file__).resolve().parent.parent
 COPY_COLUMNS = "version_id, position, row_hash, ext_id, prompt, response, label, metadata, split"
 # The search benchmark (browse_scale) looks for this word; it is in 1 row of 100.
 NEEDLE = "needle"
 LABELS = ("positive", "negative", "neutral", "mixed")  # 25% each
-
-
-# --- PostgreSQL and Django set-up, shared with browse_scale --------------------------------------
-
-def admin_execute(*statements: str) -> None:
-    import psycopg
-
-    with psycopg.connect(f"{PG_URL}/postgres", autocommit=True) as conn:
-        for statement in statements:
-            conn.execute(statement)
-
-
-def fresh_database(name: str) -> None:
-    admin_execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)', f'CREATE DATABASE "{name}"')
-
-
-def drop_database(name: str) -> None:
-    admin_execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-def django_already_set_up() -> bool:
-    from django.conf import settings
-
-    return settings.configured
-
-
-def rerun_in_child(module: str, names: list[str], args: list[str] = ()) -> list[dict]:
-    """Another benchmark configured Django (for SQLite) in this process: run in a fresh one."""
-    subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, check=True)
-    return [json.loads((ROOT / "bench" / "results" / f"{name}.json").read_text()) for name in names]
-
-
-def setup_django(database: str, data_dir: str) -> None:
-    """Point Django at a fresh PostgreSQL database and Redis db 2, set it up and migrate."""
-    fresh_database(database)
-    # No connection pool in the harness: its idle connections would block TEMPLATE copies.
-    os.environ.update(WORKBENCH_DATA_DIR=data_dir, DJANGO_SETTINGS_MODULE="workbench.settings",
-                      DATABASE_URL=f"{PG_URL}/{database}", REDIS_URL=REDIS_URL, DB_POOL="0")
-    os.environ.pop("CELERY_BROKER_URL", None)
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-    from django.test.utils import setup_test_environment
-
-    setup_test_environment()
-    call_command("migrate", verbosity=0)
-
-
-def clear_redis(url: str = REDIS_URL) -> None:
-    """Delete the keys this process wrote into the benchmark's Redis database."""
-    import redis
-
-    client = redis.Redis.from_url(url)
-    for key in client.scan_iter("workbench*"):
-        client.delete(key)
-    client.close()
-
-
-def tear_down(*databases: str, data_dir: str, clear=clear_redis) -> None:
-    """The end of every PostgreSQL benchmark: close Django's connection (when Django got that far),
-    drop the benchmark's databases, clear its Redis keys, remove its data folder."""
-    try:
-        from django.db import connection
-
-        connection.close()
-    except Exception:  # noqa: BLE001 - Django may not be set up if the database could not be made
-        pass
-    for name in databases:
-        drop_database(name)
-    clear()
-    shutil.rmtree(data_dir, ignore_errors=True)
-
-
-def make_owner_dataset():
-    from django.contrib.auth import get_user_model
-
-    from apps.datasets.services import dataset_create
-    from apps.projects.services import project_create
-
-    owner = get_user_model().objects.create_user("bench-owner", password="x" * 12)
-    project = project_create(user=owner, name="Bench")
-    dataset = dataset_create(user=owner, project=project, name="rows")
-    return owner, project, dataset
 
 
 # --- data ------------------------------------------------------------------------------------------
@@ -235,8 +148,8 @@ def queued_import(owner, dataset, path: Path):
     return job
 
 
-def run_child_import(job_id: int, out: Path) -> dict:
-    """Run the import in a child process; its time, its own peak RSS, and a polled peak."""
+def run_child_import(stack, job_id: int, out: Path) -> dict:
+    """Run the import in a child process of the stack; its time, its own peak RSS, and a polled peak."""
     import psutil
 
     argv = [sys.executable, "-m", "bench.import_jsonl", "--child", str(job_id), str(out)]
@@ -247,7 +160,8 @@ def run_child_import(job_id: int, out: Path) -> dict:
     elif profile == "py-spy":
         argv = [str(Path(sys.executable).with_name("py-spy")), "record", "--idle", "--rate", "200", "--format", "raw",
                 "--output", str(stacks), "--", *argv]
-    process = subprocess.Popen(argv, cwd=ROOT)
+    # Without a connection pool, as this benchmark has always run the import.
+    process = stack.spawn(argv, env={**stack.env, "DB_POOL": "0"})
     watched = psutil.Process(process.pid)
     polled = 0
     done = threading.Event()
@@ -302,6 +216,7 @@ def child(job_id: int, out: str, profile: bool) -> None:
 
     import django
 
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "workbench.settings")
     django.setup()
     from apps.datasets.importer import run_import
 
@@ -333,9 +248,8 @@ def run() -> list[dict]:
     names = ["import_jsonl_time", "import_jsonl_peak_rss"]
     if django_already_set_up():
         return rerun_in_child("bench.import_jsonl", names)
-    data_dir = tempfile.mkdtemp(prefix="bench-import-")
-    try:
-        setup_django(DATABASE, data_dir)
+    with live_stack(DATABASE, prefix="bench-import-", pool=False) as stack:
+        data_dir = stack.data_dir
         from django.db import connection
 
         from apps.datasets.models import DatasetRow, DatasetVersion, ImportJob
@@ -346,7 +260,7 @@ def run() -> list[dict]:
         size = write_jsonl(path, ROWS)
         print(f"import_jsonl: wrote {ROWS:,} lines, {size / 1e6:.0f} MB ({size / ROWS:.0f} bytes a line) "
               f"in {time.perf_counter() - started:.1f} s", flush=True)
-        owner, _, dataset = make_owner_dataset()
+        owner, _, dataset = seed_dataset()
         # The floor's rows carry a real version id, as ours do (the plain table has no foreign key).
         scratch = DatasetVersion.objects.create(dataset=dataset, number=1000, author=owner)
         loads = [os.getloadavg()[0]]
@@ -359,7 +273,7 @@ def run() -> list[dict]:
         job = queued_import(owner, dataset, path)
         connection.close()
         loads.append(os.getloadavg()[0])
-        ours = run_child_import(job.pk, Path(data_dir) / "child.json")
+        ours = run_child_import(stack, job.pk, Path(data_dir) / "child.json")
         loads.append(os.getloadavg()[0])
         job.refresh_from_db()
         assert job.state == ImportJob.State.SUCCEEDED, (job.state, job.error[:2000])
@@ -380,8 +294,6 @@ def run() -> list[dict]:
         print(f"import_jsonl: floor after: read_json {floors[1]['read_s']:.2f} s, COPY {floors[1]['copy_s']:.2f} s, "
               f"COPY with the row table's indexes {floors[1]['indexed_copy_s']:.2f} s", flush=True)
         connection.close()
-    finally:
-        tear_down(DATABASE, data_dir=data_dir)
 
     read_s = sum(f["read_s"] for f in floors) / len(floors)
     copy_s = sum(f["copy_s"] for f in floors) / len(floors)

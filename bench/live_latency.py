@@ -29,8 +29,7 @@ import subprocess
 import sys
 import time
 
-from bench.import_jsonl import django_already_set_up, rerun_in_child
-from bench.stack import live_stack, session_cookie
+from bench.stack import django_already_set_up, live_stack, rerun_in_child, session_cookie
 
 DATABASE = "bench_live_latency"
 VIEWERS = 50

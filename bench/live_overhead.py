@@ -33,7 +33,7 @@ import shutil
 import time
 from pathlib import Path
 
-from bench.import_jsonl import django_already_set_up, rerun_in_child
+from bench.stack import django_already_set_up, rerun_in_child
 
 # OpenMP's default spin-waiting makes a small step many times slower when other work shares the
 # cores (see train_lora); set before torch is imported (it is not, when run as `python -m bench`).

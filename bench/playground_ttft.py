@@ -30,7 +30,7 @@ import json
 import os
 import time
 
-from bench.import_jsonl import django_already_set_up, rerun_in_child
+from bench.stack import django_already_set_up, rerun_in_child
 
 DATABASE = "bench_live_ttft"
 REQUESTS = int(os.environ.get("BENCH_TTFT_REQUESTS", "20"))

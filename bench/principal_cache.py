@@ -9,12 +9,8 @@ machine falls on both alike. Reported: annotations/s with / without (the ratio),
 submit. Target: the cache must not cost throughput (ratio >= 1.0); what it saves per request is the
 token and membership queries (2 of next's 11 before it)."""
 
-import os
-import tempfile
-
 from bench.annotate_concurrent import (
     PHASE_S,
-    REDIS_URL,
     ROUNDS,
     SMALL_DB,
     SMALL_ITEMS,
@@ -24,12 +20,10 @@ from bench.annotate_concurrent import (
     _drive,
     _seed_small,
     _sessions,
-    _setup_django,
     _start_server,
     _vacuum,
 )
-from bench.import_jsonl import clear_redis, django_already_set_up, rerun_in_child, tear_down
-from bench.server import stop_web
+from bench.stack import django_already_set_up, live_stack, rerun_in_child
 
 NAME = "principal_cache_throughput"
 
@@ -37,10 +31,7 @@ NAME = "principal_cache_throughput"
 def run() -> list[dict]:
     if django_already_set_up():
         return rerun_in_child("bench.principal_cache", [NAME])
-    data_dir = tempfile.mkdtemp(prefix="bench-principal-")
-    servers = []
-    try:
-        _setup_django(SMALL_DB, data_dir)
+    with live_stack(SMALL_DB, prefix="bench-principal-", pool=False) as stack:
         from django.db import connection
 
         from bench.report import percentile, publish, result
@@ -48,14 +39,8 @@ def run() -> list[dict]:
         seeded = _seed_small()
         _vacuum()
         connection.close()
-        cached_server, cached_url = _start_server(SMALL_DB, data_dir)
-        servers.append(cached_server)
-        os.environ["PRINCIPAL_CACHE"] = "0"
-        try:
-            uncached_server, uncached_url = _start_server(SMALL_DB, data_dir)
-        finally:
-            os.environ.pop("PRINCIPAL_CACHE")
-        servers.append(uncached_server)
+        cached_url = _start_server(stack, stack.database)
+        uncached_url = _start_server(stack, stack.database, {"PRINCIPAL_CACHE": "0"})
         sessions = _sessions(seeded["tokens"])
         campaign = seeded["small_campaign"]
         sides = {"cached": Side("cached", cached_url, campaign, SMALL_ITEMS, sessions),
@@ -68,17 +53,11 @@ def run() -> list[dict]:
                 _drive(sides[name], PHASE_S / 2, record=True)
                 print(f"  round {round_ + 1} {name}: {sides[name].annotations} annotations so far"
                       f"{', errors: ' + str(len(sides[name].errors)) if sides[name].errors else ''}", flush=True)
-        for server in servers:
-            stop_web(server)
-        servers.clear()
+        stack.stop()  # every request answered and written before the check
         both = Side("both", "", campaign, SMALL_ITEMS, sessions)
         both.submitted_items = sides["cached"].submitted_items + sides["uncached"].submitted_items
-        check = _check(SMALL_DB, campaign, both)
+        check = _check(stack.database, campaign, both)
         connection.close()
-    finally:
-        for server in servers:
-            stop_web(server)
-        tear_down(SMALL_DB, data_dir=data_dir, clear=lambda: clear_redis(REDIS_URL))
 
     def rate(side: Side) -> float:
         return side.annotations / side.seconds

@@ -28,7 +28,7 @@ from __future__ import annotations
 import os
 import time
 
-from bench.import_jsonl import django_already_set_up, rerun_in_child
+from bench.stack import django_already_set_up, rerun_in_child
 
 DATABASE = "bench_provider_overhead"
 PROMPTS = 8

@@ -13,28 +13,15 @@ the Redis list lengths of the queue and its priority steps, apps.monitoring.brok
 it must rise with the load and fall to 0. On a 2-core machine the speed-up is bounded by the cores
 (and PostgreSQL, Redis and this process share them): 4 workers show what oversubscription costs.
 
-PostgreSQL at BENCH_PG_URL, Redis at BENCH_REDIS_URL (db 2); a fresh database `bench_scale_workers`,
-dropped at the end. About 3 minutes."""
+PostgreSQL and Redis as bench/stack.py sets them up (`live_stack`: a fresh database
+`bench_scale_workers`, dropped at the end; the workers by its `start_workers`). About 3 minutes."""
 
 import os
-import subprocess
-import sys
-import tempfile
 import time
 from pathlib import Path
 
-from bench.import_jsonl import (
-    PG_URL,
-    REDIS_URL,
-    ROOT,
-    clear_redis,
-    django_already_set_up,
-    make_owner_dataset,
-    rerun_in_child,
-    setup_django,
-    tear_down,
-    write_jsonl,
-)
+from bench.import_jsonl import write_jsonl
+from bench.stack import django_already_set_up, live_stack, rerun_in_child, seed_dataset
 
 DATABASE = "bench_scale_workers"
 FILES = int(os.environ.get("BENCH_SCALE_FILES", "24"))
@@ -45,41 +32,7 @@ SAMPLE_S = 0.25
 TIMEOUT_S = 600
 
 
-def _start_workers(count: int, data_dir: str, round_: int) -> list[subprocess.Popen]:
-    env = {**os.environ, "DATABASE_URL": f"{PG_URL}/{DATABASE}", "REDIS_URL": REDIS_URL,
-           "WORKBENCH_DATA_DIR": data_dir}
-    env.pop("DJANGO_SETTINGS_MODULE", None)
-    from workbench.celery import app
-
-    workers, names = [], []
-    for n in range(count):
-        name = f"bench-scale-{round_}-{n}@bench"
-        names.append(name)
-        workers.append(subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "workbench", "--quiet", "worker", "-Q", "default",
-             "--concurrency", str(CONCURRENCY), "--hostname", name, "--loglevel", "WARNING",
-             "--without-mingle", "--without-gossip"], env=env, cwd=ROOT, stdin=subprocess.DEVNULL))
-    deadline = time.monotonic() + 90
-    while len(app.control.ping(timeout=1, destination=names)) < count:
-        if time.monotonic() > deadline or any(worker.poll() is not None for worker in workers):
-            _stop_workers(workers)
-            raise RuntimeError(f"{count} workers did not all start")
-    return workers
-
-
-def _stop_workers(workers: list[subprocess.Popen]) -> None:
-    for worker in workers:
-        if worker.poll() is None:
-            worker.terminate()
-    for worker in workers:
-        try:
-            worker.wait(30)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            worker.wait(10)
-
-
-def _one_round(count: int, files: list[Path], owner, project, data_dir: str, round_: int) -> dict:
+def _one_round(stack, count: int, files: list[Path], owner, project, round_: int) -> dict:
     from django.core.files import File
 
     from apps.datasets.models import ImportJob
@@ -91,7 +44,9 @@ def _one_round(count: int, files: list[Path], owner, project, data_dir: str, rou
         dataset = dataset_create(user=owner, project=project, name=f"r{round_}-{n:03}")
         with open(path, "rb") as handle:
             jobs.append(import_create(user=owner, dataset=dataset, upload=File(handle, name=path.name)))
-    workers = _start_workers(count, data_dir, round_)
+    # Prefork, as a cluster runs them; without a connection pool, as this benchmark has always run them.
+    workers = stack.start_workers(count, name=f"bench-scale-{round_}", queue="default", pool="prefork",
+                                  concurrency=CONCURRENCY, env={"DB_POOL": "0"})
     try:
         samples = []
         started = time.perf_counter()
@@ -110,7 +65,7 @@ def _one_round(count: int, files: list[Path], owner, project, data_dir: str, rou
             time.sleep(SAMPLE_S)
         seconds = time.perf_counter() - started
     finally:
-        _stop_workers(workers)
+        stack.stop(workers)
     states = dict.fromkeys(ImportJob.State.values, 0)
     for state in ImportJob.objects.filter(pk__in=ids).values_list("state", flat=True):
         states[state] += 1
@@ -126,21 +81,17 @@ def _one_round(count: int, files: list[Path], owner, project, data_dir: str, rou
 def run() -> list[dict]:
     if django_already_set_up():
         return rerun_in_child("bench.scale_workers", [f"scale_workers_{n}" for n in WORKER_COUNTS])
-    data_dir = tempfile.mkdtemp(prefix="bench-scale-")
-    try:
-        setup_django(DATABASE, data_dir)
+    with live_stack(DATABASE, prefix="bench-scale-", pool=False) as stack:
         from bench.report import publish, result
 
-        owner, project, _ = make_owner_dataset()
+        owner, project, _ = seed_dataset()
         files = []
         for n in range(FILES):
-            path = Path(data_dir) / f"part-{n:03}.jsonl"
+            path = Path(stack.data_dir) / f"part-{n:03}.jsonl"
             write_jsonl(path, ROWS)  # the same rows in each: the work per import is equal
             files.append(path)
-        rounds = [_one_round(count, files, owner, project, data_dir, round_)
+        rounds = [_one_round(stack, count, files, owner, project, round_)
                   for round_, count in enumerate(WORKER_COUNTS)]
-    finally:
-        tear_down(DATABASE, data_dir=data_dir, clear=lambda: clear_redis(REDIS_URL))
     base = rounds[0]["imports_per_s"]
     results = []
     for measured in rounds:

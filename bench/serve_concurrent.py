@@ -33,8 +33,7 @@ import subprocess
 import threading
 import time
 
-from bench.import_jsonl import django_already_set_up, rerun_in_child
-from bench.server import free_port
+from bench.stack import django_already_set_up, free_port, rerun_in_child
 
 DATABASE = "bench_serve_concurrent"
 CLIENTS = int(os.environ.get("BENCH_SERVE_CLIENTS", "16"))

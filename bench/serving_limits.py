@@ -17,9 +17,9 @@ import os
 import time
 from types import SimpleNamespace
 
-from bench.import_jsonl import REDIS_URL
 from bench.report import publish, result
 
+REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/2")
 REQUESTS = int(os.environ.get("BENCH_LIMITS_REQUESTS", "2000"))
 ROUNDS = 4
 WINDOW = int(os.environ.get("BENCH_LIMITS_WINDOW", "500"))  # earlier requests in each token window

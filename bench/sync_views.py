@@ -39,8 +39,7 @@ from django.contrib.auth import get_user_model
 from django.urls import reverse
 from django.utils import timezone
 
-from bench.import_jsonl import django_already_set_up, rerun_in_child
-from bench.server import start_web, stop_web
+from bench.stack import django_already_set_up, rerun_in_child, start_web, stop_web
 
 ROWS = 100_000  # per dataset version
 MODELS, PROMPTS, VOTERS, VOTES = 8, 100, 18, 50_000  # 18 voters x 100 prompts x 28 model pairs >= 50,000
