@@ -201,3 +201,34 @@ def test_preference_tuning_runs_data_parallel_on_the_same_curve(model_dir, tmp_p
     for a, b in zip(one, two):
         for key in ("loss", "reward_margin", "reward_accuracy", "grad_norm"):
             assert b[key] == pytest.approx(a[key], rel=TOLERANCE, abs=1e-6), (a["step"], key)
+
+
+def test_a_run_started_by_someone_else_is_followed_and_stopped_through_its_folder(model_dir, tmp_path):
+    """follow_run, what a cluster's relay does while the training operator runs the processes (here
+    torchrun started by the test): rank 0's events reach the callbacks, and a stop asked for is the STOP
+    file every rank reads."""
+    import subprocess
+    import sys
+
+    from workers.training.distributed import STOP, follow_run, launch_command, prepare_run
+
+    config = TrainConfig(**{**OPTIONS, "devices": 2, "max_steps": 40})
+    run_dir = prepare_run(config, model_dir=model_dir, output_dir=tmp_path, train_rows=TRAIN_ROWS,
+                          eval_rows=EVAL_ROWS)
+    root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": root, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
+    process = subprocess.Popen(launch_command(2, run_dir, python=sys.executable), env=env, cwd=root,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    stopper = Recorder(stop_after=3)
+    try:
+        with pytest.raises(TrainCancelled) as caught:
+            follow_run(run_dir, stopper, silent_after_s=600)
+        assert process.wait(timeout=120) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert (run_dir / STOP).exists()
+    assert stopper.starts[0]["info"]["devices"] == 2
+    assert 3 <= caught.value.step < 40 and stopper.steps[-1]["step"] == caught.value.step
+    assert latest_checkpoint(tmp_path / "checkpoints").name == f"step-{caught.value.step}"
