@@ -27,7 +27,7 @@ from apps.evaluation.serializers import (
     JudgeSourceSerializer,
     ModelChoiceSerializer,
     NextOutputSerializer,
-    NextPairSerializer,
+    NextRowPairSerializer,
     NextRowSerializer,
     PreferenceSerializer,
     RatingSerializer,
@@ -228,7 +228,7 @@ class RowPreferenceNextApi(APIView):
     of the judge over the version reads (?prompt_column=&response_column=&second_response_column=).
     The rows with fewest preferences come first. Who may: as for row ratings."""
 
-    @extend_schema(parameters=[RowPreferenceColumnsSerializer], responses=NextPairSerializer)
+    @extend_schema(parameters=[RowPreferenceColumnsSerializer], responses=NextRowPairSerializer)
     def get(self, request: Request, project_id: int, judge_id: int, version_id: int) -> Response:
         judge = policy.get_object(request.user, Judge, judge_id, "compare.vote", request.auth, project_id=project_id)
         columns = RowPreferenceColumnsSerializer(data=request.query_params)

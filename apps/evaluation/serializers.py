@@ -269,7 +269,7 @@ def blind_row(row: dict | None) -> dict | None:
             "prompt_html": render_markdown(row["prompt"]), "text_html": render_markdown(row["response"])}
 
 
-class NextPairSerializer(serializers.Serializer):
+class NextRowPairSerializer(serializers.Serializer):
     row = serializers.DictField(allow_null=True, help_text="position, prompt, a and b (the two responses in an "
                                                            "order random to you) and their Markdown as HTML (raw "
                                                            "HTML shown as text); never which column each is")
