@@ -537,7 +537,7 @@ def judge_calibration(judge: Judge) -> dict:
         figures = agreement(run, rules)
         if figures is not None:
             return figures["calibration"]
-    return {"calibrated": False, "reason": "no finished run of it has been compared with people's votes or ratings",
+    return {"calibrated": False, "reason": "no finished run of it has been compared with people's votes, ratings or choices",
             **_thresholds(rules)}
 
 

@@ -143,7 +143,7 @@
     var chosen = a.people === "chosen";
     if (chosen) {
       el.appendChild(line("People's choices: " + a.preferences + " choices on " + a.rows_with_preferences +
-                          " rows by " + a.raters + " people", "preferences-totals"));
+                          " rows by " + a.raters + (a.raters === 1 ? " person" : " people"), "preferences-totals"));
     }
     var shown = a.judge_vs_people && (!chosen || a.preferences > 0);
     if (shown) {

@@ -182,7 +182,7 @@ def test_a_scientist_chooses_between_a_versions_two_responses_blind_and_reads_th
     browser_login(page, "sofia")
     page.goto(f"/projects/{project.pk}/judges/")
     run = page.get_by_test_id("judge-run")
-    expect(run.get_by_test_id("preferences-totals")).to_have_text("People's choices: 3 choices on 3 rows by 1 people")
+    expect(run.get_by_test_id("preferences-totals")).to_have_text("People's choices: 3 choices on 3 rows by 1 person")
     run.get_by_test_id("prefer-rows-link").click()
     prefer = page.get_by_test_id("prefer")
     wanted = {**SCIENTIST, 4: "second"}

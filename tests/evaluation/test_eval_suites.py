@@ -204,7 +204,7 @@ def test_judge_metrics_name_a_fitting_judge_and_an_uncalibrated_one_cannot_gate(
                       {"metric": "judge", "judge": point.pk, "criterion": "correct", "threshold": 0.8}],
                      gate_alias="production")
     assert gating["field"] == "metrics[1].threshold"
-    assert "“Points” is not calibrated (no finished run of it has been compared with people's votes or ratings)" in \
+    assert "“Points” is not calibrated (no finished run of it has been compared with people's votes, ratings or choices)" in \
         gating["detail"] and "cannot gate @production" in gating["detail"]
     # Reported without a threshold, or in a suite that gates nothing, it is welcome.
     assert post(client, url, suite_body(version, name="Reported", gate_alias="production", metrics=[
