@@ -57,7 +57,7 @@ def render_manifest(job: TrainingJob, *, kind: str, nodes: int, devices: int, im
     if image and (len(image) > IMAGE_MAX or not IMAGE.fullmatch(image)):
         raise ManifestError("image", f"an image reference such as registry.example.com/workbench:gpu (at most "
                                      f"{IMAGE_MAX} characters), not {image[:80]!r}.")
-    _check_resumable(job)
+    _check_queued(job)
     config = _config(job, nodes=nodes, devices=devices)
     name = f"workbench-job-{job.pk}"
     # Marked before its run folder is written: from now on gpu workers leave the job to the relay.
@@ -119,7 +119,7 @@ def prepare_job_run(job: TrainingJob, config: TrainConfig) -> Path:
                        lineage=arguments["lineage"])
 
 
-def _check_resumable(job: TrainingJob) -> None:
+def _check_queued(job: TrainingJob) -> None:
     """A queued job: its relay claims it (one that failed or was cancelled after a checkpoint is resumed
     first, which queues it again, and resumes from the checkpoint)."""
     if job.state == TrainingJob.State.QUEUED:

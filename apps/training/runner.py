@@ -62,10 +62,7 @@ def output_dir(job: TrainingJob) -> Path:
 def run_job(job_id: int, *, worker: str, pid: int) -> None:
     if _leave_for_another(job_id, worker):
         return
-    run = JobRun.claim(TrainingJob, job_id, worker=worker, what="job", worker_pid=pid,
-                       on_given_up=lambda lost: transaction.on_commit(lambda: events.job_state(lost)),
-                       publish=lambda job, **_: events.job_state(job),
-                       every_s=0)  # the cancel flag and the worker's stop are read at every step
+    run = _claim(job_id, worker=worker, pid=pid)
     if run is None:
         return
     events.job_state(run.job)
@@ -84,15 +81,21 @@ def run_on_cluster(job_id: int, *, worker: str, pid: int) -> bool:
     """Relay a job that a cluster's training operator runs (apps.training.manifests): claim it as a worker
     would, hand its rank 0's events from the shared volume to the row, write STOP when it is cancelled,
     and end it as a worker ends a job (the adapter registered). False when it could not be claimed."""
-    run = JobRun.claim(TrainingJob, job_id, worker=worker, what="job", worker_pid=pid,
-                       on_given_up=lambda lost: transaction.on_commit(lambda: events.job_state(lost)),
-                       publish=lambda job, **_: events.job_state(job), every_s=0)
+    run = _claim(job_id, worker=worker, pid=pid)
     if run is None:
         return False
     events.job_state(run.job)
     with run:
         _train(run, on_cluster=True)
     return True
+
+
+def _claim(job_id: int, *, worker: str, pid: int) -> JobRun | None:
+    """The job under this worker's (or relay's) lease, its state published on each change."""
+    return JobRun.claim(TrainingJob, job_id, worker=worker, what="job", worker_pid=pid,
+                        on_given_up=lambda lost: transaction.on_commit(lambda: events.job_state(lost)),
+                        publish=lambda job, **_: events.job_state(job),
+                        every_s=0)  # the cancel flag and the worker's stop are read at every step
 
 
 def _leave_for_another(job_id: int, worker: str) -> bool:
