@@ -63,6 +63,40 @@ def test_two_nodes_of_one_process_follow_the_one_process_curve_and_one_node_repo
     assert sorted(latest_checkpoint(d / "checkpoints") is not None for d in here) == [False, True]
 
 
+# Loaded by every Python the run starts (PYTHONPATH): a rank other than global rank 0 aborts at exit, after
+# its work, as gloo's teardown has done when the peer node's ranks left first ("terminate called without
+# an active exception", SIGABRT).
+ABORT_AT_EXIT = """import atexit, os
+if os.environ.get("RANK") not in (None, "0"):
+    atexit.register(os.abort)
+"""
+
+
+@two_cores
+def test_a_rank_aborting_in_its_teardown_after_the_run_leaves_its_node_reported_elsewhere(model_dir, tmp_path,  # noqa: F811
+                                                                                         monkeypatch):
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    (hooks / "sitecustomize.py").write_text(ABORT_AT_EXIT)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(hooks), os.environ.get("PYTHONPATH")])))
+    endpoint, run_id = f"127.0.0.1:{free_port()}", uuid.uuid4().hex
+    outcomes = [{}, {}]
+    threads = [threading.Thread(target=node, args=(model_dir, tmp_path / f"host-{i}",
+                                                   Rendezvous(endpoint, run_id, is_host=i == 0), outcomes[i]),
+                                kwargs={"max_steps": 4}) for i in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(800)
+    reporting = [o for o in outcomes if "result" in o]
+    others = [o for o in outcomes if "result" not in o]
+    assert len(reporting) == 1 and reporting[0]["result"].final_step == 4, outcomes
+    assert len(others) == 1 and isinstance(others[0].get("error"), ReportedElsewhere), others[0]
+    assert any("failed in its teardown" in line for line in others[0]["recorder"].lines), others[0]["recorder"].lines
+    # the reporting node's torchrun waited on the failed machine at its exit barrier: stopped, not waited for
+    assert any("it was stopped" in line for line in reporting[0]["recorder"].lines), reporting[0]["recorder"].lines
+
+
 def test_a_node_alone_gives_up_after_the_rendezvous_timeout_with_nothing_trained(model_dir, tmp_path):  # noqa: F811
     outcome: dict = {}
     node(model_dir, tmp_path, Rendezvous(f"127.0.0.1:{free_port()}", uuid.uuid4().hex, is_host=True), outcome,

@@ -68,9 +68,13 @@ EVENTS = "events.jsonl"
 STOP = "STOP"
 LOG = "torchrun.log"
 JOINED = "local-{rank}.joined"  # written by each rank (its LOCAL_RANK) once init_process_group returned
+ENDED = "local-{rank}.ended"    # written by each rank once it is past the run's last collective, before teardown
 RENDEZVOUS_TIMEOUT_S = 300.0  # torch and the process group come up in seconds; a loaded machine takes longer
 MAX_RESTARTS = 2          # fresh torchruns after the processes failed (a rank died)
 POLL_S = 0.2              # how often the caller reads events and asks should_stop()
+# torchrun's agent waits up to 300 s at exit for the other machines' agents (its exit barrier), and for
+# nothing when one of them failed in a teardown: once rank 0 has reported, it gets this long, then is stopped.
+FINISHED_GRACE_S = 30.0
 LOG_TAIL = 4000           # characters of torchrun's output quoted when a run fails without saying why
 PR_SET_PDEATHSIG = 1
 
@@ -200,10 +204,16 @@ def train_distributed(config: TrainConfig, *, model_dir: Path, output_dir: Path,
                     process.wait()
         finished = outcome is not None and outcome["event"] in FINISHED
         ended = finished or (outcome is not None and outcome["event"] != "crash" and process.returncode == 0)
-        if finished and process.returncode != 0:
+        if finished and follower.cut_short:
+            callbacks.log(f"torchrun had not exited {FINISHED_GRACE_S:g} s after rank 0 finished (waiting on "
+                          f"another machine's processes); it was stopped, nothing was left undone")
+        elif finished and process.returncode != 0:
             callbacks.log(f"a training process failed after rank 0 finished (torchrun exit code "
                           f"{process.returncode}); nothing was left undone")
-        if config.nodes > 1 and outcome is None and process.returncode == 0:
+        if config.nodes > 1 and outcome is None and (process.returncode == 0 or follower.ended_all()):
+            if process.returncode != 0:
+                callbacks.log(f"a training process failed in its teardown (torchrun exit code {process.returncode}) "
+                              f"after this machine's ranks had all ended; nothing was left undone")
             raise ReportedElsewhere("this node's processes ended; global rank 0 ran on another node")
         if ended or follower.stop_sent or attempt == max_restarts:
             break
@@ -279,6 +289,7 @@ class _Follower:
         self.offset = 0
         self.pending = b""
         self.stop_sent = False
+        self.cut_short = False  # torchrun was stopped FINISHED_GRACE_S after rank 0's outcome
 
     def follow(self, process: subprocess.Popen) -> dict | None:
         """Hand rank 0's events to the callbacks until torchrun exits; write STOP once should_stop() says
@@ -289,8 +300,9 @@ class _Follower:
         outcome = None
         for rank in range(self.world_size):  # a restarted torchrun's ranks join again
             (self.run_dir / JOINED.format(rank=rank)).unlink(missing_ok=True)
+            (self.run_dir / ENDED.format(rank=rank)).unlink(missing_ok=True)
         joined_by = time.monotonic() + self.rendezvous_timeout_s
-        all_joined = False
+        all_joined, finished_at = False, None
         while True:
             exited = process.poll() is not None
             outcome = self.read()[0] or outcome
@@ -298,6 +310,12 @@ class _Follower:
                 raise RendezvousTimeout(self._timeout_message())
             if exited:
                 return outcome
+            if outcome is not None and outcome["event"] in FINISHED:
+                finished_at = finished_at or time.monotonic()
+                if time.monotonic() - finished_at > FINISHED_GRACE_S:
+                    _kill(process)
+                    self.cut_short = True
+                    return outcome
             if not all_joined:
                 all_joined = self._joined_all()
                 if not all_joined and time.monotonic() > joined_by:
@@ -330,6 +348,10 @@ class _Follower:
 
     def _joined_all(self) -> bool:
         return self._joined() == self.world_size
+
+    def ended_all(self) -> bool:
+        """Every rank on this machine got past the run's last collective (whatever its exit code says)."""
+        return all((self.run_dir / ENDED.format(rank=r)).exists() for r in range(self.world_size))
 
     def _timeout_message(self) -> str:
         if self.across_machines:
@@ -512,26 +534,28 @@ def main(run_dir: Path) -> int:
                           device=torch.device("cuda", local_rank) if cuda else torch.device("cpu"))
     reporter = _Reporter(run_dir) if rank == 0 else None
     callbacks = reporter or _Listener(run_dir)
+    outcome: dict | None = None
     try:
         result = train(config, model_dir=Path(spec["model_dir"]), output_dir=Path(spec["output_dir"]),
                        train_rows=spec["train_rows"], eval_rows=spec["eval_rows"], callbacks=callbacks,
                        lineage=spec["lineage"])
-        if reporter:
-            reporter.emit("result", final_step=result.final_step, adapter_dir=str(result.adapter_dir),
-                          metrics=result.metrics, resumed_from_step=result.resumed_from_step)
+        outcome = {"event": "result", "final_step": result.final_step, "adapter_dir": str(result.adapter_dir),
+                   "metrics": result.metrics, "resumed_from_step": result.resumed_from_step}
     except TrainCancelled as exc:  # every rank stops at the same step: nothing to restart
-        if reporter:
-            reporter.emit("cancelled", step=exc.step)
+        outcome = {"event": "cancelled", "step": exc.step}
     except (ConfigError, TrainingDataError, FloatingPointError) as exc:  # the same on every rank, and again
-        if reporter:
-            reporter.emit("error", type=type(exc).__name__, field=getattr(exc, "field", None),
-                          message=getattr(exc, "message", None) or str(exc))
+        outcome = {"event": "error", "type": type(exc).__name__, "field": getattr(exc, "field", None),
+                   "message": getattr(exc, "message", None) or str(exc)}
     except BaseException as exc:  # torchrun ends the other ranks; the caller may start them again
         if reporter:
             reporter.emit("crash", type=type(exc).__name__, message=str(exc)[:2000],
                           traceback=traceback.format_exc()[-8000:])
         raise
     finally:
+        if outcome is not None:  # said before the teardown, which gloo has aborted when a peer left first
+            (run_dir / ENDED.format(rank=local_rank)).write_text("")
+            if reporter:
+                reporter.emit(**outcome)
         if dist.is_initialized():
             dist.destroy_process_group()
     return 0
