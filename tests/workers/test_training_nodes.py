@@ -37,21 +37,26 @@ def node(weights: Path, output_dir: Path, rendezvous: Rendezvous, outcome: dict,
         outcome["error"] = exc
 
 
-@two_cores
-def test_two_nodes_of_one_process_follow_the_one_process_curve_and_one_node_reports(model_dir, tmp_path,  # noqa: F811
-                                                                                      reference):  # noqa: F811
+def two_nodes(weights: Path, tmp_path: Path, **options) -> tuple[list[dict], list[dict]]:
+    """Both nodes of one run, each in a thread with its own output folder: (the outcomes with a result,
+    the others)."""
     endpoint, run_id = f"127.0.0.1:{free_port()}", uuid.uuid4().hex
     outcomes = [{}, {}]
-    threads = [threading.Thread(target=node, args=(model_dir, tmp_path / f"host-{i}",
+    threads = [threading.Thread(target=node, args=(weights, tmp_path / f"host-{i}",
                                                    Rendezvous(endpoint, run_id, is_host=i == 0), outcomes[i]),
-                                kwargs={"max_steps": 40, "checkpoint_every": 20}) for i in (0, 1)]
+                                kwargs=options) for i in (0, 1)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(800)
-    reporting = [o for o in outcomes if "result" in o]
-    others = [o for o in outcomes if "result" not in o]
-    assert len(reporting) == 1 and len(others) == 1, outcomes
+    return [o for o in outcomes if "result" in o], [o for o in outcomes if "result" not in o]
+
+
+@two_cores
+def test_two_nodes_of_one_process_follow_the_one_process_curve_and_one_node_reports(model_dir, tmp_path,  # noqa: F811
+                                                                                      reference):  # noqa: F811
+    reporting, others = two_nodes(model_dir, tmp_path, max_steps=40, checkpoint_every=20)
+    assert len(reporting) == 1 and len(others) == 1, (reporting, others)
     assert isinstance(others[0].get("error"), ReportedElsewhere), others[0]
     recorder, result = reporting[0]["recorder"], reporting[0]["result"]
     assert [p["step"] for p in recorder.steps] == list(range(1, 41))
@@ -79,18 +84,8 @@ def test_a_rank_aborting_in_its_teardown_after_the_run_leaves_its_node_reported_
     hooks.mkdir()
     (hooks / "sitecustomize.py").write_text(ABORT_AT_EXIT)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(hooks), os.environ.get("PYTHONPATH")])))
-    endpoint, run_id = f"127.0.0.1:{free_port()}", uuid.uuid4().hex
-    outcomes = [{}, {}]
-    threads = [threading.Thread(target=node, args=(model_dir, tmp_path / f"host-{i}",
-                                                   Rendezvous(endpoint, run_id, is_host=i == 0), outcomes[i]),
-                                kwargs={"max_steps": 4}) for i in (0, 1)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(800)
-    reporting = [o for o in outcomes if "result" in o]
-    others = [o for o in outcomes if "result" not in o]
-    assert len(reporting) == 1 and reporting[0]["result"].final_step == 4, outcomes
+    reporting, others = two_nodes(model_dir, tmp_path, max_steps=4)
+    assert len(reporting) == 1 and reporting[0]["result"].final_step == 4, (reporting, others)
     assert len(others) == 1 and isinstance(others[0].get("error"), ReportedElsewhere), others[0]
     assert any("failed in its teardown" in line for line in others[0]["recorder"].lines), others[0]["recorder"].lines
     # the reporting node's torchrun waited on the failed machine at its exit barrier: stopped, not waited for
