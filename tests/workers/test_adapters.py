@@ -106,6 +106,13 @@ def test_a_mixed_batch_over_three_adapters_and_the_base_matches_each_alone(tiny_
     while batch.rows:
         batch.step()
     assert [s.result.token_ids for s in rows + joined] == [alone(key, prompt) for key, prompt in first + later]
+    # the batched kernel's stacks (3 slots of the largest rank, 16, in every LoRA layer) count as held
+    from peft.tuners.lora import LoraLayer
+
+    layers = [m for m in served.peft.modules() if isinstance(m, LoraLayer)]
+    stacks = sum(3 * 16 * (layer.in_features + layer.out_features) * 4 for layer in layers)
+    assert served.stack_bytes == (stacks if kernel == "batched" else 0)
+    assert served.total_bytes == served.weights_bytes + served.stack_bytes
 
 
 def test_a_shared_prompt_prefix_is_reused_only_by_rows_of_its_own_adapter(tiny_dir, adapters, alone):
@@ -173,9 +180,11 @@ def test_one_copy_of_the_base_is_in_memory_whatever_the_number_of_adapters(tiny_
     others = [p for n, p in entry.model.named_parameters() if ".lora_" not in n]
     assert {p.data_ptr() for p in others} <= base_storage
     assert sum(p.numel() * p.element_size() for p in others) <= base_bytes
-    assert entry.adapters.total_bytes == sum(p.numel() * p.element_size() for p in lora) > 0
-    assert model_size_bytes(entry.model) == base_bytes + entry.adapters.total_bytes
-    assert cache.total_bytes == base_bytes + entry.adapters.total_bytes
+    assert entry.adapters.weights_bytes == sum(p.numel() * p.element_size() for p in lora) > 0
+    assert model_size_bytes(entry.model) == base_bytes + entry.adapters.weights_bytes
+    # the batched kernel's stacks (the default) are a second copy of the LoRA weights, counted by the cache
+    assert entry.adapters.stack_bytes > 0
+    assert cache.total_bytes == base_bytes + entry.adapters.weights_bytes + entry.adapters.stack_bytes
     # each view is its adapter alone; the base, asked again, is still itself
     for key, view in views.items():
         tokenizer = entry.tokenizer
@@ -194,12 +203,15 @@ def test_one_copy_of_the_base_is_in_memory_whatever_the_number_of_adapters(tiny_
 # --- loading on demand, eviction under the budget ----------------------------------------------------
 
 def test_the_least_recently_used_adapter_no_row_uses_is_evicted_first(tiny_dir, adapters):
+    # PEFT's kernel: what each adapter holds then adds up (the batched kernel's stacks are sized by
+    # the largest rank loaded); the eviction test below runs both kernels
     sizes = {}
     for key, directory in adapters.items():
-        alone_set = AdapterSet(load_for_inference(tiny_dir)[0], budget_bytes=None)
+        alone_set = AdapterSet(load_for_inference(tiny_dir)[0], budget_bytes=None, kernel="peft")
         alone_set.acquire(directory)
         sizes[key] = alone_set.total_bytes
-    served = AdapterSet(load_for_inference(tiny_dir)[0], budget_bytes=sum(sizes.values()) - 1)  # not all three
+    served = AdapterSet(load_for_inference(tiny_dir)[0], budget_bytes=sum(sizes.values()) - 1,  # not all three
+                        kernel="peft")
     a = served.acquire(adapters["a"])
     served.release(served.acquire(adapters["b"]))
     served.release(a)

@@ -54,7 +54,7 @@ class ModelCache:
     """
 
     def __init__(self, memory_budget_bytes: int, loader: Callable[..., tuple[Any, Any]] = load_for_inference, *,
-                 adapter_budget_bytes: int | None = DEFAULT_ADAPTER_BUDGET_BYTES, adapter_kernel: str = "peft"):
+                 adapter_budget_bytes: int | None = DEFAULT_ADAPTER_BUDGET_BYTES, adapter_kernel: str = "batched"):
         self.memory_budget_bytes = int(memory_budget_bytes)
         self.adapter_budget_bytes = adapter_budget_bytes
         self.adapter_kernel = adapter_kernel  # how rows get their adapter's delta (AdapterSet's kernel)
