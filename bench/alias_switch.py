@@ -4,7 +4,7 @@ until the new version answers, and whether any request failed meanwhile. No rest
 server and the worker read the alias on each request.
 
 Ours: the production web server (uvicorn, one process, as `manage.py up`) and an `inference` Celery
-worker (threads, 8) on PostgreSQL and Redis (BENCH_LIVE_REDIS_URL, db 5 by default, flushed); the
+worker (threads, 16) on PostgreSQL and Redis (BENCH_LIVE_REDIS_URL, db 5 by default, flushed); the
 demo model (SmolLM2-135M-Instruct fp32 CPU, converted once as for generate_batched) and a LoRA
 adapter of it (r 8, q/v, random), both warmed by direct requests first. CLIENTS threads each loop
 `POST /v1/chat/completions` (max_tokens 1, greedy) with a project token for BEFORE_S seconds, then
@@ -154,7 +154,7 @@ def run() -> list[dict]:
              "old_version_requests_sent_after_move": len(old_after), "request_p50_s": round(p50, 4),
              "request_p99_s": round(percentile(before, 99), 4), "first_new_s": round(first_new, 4),
              "all_new_s": round(all_new, 4),
-             "stack": "uvicorn (1 process) + celery inference worker (threads, 8), PostgreSQL, Redis; demo model "
+             "stack": "uvicorn (1 process) + celery inference worker (threads, 16), PostgreSQL, Redis; demo model "
                       "fp32 CPU and a LoRA adapter of it; max_tokens 1"}
     print(f"alias_switch: {CLIENTS} clients, {len(records)} requests ({failed} failed), move after {BEFORE_S:g} s; "
           f"request p50 before the move {p50 * 1000:.0f} ms; first response by the new version "

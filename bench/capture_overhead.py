@@ -2,7 +2,7 @@
 capture on (every request, PII redacted) vs off, same run.
 
 The stack of bench/alias_switch.py: the production web server (uvicorn, one process) and an
-`inference` Celery worker (threads, 8) on PostgreSQL and Redis, the demo model behind the alias
+`inference` Celery worker (threads, 16) on PostgreSQL and Redis, the demo model behind the alias
 `Demo@production`. CLIENTS threads loop `POST /v1/chat/completions` (MAX_TOKENS tokens, greedy) with
 a prompt carrying an e-mail address and a phone number (the redaction has work to do). Phases of
 PHASE_S seconds alternate capture off / on / on / off (ROUNDS rounds; the alias's settings are read

@@ -2,7 +2,7 @@
 Celery `inference` worker -> the demo model -> channel layer -> websocket.
 
 Ours: the production web server (`python -m uvicorn workbench.asgi:application`, one process)
-and an `inference` Celery worker (`--pool threads --concurrency 8`, both as `manage.py up` starts
+and an `inference` Celery worker (`--pool threads --concurrency 16`, both as `manage.py up` starts
 them) on PostgreSQL and Redis db 5 (broker, channel layer, cache); the demo model
 (SmolLM2-135M-Instruct, fp32, CPU, converted once into $WORKBENCH_BENCH_CACHE as for
 generate_batched) registered ready in a project. A client (the `websockets` package) logged in
@@ -144,7 +144,7 @@ def run() -> list[dict]:
              **stats, "load_average_1m": [round(x, 2) for x in measured["load"]],
              "stack_ttft_ms": [round(x, 1) for x in stack_ms], "engine_ttft_ms": [round(x, 1) for x in solo_ms],
              "model": "SmolLM2-135M-Instruct fp32 (from Q4_1 GGUF), CPU",
-             "stack": "uvicorn (1 process) + celery inference worker (threads, 8), PostgreSQL, Redis db 5"}
+             "stack": "uvicorn (1 process) + celery inference worker (threads, 16), PostgreSQL, Redis db 5"}
     results = []
     for q in (50, 99):
         value, base = percentile(stack_ms, q), percentile(solo_ms, q)

@@ -2,7 +2,7 @@
 `serve_concurrent`): aggregate tokens/s and time to first token through the whole serving path.
 
 Ours: the production web server (uvicorn, one process, as `manage.py up`) and an `inference`
-Celery worker (threads, 8) on PostgreSQL and Redis (BENCH_LIVE_REDIS_URL, db 5 by default,
+Celery worker (threads, 16) on PostgreSQL and Redis (BENCH_LIVE_REDIS_URL, db 5 by default,
 flushed); the demo model (SmolLM2-135M-Instruct fp32 CPU, converted once as for generate_batched)
 registered ready in a project, a project API token. Each client is the official `openai` package
 (`OpenAI(base_url=.../v1)`), `stream=True`, `stream_options.include_usage`, greedy, max_tokens
@@ -192,7 +192,7 @@ def run() -> list[dict]:
     extra = {"clients": CLIENTS, "new_tokens": NEW_TOKENS, "rounds_per_side": ROUNDS, "ours": us, "llama_cpp": them,
              "single_client_ttft_s": [round(t, 4) for t in single], "single_client_ttft_p50_s": round(single_p50, 4),
              "load_average_1m_after": round(os.getloadavg()[0], 2),
-             "stack": "openai clients -> uvicorn (1 process) -> celery inference worker (threads, 8) -> demo model "
+             "stack": "openai clients -> uvicorn (1 process) -> celery inference worker (threads, 16) -> demo model "
                       "fp32 CPU; PostgreSQL, Redis"}
     ttft_ok = us["ttft_p99_s"] is not None and us["ttft_p99_s"] <= 1.5 and us["ttft_p99_s"] <= 3 * single_p50
     print(f"serve_concurrent: ours {us['tokens_per_s']:.1f} tokens/s, TTFT p50 {us['ttft_p50_s']:.2f} s p99 "

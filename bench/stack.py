@@ -15,7 +15,8 @@ removed.
 
 `seed_demo` seeds what the serving benchmarks need: a user, a project, the demo model registered
 ready in it and a project API token; `seed_dataset` an owner, a project and an empty dataset.
-`start_web`/`stop_web` also serve the benchmarks on the embedded default (sync_views), and
+`start_web`/`stop_web` also serve the benchmarks on the embedded default (sync_views),
+`embedded_stack` sets Django up in-process on it (dashboard_latency, policy_scale), and
 `django_already_set_up`/`rerun_in_child` every benchmark that sets Django up for itself.
 """
 
@@ -241,7 +242,7 @@ class Stack:
     def start_workers(self, count: int, *, name: str = "bench-inference", queue: str = "inference",
                       pool: str = "threads", concurrency: int = 8, env: dict | None = None) -> list[subprocess.Popen]:
         """`count` Celery worker processes on `queue`, each a `pool` pool of `concurrency` (the
-        inference worker of `manage.py up`: threads, 8), `env` added to the stack's; returns once
+        inference worker of `manage.py up`: threads, 16), `env` added to the stack's; returns once
         every one answers a ping."""
         from workbench.celery import app
 
@@ -258,7 +259,7 @@ class Stack:
         return workers
 
     def start_worker(self, *, name: str = "bench-inference", queue: str = "inference",
-                     threads: int = 8) -> subprocess.Popen:
+                     threads: int = 16) -> subprocess.Popen:
         """One Celery worker on `queue`, threads pool of `threads`; returns once it answers a ping."""
         return self.start_workers(1, name=name, queue=queue, concurrency=threads)[0]
 
@@ -317,6 +318,34 @@ def live_stack(database: str, *, prefix: str, pool: bool = True) -> Iterator[Sta
             stack.tear_down()
             if in_main:
                 signal.signal(signal.SIGTERM, previous)
+
+
+@contextmanager
+def embedded_stack(*, prefix: str) -> Iterator[str]:
+    """Django in this process on the embedded default (SQLite and the embedded Redis in a fresh data
+    folder named after `prefix`), as the test client finds it, migrated; yields the data folder, which
+    is removed with Redis stopped when the block is left."""
+    data_dir = tempfile.mkdtemp(prefix=prefix)
+    os.environ.update(WORKBENCH_DATA_DIR=data_dir, DJANGO_SETTINGS_MODULE="workbench.settings")
+    os.environ.pop("DATABASE_URL", None)
+    os.environ.pop("REDIS_URL", None)
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+    from django.test.utils import setup_test_environment
+
+    from workbench.embedded import EmbeddedRedis
+
+    redis = EmbeddedRedis(data_dir)
+    redis.start()
+    try:
+        setup_test_environment()
+        call_command("migrate", verbosity=0)
+        yield data_dir
+    finally:
+        redis.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 # --- seeds ---------------------------------------------------------------------------------------------

@@ -79,9 +79,11 @@ class Command(BaseCommand):
                 self._spawn("trainer", [python, "-m", "celery", "-A", "workbench", "--quiet", "worker",
                                         "-Q", "gpu", "--concurrency", "1",
                                         "--hostname", f"workbench-gpu-{port}@%h", "--loglevel", "WARNING"])
-                # Generation: threads of one process share its model cache and batch together.
+                # Generation: threads of one process share its model cache and batch together. A thread
+                # waits on each running request, so the threads bound the batch: 16, as compose and
+                # Kubernetes run it (with 8, 16 clients were served in two waves: bench/README.md).
                 self._spawn("inference", [python, "-m", "celery", "-A", "workbench", "--quiet", "worker",
-                                          "-Q", "inference", "--pool", "threads", "--concurrency", "8",
+                                          "-Q", "inference", "--pool", "threads", "--concurrency", "16",
                                           "--hostname", f"workbench-inference-{port}@%h", "--loglevel", "WARNING"])
             base_url = f"http://{host}:{port}"
             self._wait_ready(base_url)
