@@ -4,9 +4,6 @@ Baseline, same run: the same pages with 10 projects in the database. The query c
 be equal (constant, not growing with data) and p99 should stay within 1.5x.
 """
 
-import os
-import shutil
-import tempfile
 import time
 
 REQUESTS = 200
@@ -45,27 +42,13 @@ def _seed(user, count: int, start: int = 0):
 
 
 def run() -> list[dict]:
-    data_dir = tempfile.mkdtemp(prefix="bench-dashboard-")
-    os.environ.update(WORKBENCH_DATA_DIR=data_dir, DJANGO_SETTINGS_MODULE="workbench.settings")
-    os.environ.pop("DATABASE_URL", None)
-    os.environ.pop("REDIS_URL", None)
-    import django
+    from bench.stack import embedded_stack
 
-    django.setup()
-    from django.core.management import call_command
-    from django.test import Client
-    from django.test.utils import setup_test_environment
-
-    from apps.projects.services import project_create
-    from bench.report import percentile, publish, result
-    from workbench.embedded import EmbeddedRedis
-
-    redis = EmbeddedRedis(data_dir)
-    redis.start()
-    try:
-        setup_test_environment()
-        call_command("migrate", verbosity=0)
+    with embedded_stack(prefix="bench-dashboard-"):
         from django.contrib.auth import get_user_model
+        from django.test import Client
+
+        from apps.projects.services import project_create
 
         user = get_user_model().objects.create_user("bench", password="x" * 12)
         home = project_create(user=user, name="Home")
@@ -77,9 +60,8 @@ def run() -> list[dict]:
         small = {name: _measure(client, url) for name, url in pages.items()}
         _seed(user, 990, start=100)
         large = {name: _measure(client, url) for name, url in pages.items()}
-    finally:
-        redis.stop()
-        shutil.rmtree(data_dir, ignore_errors=True)
+
+    from bench.report import percentile, publish, result
 
     results = []
     for name in pages:
