@@ -54,7 +54,8 @@ from workers.models.errors import ModelFormatError
 
 BASE = "__base__"  # PEFT's adapter name for "no adapter" in a mixed batch
 # LoRA weights of loaded adapters kept beside one base. A rank-16 adapter on every projection of
-# the demo model (SmolLM2-135M, fp32) is about 19 MB; 1 GiB holds about 50 of them.
+# the demo model (SmolLM2-135M, fp32) is about 19 MB, twice that with the batched kernel's stacks; 1 GiB
+# holds about 25 of them.
 DEFAULT_ADAPTER_BUDGET_BYTES = 2**30
 
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
