@@ -88,8 +88,49 @@ def test_a_rank_aborting_in_its_teardown_after_the_run_leaves_its_node_reported_
     assert len(reporting) == 1 and reporting[0]["result"].final_step == 4, (reporting, others)
     assert len(others) == 1 and isinstance(others[0].get("error"), ReportedElsewhere), others[0]
     assert any("failed in its teardown" in line for line in others[0]["recorder"].lines), others[0]["recorder"].lines
-    # the reporting node's torchrun waited on the failed machine at its exit barrier: stopped, not waited for
-    assert any("it was stopped" in line for line in reporting[0]["recorder"].lines), reporting[0]["recorder"].lines
+
+
+def test_a_torchrun_still_running_after_rank_0_finished_is_stopped_after_the_grace(tmp_path, monkeypatch):
+    """The reporting machine's torchrun can wait minutes at its agent's exit barrier for a peer that
+    failed in its teardown: once rank 0's outcome is in, the follower gives it FINISHED_GRACE_S, then
+    stops it. A real process stands for that torchrun."""
+    import subprocess
+    import sys
+
+    from workers.training import distributed
+    from workers.training.distributed import EVENTS, _Follower
+
+    monkeypatch.setattr(distributed, "FINISHED_GRACE_S", 1.0)
+    run_dir = tmp_path / RUN_DIR
+    run_dir.mkdir()
+    (run_dir / EVENTS).write_text('{"event": "result", "final_step": 4, "adapter_dir": "a", "metrics": {}, '
+                                  '"resumed_from_step": 0}\n')
+    lingering = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        follower = _Follower(run_dir, Recorder())
+        outcome = follower.follow(lingering)
+    finally:
+        if lingering.poll() is None:
+            lingering.kill()
+    assert outcome["event"] == "result" and outcome["final_step"] == 4
+    assert follower.cut_short and lingering.wait(timeout=10) == -9  # stopped, not waited for
+
+
+def test_a_torchrun_exiting_by_itself_after_rank_0_finished_is_not_cut_short(tmp_path, monkeypatch):
+    import subprocess
+    import sys
+
+    from workers.training import distributed
+    from workers.training.distributed import EVENTS, _Follower
+
+    monkeypatch.setattr(distributed, "FINISHED_GRACE_S", 60.0)
+    run_dir = tmp_path / RUN_DIR
+    run_dir.mkdir()
+    (run_dir / EVENTS).write_text('{"event": "cancelled", "step": 3}\n')
+    quick = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1)"])
+    follower = _Follower(run_dir, Recorder())
+    assert follower.follow(quick) == {"event": "cancelled", "step": 3}
+    assert not follower.cut_short and quick.returncode == 0
 
 
 def test_a_node_alone_gives_up_after_the_rendezvous_timeout_with_nothing_trained(model_dir, tmp_path):  # noqa: F811
