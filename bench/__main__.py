@@ -12,6 +12,7 @@ BENCHMARKS = {
     "browse_scale": "bench.browse_scale",
     "generate_batched": "bench.generate_batched",
     "continuous_batching": "bench.continuous_batching",
+    "prefill_groups": "bench.prefill_groups",
     "train_lora": "bench.train_lora",
     "train_ddp": "bench.train_ddp",
     "train_step_options": "bench.train_step_options",

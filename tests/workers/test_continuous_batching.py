@@ -16,7 +16,7 @@ from tests.workers.test_inference import PROMPTS, save_tiny_chat_model
 from workers.inference import Batcher, ModelCache, SamplingParams, generate_batch, render_prompt
 from workers.inference import batcher as batcher_module
 from workers.inference.batcher import round_robin
-from workers.inference.decode import DecodeBatch, Sequence, kv_bytes_per_token
+from workers.inference.decode import PREFILL_PAD_SLACK, DecodeBatch, Sequence, kv_bytes_per_token, prefill_groups
 from workers.inference.prompts import encode_prompt
 from workers.models import load_for_inference
 
@@ -72,6 +72,41 @@ def test_sequences_joining_mid_way_generate_what_they_generate_alone(tiny):
                            (*first, wider, narrower, last)):
         assert seq.result.token_ids == alone(model, tokenizer, prompt)
     assert batch.prefills == 3 and batch.cache is None and batch.mask is None
+
+
+def test_prefill_groups_sort_by_length_and_split_where_padding_would_grow_past_its_share():
+    assert prefill_groups([]) == []
+    assert prefill_groups([7]) == [[0]]
+    # serve_concurrent's lengths, shuffled: four groups of four, shortest first
+    lengths = [195, 38, 273, 117, 38, 274, 196, 118, 39, 275, 119, 197, 38, 274, 198, 119]
+    groups = prefill_groups(lengths)
+    assert [[lengths[i] for i in g] for g in groups] == [
+        [38, 38, 38, 39], [117, 118, 119, 119], [195, 196, 197, 198], [273, 274, 274, 275]]
+    assert sorted(i for g in groups for i in g) == list(range(len(lengths)))
+    # short prompts: one forward, whatever their spread, while the padding stays within the slack
+    assert prefill_groups([3, 12, 5, 20]) == [[0, 2, 1, 3]]
+    assert len(prefill_groups([1, 1 + PREFILL_PAD_SLACK + 1])) == 2
+    # equal lengths never split
+    assert prefill_groups([300] * 32) == [list(range(32))]
+
+
+def test_an_admission_of_mixed_lengths_is_prefilled_shortest_group_first_and_generates_what_it_does_alone(tiny):
+    model, tokenizer = tiny
+    long_prompt = " ".join(f"w{i % 60}" for i in range(150))
+    prompts = [long_prompt, PROMPTS[1], PROMPTS[0] + " " + long_prompt, PROMPTS[3]]
+    for grouped, forwards in ((True, 2), (False, 1)):
+        batch = DecodeBatch(model, tokenizer, max_rows=8, share_prefix=False, group_prefills=grouped)
+        sequences = [sequence(tokenizer, p) for p in prompts]
+        assert batch.admit(sequences) == []
+        assert batch.prefills == forwards and len(batch.rows) == 4
+        assert batch.width == cache_width_of_rows(batch)
+        if grouped:  # the short prompts had their first token before the long ones' forward ran
+            assert max(sequences[1].first_token_at, sequences[3].first_token_at) < min(
+                sequences[0].first_token_at, sequences[2].first_token_at)
+        while batch.rows:
+            batch.step()
+        for prompt, seq in zip(prompts, sequences):
+            assert seq.result.token_ids == alone(model, tokenizer, prompt)
 
 
 def test_a_cancelled_sequence_leaves_at_once_and_its_columns_are_freed(tiny):
