@@ -34,6 +34,7 @@ BENCHMARKS = {
     "gguf_export": "bench.gguf_export",
     "capture_overhead": "bench.capture_overhead",
     "judge_throughput": "bench.judge_throughput",
+    "judge_job": "bench.judge_job",
     "scale_workers": "bench.scale_workers",
     "serve_precision": "bench.serve_precision",
     "provider_overhead": "bench.provider_overhead",
