@@ -83,7 +83,8 @@ def _judge(alias: ModelAlias, batch: int) -> int:
         return False
 
     try:
-        run_judge(rubric, items, call=judge_call(judge.project, config, alias.canary_started_by), on_item=on_item,
+        run_judge(rubric, items, call=judge_call(judge.project, config, alias.canary_started_by, rubric),
+                  on_item=on_item,
                   concurrency=settings.JUDGE_CONCURRENCY)  # beside live traffic: not the batcher's every row
     except DomainError as exc:  # the provider's own message, a spent budget, a starter without provider.use
         close_old_connections()

@@ -24,7 +24,7 @@ from apps.evaluation import selectors
 from apps.evaluation.models import EvalItem, EvalRun, Judge, JudgeRun, Verdict
 from workers.comparison.run import GridCancelled
 from workers.evaluation import JUDGED, aggregate, deltas, gate, judged_scores
-from workers.judging import PAIRWISE, JudgeCancelled, PairItem, PointItem, Reply, check_rubric, run_judge
+from workers.judging import PAIRWISE, JudgeCancelled, PairItem, PointItem, Reply, answer_schema, check_rubric, run_judge
 from workers.judging.run import orders
 
 logger = logging.getLogger(__name__)
@@ -63,7 +63,7 @@ def _judge(run: JobRun) -> None:
     calls_done = len(done) * per_item
     total = len(items) * per_item
     run.progress(calls_done, total)
-    call_and_close = judge_call(job.project, job.config, job.created_by)
+    call_and_close = judge_call(job.project, job.config, job.created_by, rubric)
 
     def on_item(verdicts) -> bool:
         nonlocal calls_done
@@ -91,10 +91,14 @@ def items_in_flight(config: dict, calls_per_item: int = 1) -> int:
     return max(1, settings.INFERENCE_MAX_BATCH_SIZE // calls_per_item)
 
 
-def judge_call(project, config: dict, launcher):
-    """The judge model's call for the engine (config: provider_model or local_model, max_tokens),
-    safe from the engine's threads: each gives its database connection back after a call."""
-    call = provider_call(project, config, launcher) if config.get("provider_model") else local_call(config)
+def judge_call(project, config: dict, launcher, rubric):
+    """The judge model's call for the engine (config: provider_model or local_model, max_tokens;
+    `rubric` the judge's checked rubric), safe from the engine's threads: each gives its database
+    connection back after a call."""
+    if config.get("provider_model"):
+        call = provider_call(project, config, launcher)
+    else:  # a local judge's answer is constrained to its rubric's schema: a small model's parses too
+        call = local_call(config, json_schema=answer_schema(rubric))
     runner_thread = threading.get_ident()
 
     def call_and_close(messages):
@@ -123,22 +127,37 @@ def provider_call(project, config: dict, launcher, *, temperature: float = 0.0, 
     return call
 
 
-def local_call(config: dict, *, temperature: float = 0.0, seed: int | None = None):
-    """A call to config["local_model"] through the worker's shared batcher."""
+def local_call(config: dict, *, temperature: float = 0.0, seed: int | None = None, json_schema: dict | None = None):
+    """A call to config["local_model"] through the worker's shared batcher; with `json_schema`, its
+    answer is constrained to JSON valid against it (workers.inference.constrain), unless the model's
+    tokenizer cannot be constrained: then it is asked as it is, and its answers parsed as ever."""
+    from dataclasses import replace
+
     from apps.registry.models import RegisteredModel
     from apps.registry.weights import model_paths
     from apps.serving.runner import batcher, engine_key
     from workers.inference import SamplingParams
+    from workers.inference.constrain import UnconstrainableTokenizer
 
     model = RegisteredModel.objects.select_related("base_model").get(pk=config["local_model"])
     base, adapter = model_paths(model)
     key = engine_key(model, adapter)
-    params = SamplingParams(max_new_tokens=config["max_tokens"], temperature=temperature, seed=seed)
+    params = SamplingParams(max_new_tokens=config["max_tokens"], temperature=temperature, seed=seed,
+                            json_schema=json_schema)
+
+
+    def ask(sampling: SamplingParams, messages: list[dict]):
+        future = batcher().submit(key, str(base), params=sampling, messages=messages,
+                                  adapter_path=str(adapter) if adapter else None)
+        return future.result(timeout=settings.INFERENCE_TIMEOUT_S)
 
     def call(messages: list[dict]) -> Reply:
-        future = batcher().submit(key, str(base), params=params, adapter_path=str(adapter) if adapter else None,
-                                  messages=messages)
-        result = future.result(timeout=settings.INFERENCE_TIMEOUT_S)
+        nonlocal params
+        try:
+            result = ask(params, messages)
+        except UnconstrainableTokenizer:  # the grammar engine cannot read its tokenizer: asked as it is
+            params = replace(params, json_schema=None)
+            result = ask(params, messages)
         return Reply(text=result.text, prompt_tokens=result.prompt_tokens, completion_tokens=result.completion_tokens)
     return call
 
@@ -301,5 +320,5 @@ def _judge_outputs(run: JobRun, job: EvalRun, generated: int) -> None:
             run.progress(done, total)  # raises JobCancelled once the run is asked to stop
             return run.stopping()  # its worker is stopping: handed back after this item
 
-        run_judge(rubric, todo, call=judge_call(job.project, config, job.created_by), on_item=on_item,
+        run_judge(rubric, todo, call=judge_call(job.project, config, job.created_by, rubric), on_item=on_item,
                   concurrency=items_in_flight(config, len(orders(rubric))))

@@ -15,8 +15,10 @@ What is supported, as OpenAI defines it: `n` choices (each its own generation, b
 together by the worker; a seed gives choice i the seed + i), `logprobs`/`top_logprobs`,
 `presence_penalty`/`frequency_penalty`, `stop`, `seed`, `stream_options.include_usage`, message
 `content` as a list of text parts, the `developer` role (the model's system role). Refused with
-a 400 naming the field: `tools`/`functions`/`tool_choice` (no tool calling yet),
-`response_format` other than text (no constrained JSON decoding yet), `logit_bias`. Errors
+a 400 naming the field: `tools`/`functions`/`tool_choice` (no tool calling yet), `logit_bias`.
+`response_format` json_object and json_schema constrain the output to JSON (valid against the
+schema) as it is generated (workers.inference.constrain); a schema that cannot be compiled is a
+400 naming response_format. Errors
 carry OpenAI's `type`, `param` (the request's own field name) and, where OpenAI has one, `code`
 (model_not_found, invalid_api_key, context_length_exceeded, rate_limit_exceeded).
 """
@@ -212,15 +214,30 @@ def _refuse_unsupported(body: dict) -> None:
         if body.get(name) not in (None, "none"):
             raise Invalid(f"{name} is not supported yet: this server does not do tool or function calling.",
                           field=name)
-    fmt = body.get("response_format")
-    if fmt is not None:
-        if not isinstance(fmt, dict) or fmt.get("type") not in ("text", "json_object", "json_schema"):
-            raise Invalid('response_format is {"type": "text"}.', field="response_format")
-        if fmt["type"] != "text":
-            raise Invalid(f"response_format {fmt['type']} is not supported yet: this server cannot constrain "
-                          'the output to JSON. Leave it out or send {"type": "text"}.', field="response_format")
     if body.get("logit_bias"):
         raise Invalid("logit_bias is not supported.", field="logit_bias")
+
+
+def _response_format(body: dict) -> dict | None:
+    """The JSON schema `response_format` asks the output to follow (json_object: any object), None
+    for text; each refusal names response_format (a schema the engine cannot compile is refused by
+    the sampling parameters' check, naming it too)."""
+    fmt = body.get("response_format")
+    if fmt is None:
+        return None
+    kind = fmt.get("type") if isinstance(fmt, dict) else None
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return {"type": "object"}
+    if kind == "json_schema":
+        spec = fmt.get("json_schema")
+        if not isinstance(spec, dict) or not isinstance(spec.get("schema"), dict):
+            raise Invalid('response_format json_schema is {"type": "json_schema", "json_schema": {"name": ..., '
+                          '"schema": {...}}}.', field="response_format")
+        return spec["schema"]
+    raise Invalid('response_format is {"type": "text"}, {"type": "json_object"} or {"type": "json_schema", '
+                  '"json_schema": {"name": ..., "schema": {...}}}.', field="response_format")
 
 
 def _chat_messages(messages):
@@ -300,6 +317,9 @@ def _parse(request: HttpRequest, chat: bool) -> dict:
             raise Invalid("include_usage is true or false.", field="stream_options.include_usage")
     include_usage = bool((options or {}).get("include_usage"))
     params = {ours: body[theirs] for theirs, ours in PARAM_NAMES.items() if body.get(theirs) is not None}
+    schema = _response_format(body)
+    if schema is not None:
+        params["json_schema"] = schema
     caller = body.get("user")  # the end user, as OpenAI's clients name it: keeps them on one canary side
     if caller is not None and (not isinstance(caller, str) or len(caller) > 256):
         raise Invalid("user is a string of at most 256 characters naming the end user.", field="user")

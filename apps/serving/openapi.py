@@ -3,7 +3,7 @@
 Its views are plain async Django views (DRF has no async views), so drf-spectacular cannot read
 them: a postprocessing hook (SPECTACULAR_SETTINGS["POSTPROCESSING_HOOKS"]) adds their paths and
 schemas, written here beside the code they describe. Only what is supported is documented; the
-refused options (tools, a JSON response_format, logit_bias) answer a 400 naming the field.
+refused options (tools, logit_bias) answer a 400 naming the field.
 """
 
 TAG = "openai"
@@ -84,9 +84,12 @@ SCHEMAS = {
         "max_completion_tokens": {**_nullable_int(1, 8192), "description": "The newer name of max_tokens."},
         "logprobs": {"type": "boolean", "nullable": True},
         "top_logprobs": {**_nullable_int(0, 20), "description": "Needs logprobs: true."},
-        "response_format": {"type": "object", "nullable": True, "required": ["type"],
-                            "properties": {"type": {"type": "string", "enum": ["text"]}},
-                            "description": "Only text: JSON mode is answered 400."}}},
+        "response_format": {"type": "object", "nullable": True, "required": ["type"], "properties": {
+            "type": {"type": "string", "enum": ["text", "json_object", "json_schema"]},
+            "json_schema": {"type": "object", "required": ["schema"], "properties": {
+                "name": {"type": "string"}, "schema": {"type": "object"}, "strict": {"type": "boolean"}}}},
+            "description": "json_object: the answer is a JSON object; json_schema: JSON valid against "
+                           "json_schema.schema (constrained as it is generated)."}}},
     "OpenAICompletionRequest": {"type": "object", "required": ["model", "prompt"], "properties": {
         "model": {"type": "string", "minLength": 1},
         "prompt": {"oneOf": [{"type": "string", "minLength": 1},

@@ -19,7 +19,7 @@ from apps.serving.models import Classification, Generation
 from apps.serving.tasks import classify_task, generate_task
 
 PARAM_FIELDS = ("max_new_tokens", "temperature", "top_p", "top_k", "stop", "seed", "presence_penalty",
-                "frequency_penalty", "logprobs", "top_logprobs")
+                "frequency_penalty", "logprobs", "top_logprobs", "json_schema")
 
 
 def servable_model(user, project: Project, ref, token=None) -> RegisteredModel:

@@ -242,24 +242,26 @@ def test_a_provider_that_answers_500_is_retried_then_fails_the_run_with_its_mess
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_a_local_judge_answers_through_the_inference_worker_and_what_it_cannot_format_is_counted(
+def test_a_local_judge_answers_through_the_inference_worker_constrained_to_its_rubrics_schema(
         client, scientist, owner, project, demo_model, inference_worker):
     comparison = make_comparison(project, owner, models=[demo_model, placeholder_model(project, "Beta")],
                                  prompts=["What is the capital of France?"])
     client.force_login(scientist)
     made = post(client, f"/api/projects/{project.pk}/judges/", {"name": "Demo judge", "rubric": POINTWISE,
-                                                                 "local_model": demo_model.pk, "max_tokens": 24})
+                                                                 "local_model": demo_model.pk, "max_tokens": 96})
     assert made.status_code == 201, made.content
     _, run = launch_and_wait(client, project, made.json(), comparison, timeout=400)
     assert run["state"] == "succeeded", run["error"]
     assert run["calls_done"] == 2 and run["summary"]["calls"] == 2
     verdicts = list(Verdict.objects.filter(run_id=run["id"]))
     assert all(v.raw and v.completion_tokens > 0 and v.prompt_tokens > 0 for v in verdicts)
-    # Whatever the small model wrote, each answer is either read whole or counted, never guessed.
-    assert all((v.answer is None) == bool(v.parse_error) for v in verdicts)
+    # A 135M model does not write the verdict's JSON by itself (tests/workers/test_constrained_decoding.py):
+    # its answers are constrained to the rubric's schema as they are generated, so each one parses.
+    assert all(v.answer is not None and not v.parse_error for v in verdicts), [v.raw for v in verdicts]
+    assert all(v.answer["correct"]["score"] in ("pass", "fail") and 1 <= v.answer["clarity"]["score"] <= 5
+               for v in verdicts)
     columns = run["summary"]["columns"]
-    assert sum(c["judged"] + c["unparseable"] for c in columns.values()) == 2
-    assert run["summary"]["unparseable"] == sum(v.answer is None for v in verdicts)
+    assert sum(c["judged"] for c in columns.values()) == 2 and run["summary"]["unparseable"] == 0
 
 
 def test_a_local_model_run_fills_the_batchers_rows_and_a_provider_run_keeps_judge_concurrency_in_flight(settings):

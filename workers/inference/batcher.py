@@ -242,6 +242,8 @@ class Batcher:
                 try:  # a bad request, or an adapter that cannot load, fails alone, not its batch
                     text = render_prompt(tokenizer, messages=request.messages, prompt=request.prompt)
                     [ids], _ = prepare(model, tokenizer, [text], request.params)
+                    constraint = (batch.constrain(request.params.json_schema)
+                                  if request.params.json_schema is not None else None)
                     adapter = None
                     if request.adapter_path is not None:
                         adapter = batch.adapters.acquire(request.adapter_path)
@@ -254,7 +256,7 @@ class Batcher:
                 request.sequence = DecodeSequence(ids, request.params, request.arrived,
                                                   on_token=_logged_on_token(request.on_token),
                                                   is_cancelled=_logged_is_cancelled(request.is_cancelled),
-                                                  adapter=adapter)
+                                                  adapter=adapter, constraint=constraint)
             elif request.adapters is not None and request.adapters is not batch.adapters:
                 # requeued, and its model was reloaded meanwhile: pin the adapter on the new one
                 _unpin(request)

@@ -95,6 +95,7 @@ class Sequence:
     adapter: str | None = None  # the LoRA adapter this row runs through (an AdapterSet name), None: the base
     logprobs: list[dict] = field(default_factory=list, repr=False)  # with params.logprobs: one per token
     logprobs_sent: int = 0  # entries already passed to on_token
+    constraint: Any = field(default=None, repr=False)  # with params.json_schema: its grammar's state (constrain.py)
 
 
 @dataclass
@@ -134,6 +135,7 @@ class DecodeBatch:
         self.last_adapter = last_adapter  # ... and its adapter
         self.device = _device_of(model)
         self.eos = eos_token_ids(model, tokenizer)
+        self.vocabulary_size = _vocabulary_size(model)
         self.cache_name, self.extra = _forward_arguments(model)
         self.kv_bytes_per_token = kv_bytes_per_token(model)
         self.rows: list[Sequence] = []
@@ -202,6 +204,8 @@ class DecodeBatch:
         for seq in sequences:
             seq.text = IncrementalText(self.tokenizer, seq.params.stop)
             seq.generator = _generator(seq.params, self.device, torch)
+            if seq.params.json_schema is not None and seq.constraint is None:
+                seq.constraint = self.constrain(seq.params.json_schema)
         ids = [seq.prompt_ids for seq in sequences]
         n = len(sequences)
         with torch.inference_mode():
@@ -237,6 +241,13 @@ class DecodeBatch:
             self._join([sequences[i] for i in keep], cache, mask, next_position, torch)
         kept = {id(sequences[i]) for i in keep}
         return [seq for seq in sequences if id(seq) not in kept]
+
+    def constrain(self, schema: dict) -> Any:
+        """A Constraint of `schema` over this model's tokens (InferenceInputError for a schema it
+        cannot compile)."""
+        from .constrain import Constraint
+
+        return Constraint(schema, self.tokenizer, self.vocabulary_size, self.eos)
 
     def _forward(self, names: list[str | None], **kwargs: Any) -> Any:
         if self.adapters is None:
@@ -336,11 +347,16 @@ class DecodeBatch:
             self.mask = self.mask[:, unused:]
 
     def _choose(self, logits, sequences: list[Sequence], torch) -> list[int]:
+        for row, seq in enumerate(sequences):
+            if seq.constraint is not None:  # only what the grammar allows next
+                seq.constraint.restrict(logits[row])
         tokens = _choose(logits, [s.params for s in sequences], [s.generator for s in sequences], torch,
                          [s.generated for s in sequences])
         for row, (seq, token) in enumerate(zip(sequences, tokens)):
             if seq.params.logprobs and token not in self.eos:
                 seq.logprobs.append(self._logprob_entry(logits[row], token, seq.params.top_logprobs, torch))
+            if seq.constraint is not None and token not in self.eos:
+                seq.constraint.accept(token)
         return tokens
 
     def _logprob_entry(self, logits, token: int, top: int, torch) -> dict:
@@ -383,8 +399,8 @@ class DecodeBatch:
                 reason = "stop"
             else:
                 self._stream(seq, seq.text.push(token))
-                if seq.text.stopped:
-                    reason = "stop"
+                if seq.text.stopped or (seq.constraint is not None and seq.constraint.complete):
+                    reason = "stop"  # a stop sequence, or the JSON value its grammar asked for is whole
                 elif len(seq.generated) >= seq.params.max_new_tokens:
                     reason = "length"
                 elif seq.is_cancelled is not None and seq.is_cancelled():
@@ -457,6 +473,20 @@ def kv_bytes_per_token(model: Any) -> int | None:
     head_dim = getattr(config, "head_dim", None) or hidden // heads
     element = next(model.parameters()).element_size()
     return 2 * layers * kv_heads * head_dim * element
+
+
+def _vocabulary_size(model: Any) -> int | None:
+    """Entries of the model's logits (its output embedding's rows), None when it does not say."""
+    try:
+        head = model.get_output_embeddings()
+    except (AttributeError, NotImplementedError):
+        head = None
+    weight = getattr(head, "weight", None)
+    if weight is not None:
+        return int(weight.shape[0])
+    config = getattr(model, "config", None)
+    size = getattr(config, "vocab_size", None)
+    return int(size) if isinstance(size, int) else None
 
 
 def _plain_layers(cache: Any) -> bool:

@@ -34,6 +34,9 @@ class SamplingParams:
     the model (the raw distribution, before penalties and temperature) and the `top_logprobs`
     most likely alternatives (0 to 20). Left at their defaults, a sequence is decoded exactly as
     without them.
+
+    `json_schema` (a JSON schema, as a dict) constrains the sequence's text to JSON valid against
+    it (constrain.py): OpenAI's response_format json_object is {"type": "object"}.
     """
 
     max_new_tokens: int = 256
@@ -46,6 +49,7 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     logprobs: bool = False
     top_logprobs: int = 0
+    json_schema: dict | None = field(default=None, hash=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -99,6 +103,10 @@ class SamplingParams:
             raise InferenceInputError("top_logprobs", f"must be a whole number from 0 to {MAX_TOP_LOGPROBS}.")
         if self.top_logprobs and not self.logprobs:
             raise InferenceInputError("top_logprobs", "needs logprobs to be true.")
+        if self.json_schema is not None:
+            from .constrain import grammar_of
+
+            grammar_of(self.json_schema)
         if context_length is not None and prompt_tokens is not None and prompt_tokens + n > context_length:
             raise InferenceInputError(
                 "prompt", f"the prompt has {prompt_tokens} tokens; with max_new_tokens={n} that is beyond the "
