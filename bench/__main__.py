@@ -28,6 +28,7 @@ BENCHMARKS = {
     "serve_concurrent": "bench.serve_concurrent",
     "serving_limits": "bench.serving_limits",
     "serve_fairness": "bench.serve_fairness",
+    "engine_metrics_overhead": "bench.engine_metrics_overhead",
     "sync_views": "bench.sync_views",
     "pii_scan": "bench.pii_scan",
     "pii_phone_library": "bench.pii_phone_library",

@@ -55,7 +55,9 @@ then VACUUM ANALYZE. PostgreSQL and Redis as bench/stack.py sets them up (`live_
 `copy_database` and `fresh_database`: the databases `bench_annotate_10k`, `bench_annotate_1m` and
 Label Studio's, fresh, dropped at the end; the servers and Label Studio stopped with the stack). BENCH_ANNOTATE_ROWS changes the
 large size, BENCH_ANNOTATE_PHASE_S (seconds per side per round, default 20, in two phases) and
-BENCH_ANNOTATE_ROUNDS (default 2) the measuring time. About 6 minutes with Label Studio (its first
+BENCH_ANNOTATE_ROUNDS (default 2) the measuring time. BENCH_ANNOTATE_DROP_INDEX (an index of the item
+table) adds a side "large_dropped": a copy of the large database without that index, its own server,
+its phases alternating with the others (what the index costs next and submit at 1M). About 6 minutes with Label Studio (its first
 start migrates for about a minute, in parallel with our seeding), 4 without.
 """
 
@@ -66,7 +68,15 @@ import threading
 import time
 import uuid
 
-from bench.stack import PG_URL, django_already_set_up, free_port, live_stack, rerun_in_child, use_database
+from bench.stack import (
+    PG_URL,
+    admin_execute,
+    django_already_set_up,
+    free_port,
+    live_stack,
+    rerun_in_child,
+    use_database,
+)
 
 SMALL_ITEMS = 10_000
 LARGE_ITEMS = int(os.environ.get("BENCH_ANNOTATE_ROWS", "1000000"))
@@ -75,6 +85,9 @@ PHASE_S = float(os.environ.get("BENCH_ANNOTATE_PHASE_S", "20"))
 ROUNDS = int(os.environ.get("BENCH_ANNOTATE_ROUNDS", "2"))
 # As many web processes as `manage.py up` starts on PostgreSQL here (settings.WEB_WORKERS) unless set.
 WEB_WORKERS = int(os.environ.get("BENCH_ANNOTATE_WEB_WORKERS", "0")) or None
+# An index of the item table to leave out of a third side, a copy of the large database without it
+# (same run, phases alternating with the others): what that index costs the queue at 1M.
+DROP_INDEX = os.environ.get("BENCH_ANNOTATE_DROP_INDEX", "")
 THINK_S = float(os.environ.get("BENCH_ANNOTATE_THINK_S", "1.0"))  # mean pause of the paced phase  # each round: small, large, large, small
 WARMUP_S = 4.0
 TARGET_RATIO = 1.5
@@ -166,6 +179,20 @@ def _seed_small() -> dict:
 
 
 # --- the server ----------------------------------------------------------------------------------
+
+def _copy_without_index(stack, database: str, index: str) -> str:
+    """A TEMPLATE copy of `database` (dropped with the stack) without the item table's `index`."""
+    import psycopg
+
+    copy = database + "_dropped"
+    stack.databases.append(copy)
+    admin_execute(f'DROP DATABASE IF EXISTS "{copy}" WITH (FORCE)', f'CREATE DATABASE "{copy}" TEMPLATE "{database}"')
+    with psycopg.connect(f"{PG_URL}/{copy}", autocommit=True) as conn:
+        conn.execute(f'DROP INDEX "{index}"')
+        conn.execute("VACUUM ANALYZE")
+    print(f"annotate_concurrent: side large_dropped: {database} without index {index}", flush=True)
+    return copy
+
 
 def _start_server(stack, database: str, env: dict | None = None) -> str:
     """The production server on `database` as `manage.py up` starts it (see `_web_workers`), the
@@ -499,6 +526,7 @@ def run() -> list[dict]:
         print(f"annotate_concurrent: {LARGE_ITEMS:,} rows in {rows_s:.1f} s, items in {items_s:.1f} s, "
               f"VACUUM ANALYZE {vacuum_s:.1f} s", flush=True)
         connection.close()
+        dropped_db = _copy_without_index(stack, large_db, DROP_INDEX) if DROP_INDEX else ""
 
         small_url = _start_server(stack, stack.database)
         large_url = _start_server(stack, large_db)
@@ -506,6 +534,10 @@ def run() -> list[dict]:
         sides = {"small": Side("small", small_url, seeded["small_campaign"], SMALL_ITEMS, sessions),
                  "large": Side("large", large_url, large_campaign.pk, LARGE_ITEMS, sessions)}
         order = ["small", "large"]
+        if DROP_INDEX:
+            sides["large_dropped"] = Side("large_dropped", _start_server(stack, dropped_db), large_campaign.pk,
+                                          LARGE_ITEMS, sessions)
+            order.append("large_dropped")
         if label_studio is not None:
             ls_url, ls_start_s = _wait_label_studio(*label_studio)
             seed_started = time.perf_counter()
@@ -536,6 +568,8 @@ def run() -> list[dict]:
         sides["large"].submitted_items += paced.submitted_items  # both phases' answers are in that database
         checks = {"small": _check(stack.database, seeded["small_campaign"], sides["small"]),
                   "large": _check(large_db, large_campaign.pk, sides["large"])}
+        if DROP_INDEX:
+            checks["large_dropped"] = _check(dropped_db, large_campaign.pk, sides["large_dropped"])
         if "label_studio" in sides:
             checks["label_studio"] = _check_label_studio(ls_db, ls_project, sides["label_studio"])
         explain = {"small": _explain_queue(stack.database, seeded["small_campaign"], "bench-annotator-00"),
@@ -567,6 +601,13 @@ def run() -> list[dict]:
               "all_requests_ok": clean, "items_over_overlap": over_overlap}
     if "label_studio" in sides:
         common["label_studio"] = {**stats(sides["label_studio"]), **ls_info}
+    if "large_dropped" in sides:
+        common["large_dropped"] = {**stats(sides["large_dropped"]), "index_dropped": DROP_INDEX}
+        for name in ("large", "large_dropped"):
+            figures = stats(sides[name])
+            print(f"  {name:<14} {figures['annotations_per_s']:>7.1f} ann/s  cycle p50/p99 "
+                  f"{figures['cycle_p50_ms']:.0f}/{figures['cycle_p99_ms']:.0f} ms  next p99 {figures['next_p99_ms']:.0f} ms  "
+                  f"submit p99 {figures['submit_p99_ms']:.0f} ms", flush=True)
     results = []
     for kind, what in (("cycle", "next + submit cycle"), ("next", "POST next/"), ("submit", "POST submit/")):
         samples = {"small": getattr(small, f"{kind}_ms"), "large": getattr(large, f"{kind}_ms")}

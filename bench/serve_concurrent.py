@@ -1,7 +1,8 @@
 """16 concurrent `openai` clients streaming chat completions from `/v1` (#18 Benchmarks,
 `serve_concurrent`): aggregate tokens/s and time to first token through the whole serving path.
 
-Ours: the production web server (uvicorn, one process, as `manage.py up`) and an `inference`
+Ours: the production web server (uvicorn as `manage.py up` starts it, one process;
+BENCH_SERVE_WEB_WORKERS=2 for what `up` starts on PostgreSQL on 2 cores) and an `inference`
 Celery worker (threads, 16) on PostgreSQL and Redis (BENCH_LIVE_REDIS_URL, db 5 by default,
 flushed); the demo model (SmolLM2-135M-Instruct fp32 CPU, converted once as for generate_batched)
 registered ready in a project, a project API token. Each client is the official `openai` package
@@ -40,6 +41,8 @@ CLIENTS = int(os.environ.get("BENCH_SERVE_CLIENTS", "16"))
 NEW_TOKENS = 64
 ROUNDS = int(os.environ.get("BENCH_SERVE_ROUNDS", "2"))  # per side
 SINGLE = 4
+# Web processes: 1 unless set (`manage.py up` on PostgreSQL starts settings.WEB_WORKERS: one per core, 2 here).
+WEB_WORKERS = int(os.environ.get("BENCH_SERVE_WEB_WORKERS", "1"))
 MODEL = "demo"
 
 _TOPICS = ["the water cycle", "how a bicycle stays upright", "why the sky is blue", "what a compiler does",
@@ -169,7 +172,7 @@ def run() -> list[dict]:
 
         key = seed_demo(demo_model_dir(), project="Bench serving", model=MODEL).key
         connection.close()
-        address = stack.start_web()
+        address = stack.start_web(workers=WEB_WORKERS)
         stack.start_worker()
         our_url = f"http://{address}/v1"
         _single(our_url, key, MODEL, texts[:2])  # the worker loads the model
@@ -192,7 +195,7 @@ def run() -> list[dict]:
     extra = {"clients": CLIENTS, "new_tokens": NEW_TOKENS, "rounds_per_side": ROUNDS, "ours": us, "llama_cpp": them,
              "single_client_ttft_s": [round(t, 4) for t in single], "single_client_ttft_p50_s": round(single_p50, 4),
              "load_average_1m_after": round(os.getloadavg()[0], 2),
-             "stack": "openai clients -> uvicorn (1 process) -> celery inference worker (threads, 16) -> demo model "
+             "stack": f"openai clients -> uvicorn ({WEB_WORKERS} process(es)) -> celery inference worker (threads, 16) -> demo model "
                       "fp32 CPU; PostgreSQL, Redis"}
     ttft_ok = us["ttft_p99_s"] is not None and us["ttft_p99_s"] <= 1.5 and us["ttft_p99_s"] <= 3 * single_p50
     print(f"serve_concurrent: ours {us['tokens_per_s']:.1f} tokens/s, TTFT p50 {us['ttft_p50_s']:.2f} s p99 "
