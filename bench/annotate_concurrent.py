@@ -68,15 +68,7 @@ import threading
 import time
 import uuid
 
-from bench.stack import (
-    PG_URL,
-    admin_execute,
-    django_already_set_up,
-    free_port,
-    live_stack,
-    rerun_in_child,
-    use_database,
-)
+from bench.stack import PG_URL, django_already_set_up, free_port, live_stack, rerun_in_child, use_database
 
 SMALL_ITEMS = 10_000
 LARGE_ITEMS = int(os.environ.get("BENCH_ANNOTATE_ROWS", "1000000"))
@@ -181,12 +173,10 @@ def _seed_small() -> dict:
 # --- the server ----------------------------------------------------------------------------------
 
 def _copy_without_index(stack, database: str, index: str) -> str:
-    """A TEMPLATE copy of `database` (dropped with the stack) without the item table's `index`."""
+    """A copy of `database` (dropped with the stack) without the item table's `index`."""
     import psycopg
 
-    copy = database + "_dropped"
-    stack.databases.append(copy)
-    admin_execute(f'DROP DATABASE IF EXISTS "{copy}" WITH (FORCE)', f'CREATE DATABASE "{copy}" TEMPLATE "{database}"')
+    copy = stack.copy_database(LARGE_DB + "_dropped", source=database)
     with psycopg.connect(f"{PG_URL}/{copy}", autocommit=True) as conn:
         conn.execute(f'DROP INDEX "{index}"')
         conn.execute("VACUUM ANALYZE")

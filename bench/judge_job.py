@@ -43,7 +43,6 @@ issue's 256 cells the baseline takes several minutes on 2 cores; BENCH_JUDGE_CEL
 from __future__ import annotations
 
 import os
-import socket
 import statistics
 import time
 
@@ -72,11 +71,6 @@ ANSWERS = [  # a short answer to each of bench.generate_batched.QUESTIONS, in or
     "A number greater than 1 whose only divisors are 1 and itself.", "Keep a regular bedtime.",
 ]
 WORSE = "I am not sure, but it might be something else entirely."
-
-
-def _hostname(name: str) -> str:
-    """The Celery hostname Stack.start_workers gives its first worker called `name`."""
-    return f"{name}-0-{os.getpid()}@{socket.gethostname()}"
 
 
 def _comparison(user, project, models, prompts: int, name: str):
@@ -201,7 +195,7 @@ def run() -> list[dict]:
                             env={"INFERENCE_MAX_BATCH_SIZE": str(batch)})
         stack.start_workers(1, name="bench-judge-one", queue=BASELINE_QUEUE, concurrency=WORKER_THREADS,
                             env={"INFERENCE_MAX_BATCH_SIZE": "1"})
-        hosts = {"ours": _hostname("bench-judge-ours"), "one": _hostname("bench-judge-one")}
+        hosts = {"ours": stack.worker_hostname("bench-judge-ours"), "one": stack.worker_hostname("bench-judge-one")}
         other = {"ours": "one", "one": "ours"}
         for side in ("ours", "one"):  # each worker loads the model and judges once, untimed
             _consume(hosts[side], hosts[other[side]])

@@ -206,17 +206,18 @@ class Stack:
         admin_execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)', f'CREATE DATABASE "{name}"')
         return name
 
-    def copy_database(self, name: str) -> str:
-        """A TEMPLATE copy of the stack's database as `name` (BENCH_DB_PREFIX before it), dropped with
-        the stack; its full name. This process's connection is closed first: PostgreSQL copies only a
-        database nobody is connected to (so the stack must be set up with `pool=False`)."""
+    def copy_database(self, name: str, *, source: str = "") -> str:
+        """A TEMPLATE copy of the stack's database (or of `source`, a full name) as `name`
+        (BENCH_DB_PREFIX before it), dropped with the stack; its full name. This process's connection
+        is closed first: PostgreSQL copies only a database nobody is connected to (so the stack must
+        be set up with `pool=False`)."""
         from django.db import connection
 
         connection.close()
         name = DB_PREFIX + name
         self.databases.append(name)
         admin_execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)',
-                      f'CREATE DATABASE "{name}" TEMPLATE "{self.database}"')
+                      f'CREATE DATABASE "{name}" TEMPLATE "{source or self.database}"')
         return name
 
     def spawn(self, argv: list[str], **popen: Any) -> subprocess.Popen:
@@ -239,6 +240,11 @@ class Stack:
         self.address = base.removeprefix("http://")
         return self.address
 
+    @staticmethod
+    def worker_hostname(name: str, n: int = 0) -> str:
+        """The Celery hostname of the `n`th worker start_workers starts as `name`."""
+        return f"{name}-{n}-{os.getpid()}@{socket.gethostname()}"
+
     def start_workers(self, count: int, *, name: str = "bench-inference", queue: str = "inference",
                       pool: str = "threads", concurrency: int = 8, env: dict | None = None) -> list[subprocess.Popen]:
         """`count` Celery worker processes on `queue`, each a `pool` pool of `concurrency` (the
@@ -246,7 +252,7 @@ class Stack:
         every one answers a ping."""
         from workbench.celery import app
 
-        hostnames = [f"{name}-{n}-{os.getpid()}@{socket.gethostname()}" for n in range(count)]
+        hostnames = [self.worker_hostname(name, n) for n in range(count)]
         workers = [self.spawn(
             [sys.executable, "-m", "celery", "-A", "workbench", "--quiet", "worker", "-Q", queue, "--pool", pool,
              "--concurrency", str(concurrency), "--hostname", hostname, "--loglevel", "WARNING",

@@ -145,7 +145,6 @@ def local_call(config: dict, *, temperature: float = 0.0, seed: int | None = Non
     params = SamplingParams(max_new_tokens=config["max_tokens"], temperature=temperature, seed=seed,
                             json_schema=json_schema)
 
-
     def ask(sampling: SamplingParams, messages: list[dict]):
         future = batcher().submit(key, str(base), params=sampling, messages=messages,
                                   adapter_path=str(adapter) if adapter else None)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import threading
 import weakref
+from functools import lru_cache
 from typing import Any
 
 from .errors import InferenceInputError
@@ -32,25 +33,36 @@ _lock = threading.Lock()
 
 
 def grammar_of(schema: Any, field: str = "response_format") -> str:
-    """The llguidance grammar of a JSON schema (a dict), or InferenceInputError(field)."""
-    from llguidance import LLMatcher
-
+    """The llguidance grammar of a JSON schema (a dict), or InferenceInputError(field). Each schema
+    is compiled once per process: a request's is checked at submit and used at admission, and a
+    judge asks the same one for every item."""
     if not isinstance(schema, dict):
         raise InferenceInputError(field, "the JSON schema is an object.")
     try:
-        text = json.dumps(schema, allow_nan=False)
+        text = json.dumps(schema, allow_nan=False)  # key order kept: it is the order the properties are written in
     except (TypeError, ValueError):
         raise InferenceInputError(field, "the JSON schema is not JSON.") from None
     if len(text) > MAX_SCHEMA_CHARS:
         raise InferenceInputError(field, f"the JSON schema is over {MAX_SCHEMA_CHARS} characters.")
+    grammar, why = _compiled(text)
+    if why:
+        raise InferenceInputError(field, f"the JSON schema cannot be used: {why}")
+    return grammar
+
+
+@lru_cache(maxsize=256)
+def _compiled(text: str) -> tuple[str, str]:
+    """(the grammar of a schema's JSON text, "") or ("", why it cannot be used)."""
+    from llguidance import LLMatcher
+
     try:
         grammar = LLMatcher.grammar_from_json_schema(text, defaults=COMPILE_OPTIONS)
     except ValueError as exc:
-        raise InferenceInputError(field, f"the JSON schema cannot be used: {exc}") from None
+        return "", str(exc)[:300]
     error = LLMatcher.validate_grammar(grammar)
     if error and not error.startswith("WARNING"):
-        raise InferenceInputError(field, f"the JSON schema cannot be used: {error.splitlines()[0][:300]}")
-    return grammar
+        return "", error.splitlines()[0][:300]
+    return grammar, ""
 
 
 class UnconstrainableTokenizer(InferenceInputError):
