@@ -125,7 +125,22 @@ class Verdict(models.Model):
         ]
 
 
-class Rating(models.Model):
+class PersonJudgement(models.Model):
+    """What a person's rating and blind choice share: the judge whose rubric they answer, who
+    answered, and when. One per person and target: answering again replaces it."""
+
+    judge = models.ForeignKey(Judge, on_delete=models.CASCADE, related_name="%(class)ss")
+    rater = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        abstract = True
+        ordering = ["judge", "id"]
+        default_permissions = ()
+
+
+class Rating(PersonJudgement):
     """A person's rating of one response on a pointwise judge's rubric: `answer` has the shape of
     the judge's answer ({criterion: {score, reason}}, valid against the rubric's schema), so the
     two can be set side by side. What is rated is exactly one of: an output of a comparison, or a
@@ -133,21 +148,15 @@ class Rating(models.Model):
     version reads them (prompt_column, response_column). One per person, response and judge:
     rating again replaces it. Raters see the response blind, as voters do."""
 
-    judge = models.ForeignKey(Judge, on_delete=models.CASCADE, related_name="ratings")
     output = models.ForeignKey("comparison.Output", null=True, blank=True, on_delete=models.CASCADE, related_name="+")
     dataset_version = models.ForeignKey("datasets.DatasetVersion", null=True, blank=True, on_delete=models.CASCADE,
                                         related_name="+")
     position = models.PositiveIntegerField(null=True, blank=True)  # the version's row
     prompt_column = models.CharField(max_length=200, blank=True)  # a version's columns; "" for an output
     response_column = models.CharField(max_length=200, blank=True)
-    rater = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
     answer = models.JSONField()
-    created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True)
 
-    class Meta:
-        ordering = ["judge", "id"]
-        default_permissions = ()
+    class Meta(PersonJudgement.Meta):
         constraints = [
             models.UniqueConstraint(fields=["judge", "output", "rater"], name="rating_unique_rater"),
             models.UniqueConstraint(fields=["judge", "dataset_version", "position", "prompt_column",
@@ -161,7 +170,7 @@ class Rating(models.Model):
         ]
 
 
-class Preference(models.Model):
+class Preference(PersonJudgement):
     """A person's blind choice between a dataset version's row's two responses for a pairwise
     judge: the row (`position`) read in three of its columns, as a run of the judge over the
     version reads them (prompt_column, response_column = first, second_response_column = second).
@@ -173,21 +182,15 @@ class Preference(models.Model):
         SECOND = "second"
         TIE = "tie"
 
-    judge = models.ForeignKey(Judge, on_delete=models.CASCADE, related_name="preferences")
     dataset_version = models.ForeignKey("datasets.DatasetVersion", on_delete=models.CASCADE, related_name="+")
     position = models.PositiveIntegerField()  # the version's row
     prompt_column = models.CharField(max_length=200)
     response_column = models.CharField(max_length=200)
     second_response_column = models.CharField(max_length=200)
-    rater = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
     choice = models.CharField(max_length=8, choices=Choice.choices)
     swapped = models.BooleanField()
-    created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True)
 
-    class Meta:
-        ordering = ["judge", "id"]
-        default_permissions = ()
+    class Meta(PersonJudgement.Meta):
         constraints = [
             models.UniqueConstraint(fields=["judge", "dataset_version", "position", "prompt_column", "response_column",
                                             "second_response_column", "rater"], name="preference_unique_rater"),
