@@ -16,7 +16,8 @@ A worker's writes are fenced by its claim (the row's `runs` and `worker` when it
 that lost the job while it ran (its heartbeat went stale in a long pause or a network partition, and
 another worker took the job over) finds its next row write refused and stops (LeaseLost) without
 writing more; its bucket folders carry its claim, so they never replace the new owner's
-(apps.training.bucket).
+(apps.training.bucket). A checkpoint it wrote in a local folder that the owner shares (both workers on
+one machine) was never recorded on the row, and a claim removes such checkpoints before it resumes.
 """
 
 import logging
@@ -35,7 +36,7 @@ from apps.training import bucket, events
 from apps.training.capacity import worker_devices
 from apps.training.models import MetricPoint, TrainingJob
 from workers.training import ConfigError, TrainCallbacks, TrainCancelled, TrainConfig, TrainingDataError, train
-from workers.training.checkpoint import checkpoints_dir_of
+from workers.training.checkpoint import checkpoints_dir_of, discard_after
 from workers.training.distributed import (
     DistributedTrainingError,
     RendezvousTimeout,
@@ -158,6 +159,11 @@ def _train(run: JobRun, *, on_cluster: bool = False) -> None:
     try:
         lineage = adapter_lineage(job)  # hashes the base's weights the first time: before the run, not after
         callbacks.start_clock()  # that hash is once per model, not part of the setup this job records
+        # A checkpoint the row never recorded was written by a claim that lost the job (or cut off before its
+        # record): this claim resumes from the row's, as a worker on another machine does from the bucket.
+        if discarded := discard_after(checkpoints_dir_of(output_dir(job)), job.checkpoint_step or 0):
+            callbacks.log(f"removed this machine's checkpoints at steps {', '.join(map(str, discarded))}: "
+                          f"the job never recorded them (its last is at step {job.checkpoint_step or 0})")
         if storage.bucket_enabled() and job.checkpoint_step:
             fetched = callbacks.with_bucket(
                 "reading the checkpoints in the artifact bucket", "resuming from this machine's own checkpoints, if any",

@@ -2,7 +2,9 @@
 adapter and lineage, cancel and resume, a worker killed mid-job, a failure with its traceback."""
 
 import io
+import json
 import os
+import shutil
 import signal
 import zipfile
 
@@ -10,8 +12,10 @@ import pytest
 
 from apps.registry.models import RegisteredModel
 from apps.training.models import MetricPoint, TrainingJob
+from apps.training.runner import output_dir
 from tests.conftest import wait_for
 from tests.training.fixtures import launch_body
+from workers.training.checkpoint import checkpoints_dir_of
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -107,10 +111,9 @@ def assert_card_carries_the_lineage(folder, job, base_model, version):
     assert saved["config"]["lora_r"] == 4 and saved["metrics"]["eval_loss"] == pytest.approx(job["metrics"]["eval_loss"])
 
 
-def test_a_cancelled_job_stops_within_a_step_keeps_its_checkpoint_and_resumes_to_the_end(
-        client, scientist, project, tiny_model, qa_version, celery_worker):
-    client.force_login(scientist)
-    job_id = launch(client, project, launch_body(tiny_model, qa_version, max_steps=150, eval_every=None,
+def cancelled_after_5_steps(client, project, tiny_model, qa_version, max_steps: int) -> tuple[dict, int]:
+    """A job launched, cancelled once it took 5 steps, ended: (its API body, its step when cancelled)."""
+    job_id = launch(client, project, launch_body(tiny_model, qa_version, max_steps=max_steps, eval_every=None,
                                                  checkpoint_every=20))["id"]
     wait_for(lambda: TrainingJob.objects.get(pk=job_id).current_step >= 5, timeout=120, interval=0.02,
              what="5 steps")
@@ -118,6 +121,14 @@ def test_a_cancelled_job_stops_within_a_step_keeps_its_checkpoint_and_resumes_to
     step_at_cancel = TrainingJob.objects.get(pk=job_id).current_step
     job = ended(client, job_id)
     assert job["state"] == "cancelled"
+    return job, step_at_cancel
+
+
+def test_a_cancelled_job_stops_within_a_step_keeps_its_checkpoint_and_resumes_to_the_end(
+        client, scientist, project, tiny_model, qa_version, celery_worker):
+    client.force_login(scientist)
+    job, step_at_cancel = cancelled_after_5_steps(client, project, tiny_model, qa_version, 150)
+    job_id = job["id"]
     assert job["current_step"] <= step_at_cancel + 1
     assert job["current_step"] < 150
     assert job["checkpoint_step"] == job["current_step"]  # a checkpoint at the step it stopped
@@ -129,6 +140,30 @@ def test_a_cancelled_job_stops_within_a_step_keeps_its_checkpoint_and_resumes_to
     assert job["state"] == "succeeded", job["error"]
     assert job["info"]["resumed_from_step"] == stopped_at
     assert train_steps(job_id) == list(range(1, 151))
+
+
+def test_a_checkpoint_the_job_never_recorded_is_removed_before_it_resumes_from_its_recorded_one(
+        client, scientist, project, tiny_model, qa_version, celery_worker):
+    # What a worker that lost its job can leave in a folder it shares with the new owner (both on one
+    # machine): a complete checkpoint past the one the row records, written after its claim was taken
+    # over (its record refused). Planted here as a copy of the job's own, one claimed 10 steps further.
+    client.force_login(scientist)
+    job, _ = cancelled_after_5_steps(client, project, tiny_model, qa_version, 60)
+    job_id, recorded = job["id"], job["checkpoint_step"]
+    checkpoints = checkpoints_dir_of(output_dir(TrainingJob.objects.get(pk=job_id)))
+    assert (checkpoints / f"step-{recorded}" / "COMPLETE").is_file()
+    unrecorded = checkpoints / f"step-{recorded + 10}"
+    shutil.copytree(checkpoints / f"step-{recorded}", unrecorded)
+    state = json.loads((unrecorded / "trainer_state.json").read_text())
+    (unrecorded / "trainer_state.json").write_text(json.dumps({**state, "step": recorded + 10}))
+
+    assert client.post(f"/api/jobs/{job_id}/resume/").status_code == 200
+    job = ended(client, job_id)
+    assert job["state"] == "succeeded", job["error"]
+    assert job["info"]["resumed_from_step"] == recorded
+    assert train_steps(job_id) == list(range(1, 61))  # the 10 steps the planted one claims were trained
+    assert (f"removed this machine's checkpoints at steps {recorded + 10}: the job never recorded them "
+            f"(its last is at step {recorded})") in job["log_tail"]
 
 
 def test_a_worker_killed_mid_job_is_replaced_and_the_job_resumes_from_its_checkpoint(

@@ -23,6 +23,7 @@ from workers.training import (
     target_module_names,
     train,
 )
+from workers.training.checkpoint import complete_steps, discard_after
 from workers.training.data import IGNORE, Example, collate, make_rows
 
 # A word-level vocabulary that fits the tiny model's 64 embeddings, split on spaces only, so that
@@ -442,10 +443,23 @@ def test_a_partial_checkpoint_is_ignored_and_removed(model_dir, tmp_path):
     assert (checkpoints / "step-2" / "COMPLETE").exists()
 
 
+def test_discard_after_removes_only_the_complete_checkpoints_past_the_step_vouched_for(tmp_path):
+    checkpoints = tmp_path / "checkpoints"
+    for name in ("step-10", "step-20", "step-30", "step-40", "step-50"):
+        (checkpoints / name / "adapter").mkdir(parents=True)
+        (checkpoints / name / "COMPLETE").write_text("")
+    (checkpoints / "step-50" / "COMPLETE").unlink()  # incomplete: not a checkpoint; remove_incomplete's
+    assert discard_after(checkpoints, 20) == [30, 40]
+    assert complete_steps(checkpoints) == [10, 20]
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["step-10", "step-20", "step-50"]
+    assert discard_after(checkpoints, 20) == [] and discard_after(tmp_path / "none", 0) == []
+    assert discard_after(checkpoints, 0) == [10, 20] and complete_steps(checkpoints) == []
+
+
 def test_a_checkpoint_installed_from_elsewhere_resumes_the_run_and_a_bad_one_is_refused(model_dir, tmp_path):
     import shutil
 
-    from workers.training.checkpoint import complete_steps, install_checkpoint
+    from workers.training.checkpoint import install_checkpoint
 
     with pytest.raises(TrainCancelled):
         run(model_dir, tmp_path / "first-machine", Recorder(stop_after=3), max_steps=6)

@@ -172,6 +172,23 @@ def remove_incomplete(checkpoints_dir: Path) -> None:
                 shutil.rmtree(entry, ignore_errors=True)
 
 
+def discard_after(checkpoints_dir: Path, step: int) -> list[int]:
+    """Remove the complete checkpoints above `step`, the newest one the caller vouches for (a worker that
+    lost its job may have written one after that, which the job never recorded); returns their steps.
+    Each is renamed aside first, so a removal cut short leaves a temporary directory, never a
+    checkpoint with files missing."""
+    discarded = []
+    for number, path in _complete(checkpoints_dir):
+        if number > step:
+            aside = path.with_name(f"{_TEMP_PREFIX}discarded-{path.name}")
+            os.rename(path, aside)
+            shutil.rmtree(aside, ignore_errors=True)
+            discarded.append(number)
+    if discarded:
+        fsync_directory(checkpoints_dir)
+    return discarded
+
+
 def _complete(checkpoints_dir: Path) -> list[tuple[int, Path]]:
     if not checkpoints_dir.is_dir():
         return []
