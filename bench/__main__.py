@@ -13,6 +13,7 @@ BENCHMARKS = {
     "generate_batched": "bench.generate_batched",
     "continuous_batching": "bench.continuous_batching",
     "prefill_groups": "bench.prefill_groups",
+    "constrain_overhead": "bench.constrain_overhead",
     "train_lora": "bench.train_lora",
     "train_ddp": "bench.train_ddp",
     "train_step_options": "bench.train_step_options",

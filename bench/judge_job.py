@@ -10,7 +10,7 @@ runs it), each loading the demo model (SmolLM2-135M-Instruct, fp32, CPU) in its 
 Seeded (seed_demo): a user, their project, the demo model registered ready, a second ready model of
 the same weights; a comparison of the two over CELLS / 2 chat prompts (bench.generate_batched's
 questions, repeated), its CELLS outputs written directly in the database as a finished comparison
-(as tests/comparison/factories.make_comparison does: no generation), a short answer for the first
+(tests/comparison/factories.make_comparison: no generation), a short answer for the first
 model and a worse one for the second; a pointwise judge (one criterion, a 1-5 scale, the demo model
 as the local judge, answers of at most MAX_TOKENS tokens) made with apps.evaluation.services.judge_create.
 
@@ -74,25 +74,15 @@ WORSE = "I am not sure, but it might be something else entirely."
 
 
 def _comparison(user, project, models, prompts: int, name: str):
-    """A finished comparison of `models` over `prompts` chat prompts, every output written here."""
-    from django.utils import timezone
-
-    from apps.comparison.models import Comparison, Contestant, Output, Prompt
+    """A finished comparison of `models` over `prompts` chat prompts, every output written here:
+    a short answer for the first model, a worse one for the second."""
     from bench.generate_batched import QUESTIONS
+    from tests.comparison.factories import make_comparison
 
-    now = timezone.now()
-    comparison = Comparison.objects.create(
-        project=project, name=name, state=Comparison.State.SUCCEEDED, created_by=user,
-        params={"max_new_tokens": MAX_TOKENS}, source={"kind": "ad_hoc"}, cells_total=prompts * len(models),
-        cells_done=prompts * len(models), started_at=now, finished_at=now)
-    contestants = [Contestant.objects.create(comparison=comparison, model=m, position=i) for i, m in enumerate(models)]
-    rows = Prompt.objects.bulk_create([Prompt(comparison=comparison, position=i, text=QUESTIONS[i % len(QUESTIONS)])
-                                       for i in range(prompts)])
-    Output.objects.bulk_create([
-        Output(comparison=comparison, prompt=row, contestant=contestant, finish_reason="stop", completion_tokens=12,
-               text=ANSWERS[row.position % len(ANSWERS)] if contestant.position == 0 else WORSE)
-        for row in rows for contestant in contestants])
-    return comparison
+    return make_comparison(project, user, models=models, name=name,
+                           prompts=[QUESTIONS[i % len(QUESTIONS)] for i in range(prompts)],
+                           answer=lambda prompt, contestant: (ANSWERS[prompt.position % len(ANSWERS)]
+                                                              if contestant.position == 0 else WORSE))
 
 
 def _seed(model_dir) -> dict:

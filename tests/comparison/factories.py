@@ -16,8 +16,9 @@ def placeholder_model(project, name: str | None = None) -> RegisteredModel:
 
 
 def make_comparison(project, owner, *, models: int | list = 2, prompts=PROMPTS, state="succeeded",
-                    outputs: bool = True, references=None, name="Base vs tuned") -> Comparison:
-    """A comparison whose grid is already filled: output text "<model name> says <n>"."""
+                    outputs: bool = True, references=None, name="Base vs tuned", answer=None) -> Comparison:
+    """A comparison whose grid is already filled: output text "<model name> says <n>", or
+    `answer(prompt, contestant)`."""
     if isinstance(models, int):
         models = [placeholder_model(project) for _ in range(models)]
     comparison = Comparison.objects.create(project=project, name=name, state=state, created_by=owner,
@@ -27,7 +28,8 @@ def make_comparison(project, owner, *, models: int | list = 2, prompts=PROMPTS, 
     rows = [Prompt.objects.create(comparison=comparison, position=i, text=text,
                                   reference=references[i] if references else None) for i, text in enumerate(prompts)]
     if outputs:
-        Output.objects.bulk_create([Output(comparison=comparison, prompt=p, contestant=c, text=f"{c.model.name} says {p.position}",
+        Output.objects.bulk_create([Output(comparison=comparison, prompt=p, contestant=c,
+                                           text=answer(p, c) if answer else f"{c.model.name} says {p.position}",
                                            completion_tokens=3, latency_s=0.1, tokens_per_s=30.0)
                                     for p in rows for c in contestants])
         comparison.cells_done = len(rows) * len(contestants)
