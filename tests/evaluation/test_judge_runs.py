@@ -9,6 +9,7 @@ import pytest
 
 from apps.comparison.models import Comparison, Output
 from apps.evaluation.models import JudgeRun, Verdict
+from apps.providers.models import Provider
 from tests.comparison.factories import make_comparison, placeholder_model
 from tests.conftest import wait_for
 from tests.evaluation.fixtures import vote
@@ -212,20 +213,25 @@ def test_a_pointwise_judge_scores_each_output_and_counts_unparseable_answers(
     assert (standings["Alpha"]["wins"], standings["Beta"]["losses"], standings["Alpha"]["rank"]) == (2, 2, 1)
 
 
-def test_a_provider_that_answers_500_is_retried_then_fails_the_run_with_its_message_keeping_no_half_item(
-        client, scientist, owner, project, judge_provider, scripted_judge, inference_worker):
+@pytest.mark.parametrize(("failure", "error"), [
+    ({"status": 500, "message": "the judge model crashed"}, "Scripted answered 500: the judge model crashed"),
+    ({**winner("A"), "delay_s": 3}, "Scripted did not answer within 1 s."),  # past the provider's timeout
+], ids=["answers-500", "times-out"])
+def test_a_provider_that_fails_is_retried_then_fails_the_run_with_its_message_keeping_no_half_item(
+        client, scientist, owner, project, judge_provider, scripted_judge, inference_worker, failure, error):
+    Provider.objects.filter(pk=judge_provider.pk).update(timeout_s=1)
     comparison = pair_comparison(project, owner)
     (p0a, p0b), (p1a, p1b) = PAIR_TEXTS[:2]
     scripted_judge.script([
         {"pattern": shown(p0a, p0b), **winner("B")}, {"pattern": shown(p0b, p0a), **winner("A")},
         {"pattern": shown(p1a, p1b), **winner("A")},
-        {"pattern": shown(p1b, p1a), "status": 500, "message": "the judge model crashed"},
+        {"pattern": shown(p1b, p1a), **failure},
     ])
     client.force_login(scientist)
     judge = make_judge(client, project, PAIRWISE)
     _, run = launch_and_wait(client, project, judge, comparison)
     assert run["state"] == "failed"
-    assert run["error"] == "Scripted answered 500: the judge model crashed"
+    assert run["error"] == error
     # The four pairs are asked together (JUDGE_CONCURRENCY): each in both orders, and pair 1's
     # swapped order three times (the client's two retries with backoff): 2 + (1 + 3) + 2 + 2.
     assert len(scripted_judge.requests()) == 10
