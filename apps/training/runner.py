@@ -17,7 +17,8 @@ that lost the job while it ran (its heartbeat went stale in a long pause or a ne
 another worker took the job over) finds its next row write refused and stops (LeaseLost) without
 writing more; its bucket folders carry its claim, so they never replace the new owner's
 (apps.training.bucket). A checkpoint it wrote in a local folder that the owner shares (both workers on
-one machine) was never recorded on the row, and a claim removes such checkpoints before it resumes.
+one machine) was never recorded on the row: the engine is told the row's step (`resume_up_to`), removes
+the checkpoints above it once the model is loaded, and never resumes from one of them.
 """
 
 import logging
@@ -36,7 +37,7 @@ from apps.training import bucket, events
 from apps.training.capacity import worker_devices
 from apps.training.models import MetricPoint, TrainingJob
 from workers.training import ConfigError, TrainCallbacks, TrainCancelled, TrainConfig, TrainingDataError, train
-from workers.training.checkpoint import checkpoints_dir_of, discard_after
+from workers.training.checkpoint import checkpoints_dir_of
 from workers.training.distributed import (
     DistributedTrainingError,
     RendezvousTimeout,
@@ -159,11 +160,6 @@ def _train(run: JobRun, *, on_cluster: bool = False) -> None:
     try:
         lineage = adapter_lineage(job)  # hashes the base's weights the first time: before the run, not after
         callbacks.start_clock()  # that hash is once per model, not part of the setup this job records
-        # A checkpoint the row never recorded was written by a claim that lost the job (or cut off before its
-        # record): this claim resumes from the row's, as a worker on another machine does from the bucket.
-        if discarded := discard_after(checkpoints_dir_of(output_dir(job)), job.checkpoint_step or 0):
-            callbacks.log(f"removed this machine's checkpoints at steps {', '.join(map(str, discarded))}: "
-                          f"the job never recorded them (its last is at step {job.checkpoint_step or 0})")
         if storage.bucket_enabled() and job.checkpoint_step:
             fetched = callbacks.with_bucket(
                 "reading the checkpoints in the artifact bucket", "resuming from this machine's own checkpoints, if any",
@@ -238,8 +234,11 @@ def engine_arguments(job: TrainingJob, callbacks: TrainCallbacks, lineage: dict)
     train_rows = _rows(job, job.train_split)
     eval_rows = _rows(job, job.eval_split, MAX_EVAL_ROWS) if job.eval_split else []
     # devices or nodes > 1: torchrun's processes train, this one relays rank 0's events to the callbacks.
+    # A checkpoint the row never recorded was written by a claim that lost the job (or was cut off before
+    # its record): the engine removes it and resumes from the row's, as a worker elsewhere does from the bucket.
     return config, dict(model_dir=local_weights(job.base_model), output_dir=output_dir(job), train_rows=train_rows,
-                        eval_rows=eval_rows, callbacks=callbacks, lineage=lineage)
+                        eval_rows=eval_rows, callbacks=callbacks, lineage=lineage,
+                        resume_up_to=job.checkpoint_step or 0)
 
 
 def _succeed(run: JobRun, result, timing: dict, *, bucket_prefix: str) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import shutil
 from pathlib import Path
 
 import pytest
@@ -120,10 +121,11 @@ class Recorder(TrainCallbacks):
         self.lines.append(message)
 
 
-def run(model_dir: Path, output_dir: Path, callbacks: Recorder | None = None, eval_rows=(), rows=ROWS, **options):
+def run(model_dir: Path, output_dir: Path, callbacks: Recorder | None = None, eval_rows=(), rows=ROWS,
+        resume_up_to: int | None = None, **options):
     config = TrainConfig(**{**FAST, **options})
     return train(config, model_dir=model_dir, output_dir=output_dir, train_rows=rows, eval_rows=list(eval_rows),
-                 callbacks=callbacks)
+                 callbacks=callbacks, resume_up_to=resume_up_to)
 
 
 def adapter_weights(adapter_dir: Path) -> dict:
@@ -454,6 +456,46 @@ def test_discard_after_removes_only_the_complete_checkpoints_past_the_step_vouch
     assert sorted(p.name for p in checkpoints.iterdir()) == ["step-10", "step-20", "step-50"]
     assert discard_after(checkpoints, 20) == [] and discard_after(tmp_path / "none", 0) == []
     assert discard_after(checkpoints, 0) == [10, 20] and complete_steps(checkpoints) == []
+
+
+class PlantingRecorder(Recorder):
+    """Plants a complete checkpoint `ahead` steps past `source` at its first log line, which the engine
+    writes once the model is loaded: what a run that lost its claim, sharing the folder, can publish
+    while the new owner loads the model."""
+
+    def __init__(self, source: Path, ahead: int) -> None:
+        super().__init__()
+        self.source, self.ahead, self.planted = source, ahead, None
+
+    def log(self, message):
+        if self.planted is None:
+            step = json.loads((self.source / "trainer_state.json").read_text())["step"] + self.ahead
+            self.planted = self.source.with_name(f"step-{step}")
+            shutil.copytree(self.source, self.planted)
+            state = json.loads((self.planted / "trainer_state.json").read_text())
+            (self.planted / "trainer_state.json").write_text(json.dumps({**state, "step": step}))
+        super().log(message)
+
+
+@pytest.mark.parametrize("resume_up_to", [3, None])
+def test_a_checkpoint_written_while_the_model_loads_is_not_resumed_from_past_the_step_vouched_for(
+        model_dir, tmp_path, resume_up_to):
+    options = {"max_steps": 8, "packing": False, "checkpoint_every": 1000}
+    with pytest.raises(TrainCancelled):
+        run(model_dir, tmp_path / "out", Recorder(stop_after=3), **options)
+    checkpoints = tmp_path / "out" / "checkpoints"
+    planting = PlantingRecorder(checkpoints / "step-3", ahead=2)
+
+    result = run(model_dir, tmp_path / "out", planting, resume_up_to=resume_up_to, **options)
+
+    assert planting.planted == checkpoints / "step-5"
+    if resume_up_to is None:  # the caller vouches for nothing: the newest complete checkpoint is taken
+        assert result.resumed_from_step == 5 and [p["step"] for p in planting.steps] == [6, 7, 8]
+        return
+    assert result.resumed_from_step == 3 and [p["step"] for p in planting.steps] == [4, 5, 6, 7, 8]
+    assert ("Removed the checkpoints at steps 5: newer than step 3, the last one recorded, so written by a run "
+            "whose record was refused.") in planting.lines
+    assert complete_steps(checkpoints) == [3, 8]  # the planted one went before step 5 was trained again
 
 
 def test_a_checkpoint_installed_from_elsewhere_resumes_the_run_and_a_bad_one_is_refused(model_dir, tmp_path):

@@ -42,10 +42,11 @@ def model_dir(tmp_path_factory) -> Path:
     return directory
 
 
-def run(model_dir: Path, output_dir: Path, *, devices: int, callbacks: Recorder | None = None, **options):
+def run(model_dir: Path, output_dir: Path, *, devices: int, callbacks: Recorder | None = None,
+        resume_up_to: int | None = None, **options):
     config = TrainConfig(**{**OPTIONS, **options, "devices": devices})
     return train_distributed(config, model_dir=model_dir, output_dir=output_dir, train_rows=TRAIN_ROWS,
-                             eval_rows=EVAL_ROWS, callbacks=callbacks)
+                             eval_rows=EVAL_ROWS, callbacks=callbacks, resume_up_to=resume_up_to)
 
 
 @pytest.fixture(scope="module")
@@ -140,10 +141,14 @@ class KillRankOne(Recorder):
         super().on_start(**start)
 
 
+# resume_up_to=0 as a job's worker calls it (the row records no checkpoint yet): the fresh group may resume
+# from the checkpoints the callbacks took, and from none past them.
+@pytest.mark.parametrize("resume_up_to", [None, 0])
 def test_a_killed_rank_ends_the_group_and_a_fresh_one_resumes_from_the_last_checkpoint(model_dir, tmp_path,
-                                                                                       reference):
+                                                                                       reference, resume_up_to):
     recorder = KillRankOne(tmp_path)
-    result = run(model_dir, tmp_path, devices=2, callbacks=recorder, max_steps=40, checkpoint_every=10)
+    result = run(model_dir, tmp_path, devices=2, callbacks=recorder, max_steps=40, checkpoint_every=10,
+                 resume_up_to=resume_up_to)
     assert recorder.killed.is_set() and result.final_step == 40
     # Started again once, from the last checkpoint the killed group wrote (which one depends on how far
     # the ranks ran before the signal landed; the first is on disk before the kill).

@@ -68,14 +68,14 @@ def checkpoints_dir_of(output_dir: Path) -> Path:
     return output_dir / CHECKPOINTS
 
 
-def complete_steps(checkpoints_dir: Path) -> list[int]:
-    """The steps of the complete checkpoints, oldest first."""
-    return [step for step, _ in _complete(checkpoints_dir)]
+def complete_steps(checkpoints_dir: Path, up_to: int | None = None) -> list[int]:
+    """The steps of the complete checkpoints (at most `up_to`, if given), oldest first."""
+    return [step for step, _ in _complete(checkpoints_dir, up_to)]
 
 
-def latest_checkpoint(checkpoints_dir: Path) -> Path | None:
-    """The complete checkpoint with the highest step, or None."""
-    complete = _complete(checkpoints_dir)
+def latest_checkpoint(checkpoints_dir: Path, up_to: int | None = None) -> Path | None:
+    """The complete checkpoint with the highest step (at most `up_to`, if given), or None."""
+    complete = _complete(checkpoints_dir, up_to)
     return complete[-1][1] if complete else None
 
 
@@ -189,13 +189,14 @@ def discard_after(checkpoints_dir: Path, step: int) -> list[int]:
     return discarded
 
 
-def _complete(checkpoints_dir: Path) -> list[tuple[int, Path]]:
+def _complete(checkpoints_dir: Path, up_to: int | None = None) -> list[tuple[int, Path]]:
     if not checkpoints_dir.is_dir():
         return []
     found = []
     for entry in checkpoints_dir.iterdir():
         number = entry.name[len(_PREFIX):]
-        if entry.name.startswith(_PREFIX) and number.isdigit() and (entry / COMPLETE).is_file():
+        if (entry.name.startswith(_PREFIX) and number.isdigit() and (up_to is None or int(number) <= up_to)
+                and (entry / COMPLETE).is_file()):
             found.append((int(number), entry))
     return sorted(found)
 

@@ -144,24 +144,33 @@ def launch_command(devices: int, run_dir: Path, *, nodes: int = 1, rendezvous: R
 
 
 def prepare_run(config: TrainConfig, *, model_dir: Path, output_dir: Path, train_rows: Sequence[dict],
-                eval_rows: Sequence[dict], lineage: dict | None = None) -> Path:
+                eval_rows: Sequence[dict], lineage: dict | None = None, resume_up_to: int | None = None) -> Path:
     """A fresh run folder, output_dir/ddp, holding the run's inputs (spec.json) and an empty events.jsonl;
-    returns it. A previous run's events, stop file and pids are removed (its checkpoints are not)."""
+    returns it. A previous run's events, stop file and pids are removed (its checkpoints are not).
+    `resume_up_to`: as train()'s, for every rank (None: resume from the newest checkpoint, as a pod
+    restarted by its cluster must)."""
     run_dir = Path(output_dir) / RUN_DIR
     shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir(parents=True)
     spec = {"config": config.as_dict(), "model_dir": str(model_dir), "output_dir": str(output_dir),
-            "train_rows": list(train_rows), "eval_rows": list(eval_rows), "lineage": lineage}
+            "train_rows": list(train_rows), "eval_rows": list(eval_rows), "lineage": lineage,
+            "resume_up_to": resume_up_to}
     (run_dir / SPEC).write_text(json.dumps(spec, default=str))
     (run_dir / EVENTS).touch()
     return run_dir
+
+
+def _set_resume_up_to(run_dir: Path, step: int) -> None:
+    spec = json.loads((run_dir / SPEC).read_text())
+    spec["resume_up_to"] = step
+    (run_dir / SPEC).write_text(json.dumps(spec, default=str))
 
 
 def train_distributed(config: TrainConfig, *, model_dir: Path, output_dir: Path, train_rows: Sequence[dict],
                       eval_rows: Sequence[dict], callbacks: TrainCallbacks | None = None,
                       lineage: dict | None = None, max_restarts: int = MAX_RESTARTS, devices_here: int | None = None,
                       rendezvous_timeout_s: float = RENDEZVOUS_TIMEOUT_S,
-                      rendezvous: Rendezvous | None = None) -> TrainResult:
+                      rendezvous: Rendezvous | None = None, resume_up_to: int | None = None) -> TrainResult:
     """train() over config.devices processes under torchrun: the same arguments, callbacks (called in
     this process, from rank 0's events), exceptions (ConfigError, TrainingDataError, TrainCancelled,
     FloatingPointError; DistributedTrainingError for a run that failed otherwise, RendezvousTimeout when
@@ -179,11 +188,11 @@ def train_distributed(config: TrainConfig, *, model_dir: Path, output_dir: Path,
         max_restarts = 0
     elif config.devices == 1:
         return train(config, model_dir=model_dir, output_dir=output_dir, train_rows=train_rows,
-                     eval_rows=eval_rows, callbacks=callbacks, lineage=lineage)
+                     eval_rows=eval_rows, callbacks=callbacks, lineage=lineage, resume_up_to=resume_up_to)
     check_devices(config, devices_here)
     callbacks = callbacks or TrainCallbacks()
     run_dir = prepare_run(config, model_dir=model_dir, output_dir=output_dir, train_rows=train_rows,
-                          eval_rows=eval_rows, lineage=lineage)
+                          eval_rows=eval_rows, lineage=lineage, resume_up_to=resume_up_to)
     follower = _Follower(run_dir, callbacks, world_size=config.devices, rendezvous_timeout_s=rendezvous_timeout_s,
                          across_machines=config.nodes > 1)
     command = launch_command(config.devices, run_dir, nodes=config.nodes, rendezvous=rendezvous,
@@ -219,6 +228,8 @@ def train_distributed(config: TrainConfig, *, model_dir: Path, output_dir: Path,
             break
         callbacks.log(f"the training processes failed (torchrun exit code {process.returncode}); starting them "
                       f"again from the last checkpoint ({attempt + 1} of {max_restarts})")
+        if resume_up_to is not None and follower.checkpointed is not None:  # the caller recorded it: resume there
+            _set_resume_up_to(run_dir, max(resume_up_to, follower.checkpointed))
     return _result(outcome, process.returncode, run_dir)
 
 
@@ -290,6 +301,7 @@ class _Follower:
         self.pending = b""
         self.stop_sent = False
         self.cut_short = False  # torchrun was stopped FINISHED_GRACE_S after rank 0's outcome
+        self.checkpointed: int | None = None  # the newest checkpoint the callbacks took without raising
 
     def follow(self, process: subprocess.Popen) -> dict | None:
         """Hand rank 0's events to the callbacks until torchrun exits; write STOP once should_stop() says
@@ -335,7 +347,11 @@ class _Follower:
         for line in lines:
             if line.strip():
                 any_event = True
-                outcome = _dispatch(json.loads(line), self.callbacks) or outcome
+                event = json.loads(line)
+                checkpoint = event["step"] if event.get("event") == "checkpoint" else None
+                outcome = _dispatch(event, self.callbacks) or outcome
+                if checkpoint is not None:
+                    self.checkpointed = checkpoint
         return outcome, any_event
 
     def stop_if_asked(self) -> None:
@@ -459,7 +475,7 @@ def _die_with_parent() -> None:
         os._exit(1)
 
 
-def _share_checkpoint(output_dir: Path, *, local_rank: int, device: Any) -> None:
+def _share_checkpoint(output_dir: Path, *, up_to: int | None, local_rank: int, device: Any) -> None:
     """Across machines, before training: every machine gets the newest complete checkpoint any rank has
     (sent over the process group from the first rank holding it, as raw bytes, and installed atomically
     by each lacking machine's local rank 0), so that all ranks resume from the same step. Global rank 0
@@ -470,7 +486,7 @@ def _share_checkpoint(output_dir: Path, *, local_rank: int, device: Any) -> None
     from .checkpoint import checkpoints_dir_of, complete_steps, install_checkpoint
 
     checkpoints = checkpoints_dir_of(output_dir)
-    steps = complete_steps(checkpoints)
+    steps = complete_steps(checkpoints, up_to)
     mine = torch.tensor([steps[-1] if steps else 0], dtype=torch.int64, device=device)
     everyone = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
     dist.all_gather(everyone, mine)
@@ -530,7 +546,7 @@ def main(run_dir: Path) -> int:
         dist.init_process_group("gloo")
     (run_dir / JOINED.format(rank=local_rank)).write_text("")
     if config.nodes > 1:  # each machine has its own output folder: the ranks must resume from one checkpoint
-        _share_checkpoint(Path(spec["output_dir"]), local_rank=local_rank,
+        _share_checkpoint(Path(spec["output_dir"]), up_to=spec.get("resume_up_to"), local_rank=local_rank,
                           device=torch.device("cuda", local_rank) if cuda else torch.device("cpu"))
     reporter = _Reporter(run_dir) if rank == 0 else None
     callbacks = reporter or _Listener(run_dir)
@@ -538,7 +554,7 @@ def main(run_dir: Path) -> int:
     try:
         result = train(config, model_dir=Path(spec["model_dir"]), output_dir=Path(spec["output_dir"]),
                        train_rows=spec["train_rows"], eval_rows=spec["eval_rows"], callbacks=callbacks,
-                       lineage=spec["lineage"])
+                       lineage=spec["lineage"], resume_up_to=spec.get("resume_up_to"))
         outcome = {"event": "result", "final_step": result.final_step, "adapter_dir": str(result.adapter_dir),
                    "metrics": result.metrics, "resumed_from_step": result.resumed_from_step}
     except TrainCancelled as exc:  # every rank stops at the same step: nothing to restart

@@ -45,6 +45,7 @@ from .card import write_adapter_files
 from .checkpoint import (
     TrainerState,
     checkpoints_dir_of,
+    discard_after,
     latest_checkpoint,
     load_checkpoint,
     remove_incomplete,
@@ -109,7 +110,7 @@ class TrainResult:
 
 def train(config: TrainConfig, *, model_dir: Path, output_dir: Path, train_rows: Sequence[dict],
           eval_rows: Sequence[dict], callbacks: TrainCallbacks | None = None,
-          lineage: dict | None = None) -> TrainResult:
+          lineage: dict | None = None, resume_up_to: int | None = None) -> TrainResult:
     """Fine-tune a LoRA adapter on `model_dir` (a safetensors directory) and save it to output_dir/adapter.
 
     `lineage` (base model name and content hash, dataset version, job: see card.py) is written with
@@ -117,6 +118,9 @@ def train(config: TrainConfig, *, model_dir: Path, output_dir: Path, train_rows:
 
     If output_dir/checkpoints holds a complete checkpoint, the run resumes from the latest one and
     continues exactly as the uninterrupted run would have (same batches, same RNG, same final step).
+    `resume_up_to`: the newest step the caller vouches for (the one its record holds): complete
+    checkpoints above it are removed once the model is loaded, right before the resume reads the folder
+    (a run the caller no longer owns, sharing the folder, may have written one meanwhile).
     Raises ConfigError for a bad config (or target modules the model lacks), TrainingDataError when
     no training row (or, if eval rows are given, no eval row) is usable, ModelSafetyError /
     ModelFormatError for a model directory the safe loader refuses, TrainCancelled when
@@ -125,7 +129,7 @@ def train(config: TrainConfig, *, model_dir: Path, output_dir: Path, train_rows:
     """
     config.validate()
     callbacks = callbacks or TrainCallbacks()
-    run = _setup(config, Path(model_dir), Path(output_dir), train_rows, eval_rows, callbacks)
+    run = _setup(config, Path(model_dir), Path(output_dir), train_rows, eval_rows, callbacks, resume_up_to)
     if run.world > 1:
         _data_parallel(run)
     resumed_from = run.state.step
@@ -186,7 +190,7 @@ class _Run:
 
 
 def _setup(config: TrainConfig, model_dir: Path, output_dir: Path, train_rows: Sequence[dict],
-           eval_rows: Sequence[dict], callbacks: TrainCallbacks) -> _Run:
+           eval_rows: Sequence[dict], callbacks: TrainCallbacks, resume_up_to: int | None) -> _Run:
     import torch
     from transformers import get_scheduler
 
@@ -258,7 +262,10 @@ def _setup(config: TrainConfig, model_dir: Path, output_dir: Path, train_rows: S
                   f"; {'compiled' if config.compile else 'eager'} decoder blocks.")
     if rank == 0:  # the one writer of checkpoints
         remove_incomplete(run.checkpoints_dir)
-    latest = latest_checkpoint(run.checkpoints_dir)
+        if resume_up_to is not None and (discarded := discard_after(run.checkpoints_dir, resume_up_to)):
+            callbacks.log(f"Removed the checkpoints at steps {', '.join(map(str, discarded))}: newer than step "
+                          f"{resume_up_to}, the last one recorded, so written by a run whose record was refused.")
+    latest = latest_checkpoint(run.checkpoints_dir, up_to=resume_up_to)  # other ranks may read before the removal
     if latest is not None:
         run.state = load_checkpoint(latest, model=model, optimizer=optimizer, scheduler=scheduler, device=device)
         run.checkpointed_step = run.state.step
