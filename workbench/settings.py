@@ -296,6 +296,10 @@ INFERENCE_KV_CACHE_BUDGET_BYTES = env_int("INFERENCE_KV_CACHE_BUDGET_BYTES", 2 *
 # it (a comparison submits its prompts within microseconds); once it runs, newcomers join at the
 # next decoding step without waiting.
 INFERENCE_MAX_WAIT_MS = env_float("INFERENCE_MAX_WAIT_MS", 2.0)
+# Requests that arrive while newcomers are prefilled are prefilled next, up to this many admissions
+# in a row before the running rows take their next step (1: a step after every admission). A burst of
+# clients then waits for the prefills before it, not for decoding steps between them.
+INFERENCE_MAX_PREFILLS_BETWEEN_STEPS = env_int("INFERENCE_MAX_PREFILLS_BETWEEN_STEPS", 4)
 INFERENCE_TIMEOUT_S = env_float("INFERENCE_TIMEOUT_S", 300.0)
 # The engine's Prometheus figures per (model, adapter) (apps/monitoring/engine_metrics.py): an
 # inference worker process labels at most this many pairs on their own, later ones as "other".

@@ -40,6 +40,7 @@ def batcher():
             _batcher = Batcher(cache, max_batch_size=settings.INFERENCE_MAX_BATCH_SIZE,
                                max_wait_ms=settings.INFERENCE_MAX_WAIT_MS,
                                kv_cache_budget_bytes=settings.INFERENCE_KV_CACHE_BUDGET_BYTES,
+                               max_prefills_between_steps=settings.INFERENCE_MAX_PREFILLS_BETWEEN_STEPS,
                                observer=engine_metrics.observer(memory=cache.memory))
         return _batcher
 

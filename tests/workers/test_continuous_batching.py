@@ -219,6 +219,50 @@ def test_a_request_submitted_mid_generation_joins_the_running_batch(tiny, tiny_d
     assert second.time_to_first_token_s < first.total_s
 
 
+@pytest.mark.timeout(120)
+def test_newcomers_arriving_during_prefills_are_prefilled_before_the_rows_step_again_up_to_a_bound(
+        tiny, tiny_dir, monkeypatch):
+    """Each request, at its first token (its prefill), submits the next one: a burst reaching the worker
+    over a while. Their prefills run back to back, MAX_PREFILLS_BETWEEN_STEPS at most, then the
+    running rows step; the outputs are what each generates alone."""
+    model, tokenizer = tiny
+    turns: list[str] = []
+
+    class RecordingBatch(DecodeBatch):
+        def admit(self, sequences):
+            turns.append("prefill")
+            return super().admit(sequences)
+
+        def step(self):
+            turns.append("step")
+            return super().step()
+
+    monkeypatch.setattr(batcher_module, "DecodeBatch", RecordingBatch)
+    chain = [PROMPTS[i % len(PROMPTS)] for i in range(7)]
+    futures: list = []
+    with Batcher(ModelCache(10**9), max_batch_size=8, max_wait_ms=0) as batcher:
+        def submit(index: int) -> None:
+            submitted = False
+
+            def on_token(delta: str) -> None:
+                nonlocal submitted
+                if not submitted and index + 1 < len(chain):  # on the worker thread, during this prefill
+                    submitted = True
+                    submit(index + 1)
+
+            futures.append(batcher.submit("tiny", tiny_dir, chain[index], GREEDY, on_token=on_token))
+
+        submit(0)
+        first = futures[0].result(timeout=60)  # by then the whole chain was submitted, each at a prefill
+        results = [first] + [future.result(timeout=60) for future in futures[1:]]
+    limit = batcher.max_prefills_between_steps
+    assert turns.count("prefill") == len(chain) == batcher.batches_run
+    # the first `limit` prefills back to back, then one step, then the rest of the burst
+    assert turns[:limit + 1] == ["prefill"] * limit + ["step"]
+    assert turns[limit + 1:limit + 1 + len(chain) - limit] == ["prefill"] * (len(chain) - limit)
+    assert [r.token_ids for r in results] == [alone(model, tokenizer, prompt) for prompt in chain]
+
+
 def test_a_cancelled_request_frees_its_place_for_a_waiting_one(tiny, tiny_dir, admissions):
     model, tokenizer = tiny
     long_prompt = runs_to_length(model, tokenizer)

@@ -10,7 +10,12 @@ turn it admits what has arrived — prefilled together, then decoded with the ro
 there — and then runs one decoding step of every model that has rows, in turn, so a model
 with a long queue never holds up another one. A model with nothing running waits up to
 `max_wait_ms` after its first request for companions to prefill with it (a comparison submits
-its prompts together); once rows run, newcomers join at the next step without waiting. A batch
+its prompts together); once rows run, newcomers join at the next step without waiting. Prefills
+go first: while requests keep arriving during prefills (a burst of clients reaching the worker over
+some hundreds of milliseconds), up to `max_prefills_between_steps` admissions run back to back before
+the running rows take their next step, so the last of a burst waits for the prefills before it but
+not for decoding steps between them, and the running rows' next token is held back by at most that
+many prefills. A batch
 holds at most `max_batch_size` rows, and newcomers join only while the key/value cache, at
 the widest it can grow, stays within `kv_cache_budget_bytes`; the others wait their turn.
 
@@ -59,6 +64,8 @@ logger = logging.getLogger(__name__)
 # takes 46 KB a token: 2 GiB hold 32 rows of about 1,400 tokens.
 DEFAULT_KV_CACHE_BUDGET_BYTES = 2 * 2**30
 KEPT_PREFIXES = 16  # idle models whose shared prompt prefix is kept for their next batch
+MAX_PREFILLS_BETWEEN_STEPS = 4  # admissions run back to back while newcomers wait, before the rows step again
+# (1: every admission is followed by a step, as before prefills went first)
 
 
 @dataclass(eq=False)
@@ -89,9 +96,13 @@ class _Running:
 
 class Batcher:
     def __init__(self, cache: ModelCache, max_batch_size: int = 32, max_wait_ms: float = 20,
-                 kv_cache_budget_bytes: int | None = DEFAULT_KV_CACHE_BUDGET_BYTES, observer: Observer | None = None):
+                 kv_cache_budget_bytes: int | None = DEFAULT_KV_CACHE_BUDGET_BYTES, observer: Observer | None = None,
+                 max_prefills_between_steps: int = MAX_PREFILLS_BETWEEN_STEPS):
         if max_batch_size < 1:
             raise ValueError("max_batch_size must be at least 1.")
+        if max_prefills_between_steps < 1:
+            raise ValueError("max_prefills_between_steps must be at least 1.")
+        self.max_prefills_between_steps = int(max_prefills_between_steps)
         self.cache = cache
         self.max_batch_size = int(max_batch_size)
         self.max_wait_s = max(0.0, max_wait_ms / 1000)
@@ -172,6 +183,7 @@ class Batcher:
     # --- the worker thread ------------------------------------------------------------------
 
     def _work(self) -> None:
+        prefills_in_a_row = 0  # admissions since the rows last stepped
         while True:
             with self._cond:
                 while True:
@@ -181,8 +193,16 @@ class Batcher:
                     if not self._pending and self._closed:
                         return  # closed and drained
                     self._cond.wait(wait_s)
+            prefilled = self.batches_run
             for group, requests in taken.items():
                 self._guard(group, requests, self._admit)
+            if self.batches_run > prefilled and prefills_in_a_row < self.max_prefills_between_steps - 1:
+                with self._cond:
+                    newcomers = bool(self._pending)  # arrived during that prefill: theirs runs first
+                if newcomers:
+                    prefills_in_a_row += 1
+                    continue
+            prefills_in_a_row = 0
             for group in list(self._running):
                 self._guard(group, [], self._step)
 
