@@ -155,6 +155,52 @@ def test_a_shared_prompt_prefix_is_computed_once_and_reused_by_later_newcomers(t
         assert seq.result.token_ids == alone(model, tokenizer, prompt)
 
 
+def test_a_kept_prefix_is_extended_or_cut_to_what_later_prompts_share_and_only_the_new_part_is_computed(tiny):
+    """Prompts that nest (a shared start, then more shared by some): the second admission computes only
+    the tokens past the kept prefix; the third, sharing less than is kept, reuses a cut of it and
+    computes no prefix at all. Every output is what the prompt generates alone."""
+    model, tokenizer = tiny
+    widths: list[int] = []
+
+    class RecordingBatch(DecodeBatch):
+        def _forward(self, names, **kwargs):
+            widths.append(int(kwargs["input_ids"].shape[1]))
+            return super()._forward(names, **kwargs)
+
+    start = "what is the capital of france ? paris the w50 w51 "
+    groups = [[start + "?", start + "w20 w21 w22"],
+              [start + "w30 w31 w32 w33 the ?", start + "w30 w31 w32 w33 the capital"],
+              [start + "w30 w31 w40 w41", start + "w30 w31 w42 ?"]]
+    batch = RecordingBatch(model, tokenizer, max_rows=8)
+    joined: list[Sequence] = []
+    kept_lengths = []
+    for prompts in groups:
+        widths.clear()
+        joined += [sequence(tokenizer, p) for p in prompts]
+        batch.admit(joined[-len(prompts):])
+        kept_lengths.append((len(batch.prefix.ids), list(widths)))
+        batch.step()
+    first, second, third = (encode_prompt(tokenizer, p) for p in (groups[0][0], groups[1][0], groups[2][0]))
+    shared = [shared_length(*(encode_prompt(tokenizer, p) for p in prompts)) for prompts in groups]
+    assert shared[1] > shared[0] and shared[0] < shared[2] < shared[1]
+    assert first[:shared[0]] == second[:shared[0]] == third[:shared[0]]
+    assert kept_lengths[0][0] == shared[0] and kept_lengths[0][1][0] == shared[0]  # computed from the start
+    prefix_width, rows_width = kept_lengths[1][1]
+    assert kept_lengths[1][0] == shared[1] and prefix_width == shared[1] - shared[0]  # only the extension
+    assert kept_lengths[2][0] == shared[1] and len(kept_lengths[2][1]) == 1  # a cut of it: no prefix forward
+    while batch.rows:
+        batch.step()
+    for seq, prompt in zip(joined, [p for prompts in groups for p in prompts]):
+        assert seq.result.token_ids == alone(model, tokenizer, prompt), prompt
+
+
+def shared_length(a: list[int], b: list[int]) -> int:
+    k = 0
+    while k < min(len(a), len(b)) - 1 and a[k] == b[k]:
+        k += 1
+    return k
+
+
 def test_the_cache_budget_decides_who_fits(tiny):
     model, tokenizer = tiny
     per_token = kv_bytes_per_token(model)

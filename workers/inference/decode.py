@@ -256,32 +256,35 @@ class DecodeBatch:
 
     def _prefix_cache(self, ids: list[list[int]], names: list[str | None], torch) -> tuple[int, Any]:
         """(length of the prefix these prompts reuse, a cache of it with one row per prompt), or
-        (0, None). The prefix kept from earlier is reused when every prompt starts with it and it
-        is at least as long as what the prompts (with the previous prompt, for a lone one) share;
-        otherwise that shared part is computed now and kept."""
+        (0, None). What the prompts share (with the previous prompt, for a lone one) is computed
+        once and kept. The kept prefix is reused as far as every prompt starts with it: whole when it
+        covers what they share, else as the start of the new one, whose remaining tokens alone are
+        computed (prompts that nest, as a system prompt, then a document, then a question, compute
+        each part once)."""
         if not self.share_prefix or (self.rows and not self.joinable) or len(set(names)) > 1:
             return 0, None
         adapter = names[0]
         kept = self.prefix
+        shortest = min(len(row) for row in ids) - 1  # each prompt keeps a token of its own
         reuse = 0
-        if kept is not None and kept.adapter == adapter and all(
-                len(row) > len(kept.ids) and tuple(row[:len(kept.ids)]) == kept.ids for row in ids):
-            reuse = len(kept.ids)
+        if kept is not None and kept.adapter == adapter:
+            reuse = min(_common_length(kept.ids, ids), shortest)
         alone = len(ids) == 1
         if alone and (self.last_prompt is None or self.last_adapter != adapter):
             candidates = ids
         else:
             candidates = ids if not alone else [ids[0], self.last_prompt]
-        common = shared_prefix_length(candidates)
-        common = min(common, min(len(row) for row in ids) - 1)  # each prompt keeps a token of its own
-        if reuse and reuse >= common:
-            return reuse, _expanded_cache(kept.layers, len(ids))
+        common = min(shared_prefix_length(candidates), shortest)
+        if reuse >= MIN_SHARED_PREFIX and reuse >= common:
+            return reuse, _expanded_cache(_truncated(kept.layers, reuse), len(ids))
         if common < MIN_SHARED_PREFIX:
             return 0, None
-        prefix = torch.tensor([ids[0][:common]], dtype=torch.long, device=self.device)
-        out = self._forward([adapter], input_ids=prefix, attention_mask=torch.ones_like(prefix),
-                            position_ids=torch.arange(common, device=self.device).unsqueeze(0), use_cache=True,
-                            **{self.cache_name: None}, **self.extra)
+        start = reuse if reuse >= MIN_SHARED_PREFIX else 0
+        past = _expanded_cache(_truncated(kept.layers, start), 1) if start else None
+        prefix = torch.tensor([ids[0][start:common]], dtype=torch.long, device=self.device)
+        out = self._forward([adapter], input_ids=prefix, attention_mask=prefix.new_ones((1, common)),
+                            position_ids=torch.arange(start, common, device=self.device).unsqueeze(0),
+                            use_cache=True, **{self.cache_name: past}, **self.extra)
         cache = getattr(out, self.cache_name)
         if not _plain_layers(cache):
             self.joinable = False
@@ -497,6 +500,22 @@ def _plain_layers(cache: Any) -> bool:
 
     layers = getattr(cache, "layers", None)
     return bool(layers) and all(type(layer) is DynamicLayer and layer.is_initialized for layer in layers)
+
+
+def _common_length(kept: tuple[int, ...], rows: list[list[int]]) -> int:
+    """How many of `kept`'s tokens every row starts with."""
+    length = len(kept)
+    for row in rows:
+        k, limit = 0, min(length, len(row))
+        while k < limit and row[k] == kept[k]:
+            k += 1
+        length = k
+    return length
+
+
+def _truncated(layers: list[tuple[Any, Any]], length: int) -> list[tuple[Any, Any]]:
+    """The first `length` positions of a prefix's cached (keys, values) per layer (views)."""
+    return [(k[:, :, :length], v[:, :, :length]) for k, v in layers]
 
 
 def _expanded_cache(layers: list[tuple[Any, Any]], rows: int) -> Any:
