@@ -98,6 +98,8 @@ class PlaygroundConsumer(PolicyConsumer):
                                               "html": event.get("html", ""),
                                               "round_trip_s": round(time.monotonic() - sent, 3)})
         finally:
+            if used is None:  # no final event: the socket went away, perhaps before stream.follow began
+                await asyncio.shield(database_sync_to_async(services.generation_abandon)(generation_id))
             await asyncio.shield(database_sync_to_async(limits.release)(lease, used))
 
     async def _provider_answer(self, content: dict) -> None:

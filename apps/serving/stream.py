@@ -19,11 +19,12 @@ async def follow(generation_id: int) -> AsyncIterator[dict]:
     generator is cancelled or closed), the generation is abandoned: a queued one never starts,
     a running one stops after its next token, and the channel and group are released."""
     layer = get_channel_layer()
-    channel = await layer.new_channel()
     group = events.generation_group(generation_id)
-    await layer.group_add(group, channel)
+    channel = None
     finished = False
-    try:
+    try:  # from the first await: a follower cancelled while it subscribes abandons the generation too
+        channel = await layer.new_channel()
+        await layer.group_add(group, channel)
         await database_sync_to_async(services.generation_enqueue)(generation_id)
         deadline = time.monotonic() + settings.INFERENCE_TIMEOUT_S + 30
         while True:
@@ -50,7 +51,8 @@ async def follow(generation_id: int) -> AsyncIterator[dict]:
         await asyncio.shield(_release(layer, group, channel, None if finished else generation_id))
 
 
-async def _release(layer, group: str, channel: str, abandoned_id: int | None) -> None:
-    await layer.group_discard(group, channel)
+async def _release(layer, group: str, channel: str | None, abandoned_id: int | None) -> None:
+    if channel is not None:
+        await layer.group_discard(group, channel)
     if abandoned_id is not None:
         await database_sync_to_async(services.generation_abandon)(abandoned_id)
