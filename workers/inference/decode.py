@@ -268,7 +268,7 @@ class DecodeBatch:
         shortest = min(len(row) for row in ids) - 1  # each prompt keeps a token of its own
         reuse = 0
         if kept is not None and kept.adapter == adapter:
-            reuse = min(_common_length(kept.ids, ids), shortest)
+            reuse = _common_length(kept.ids, ids, shortest)
         alone = len(ids) == 1
         if alone and (self.last_prompt is None or self.last_adapter != adapter):
             candidates = ids
@@ -452,12 +452,7 @@ def shared_prefix_length(encoded: list[list[int]]) -> int:
     token gives the first logits); 0 for a single prompt or below MIN_SHARED_PREFIX."""
     if len(encoded) < 2:
         return 0
-    first, length = encoded[0], min(len(ids) for ids in encoded) - 1
-    for ids in encoded[1:]:
-        k = 0
-        while k < length and ids[k] == first[k]:
-            k += 1
-        length = k
+    length = _common_length(encoded[0], encoded[1:], min(len(ids) for ids in encoded) - 1)
     return length if length >= MIN_SHARED_PREFIX else 0
 
 
@@ -502,12 +497,12 @@ def _plain_layers(cache: Any) -> bool:
     return bool(layers) and all(type(layer) is DynamicLayer and layer.is_initialized for layer in layers)
 
 
-def _common_length(kept: tuple[int, ...], rows: list[list[int]]) -> int:
-    """How many of `kept`'s tokens every row starts with."""
-    length = len(kept)
+def _common_length(first, rows, limit: int) -> int:
+    """How many of `first`'s tokens (at most `limit`) every row starts with."""
+    length = min(limit, len(first))
     for row in rows:
-        k, limit = 0, min(length, len(row))
-        while k < limit and row[k] == kept[k]:
+        k, bound = 0, min(length, len(row))
+        while k < bound and row[k] == first[k]:
             k += 1
         length = k
     return length

@@ -348,10 +348,9 @@ class _Follower:
             if line.strip():
                 any_event = True
                 event = json.loads(line)
-                checkpoint = event["step"] if event.get("event") == "checkpoint" else None
                 outcome = _dispatch(event, self.callbacks) or outcome
-                if checkpoint is not None:
-                    self.checkpointed = checkpoint
+                if event["event"] == "checkpoint":  # the callbacks took it without raising
+                    self.checkpointed = event["step"]
         return outcome, any_event
 
     def stop_if_asked(self) -> None:
@@ -379,6 +378,7 @@ class _Follower:
 
 
 def _dispatch(event: dict, callbacks: TrainCallbacks) -> dict | None:
+    event = dict(event)
     kind = event.pop("event")
     if kind == "start":
         callbacks.on_start(**event)
